@@ -1,0 +1,160 @@
+"""``TransformerConfig``: every architecture choice in one validated value."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from keras_transformer.layers.feed_forward import ACTIVATIONS
+
+# Reserved token ids, shared by tokenizers, data pipelines and decoders.
+PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Hyper-parameters of the encoder–decoder Transformer.
+
+    Defaults are the paper's base model (Table 3) with separate 8,192-token
+    vocabularies; ``from_preset`` gives named sizes.
+
+    Attributes:
+        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids include the
+            reserved pad/unk/bos/eos ids).
+        num_encoder_layers, num_decoder_layers: N for each stack.
+        d_model: model width; ``d_k = d_v = d_model / num_heads``.
+        num_heads: attention heads h.
+        d_ff: feed-forward inner width.
+        dropout: residual and embedding dropout P_drop.
+        attention_dropout: dropout on attention weights.
+        activation_dropout: dropout inside the feed-forward network.
+        activation: ``"relu"`` (paper) or ``"gelu"``.
+        norm_first: pre-LN instead of the paper's post-LN.
+        layer_norm_epsilon: LayerNorm epsilon.
+        max_length: longest source or target sequence (size of the position table).
+        learned_positions: learned instead of sinusoidal positions.
+        share_embeddings: one embedding matrix for source and target (needs a
+            shared vocabulary: equal sizes).
+        tie_embeddings: the target embedding matrix doubles as the
+            pre-softmax projection (paper §3.4).
+        pad_id, unk_id, bos_id, eos_id: reserved ids.
+    """
+
+    src_vocab_size: int = 8192
+    tgt_vocab_size: int = 8192
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_model: int = 512
+    num_heads: int = 8
+    d_ff: int = 2048
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    norm_first: bool = False
+    layer_norm_epsilon: float = 1e-6
+    max_length: int = 512
+    learned_positions: bool = False
+    share_embeddings: bool = False
+    tie_embeddings: bool = True
+    pad_id: int = PAD_ID
+    unk_id: int = UNK_ID
+    bos_id: int = BOS_ID
+    eos_id: int = EOS_ID
+
+    def __post_init__(self):
+        errors = []
+        for name in (
+            "src_vocab_size", "tgt_vocab_size", "num_encoder_layers",
+            "num_decoder_layers", "d_model", "num_heads", "d_ff", "max_length",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                errors.append(f"{name} must be a positive integer, got {value!r}.")
+        if not errors and self.d_model % self.num_heads:
+            divisors = [h for h in range(1, min(self.d_model, 64) + 1) if self.d_model % h == 0]
+            errors.append(
+                f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+                f"set num_heads to a divisor of d_model (e.g. one of {divisors}) or change d_model."
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                errors.append(f"{name} must be in [0, 1), got {getattr(self, name)}.")
+        if self.activation not in ACTIVATIONS:
+            errors.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.layer_norm_epsilon <= 0:
+            errors.append(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            errors.append(
+                "share_embeddings=True needs one shared vocabulary, but "
+                f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; "
+                "set vocab_size=N (both sides) or share_embeddings=False."
+            )
+        special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        if len(set(special.values())) != len(special):
+            errors.append(f"pad/unk/bos/eos ids must be distinct, got {special}.")
+        smallest_vocab = min(self.src_vocab_size, self.tgt_vocab_size) if not errors else None
+        if smallest_vocab is not None:
+            for name, value in special.items():
+                if not 0 <= value < smallest_vocab:
+                    errors.append(f"{name}={value} is outside the vocabulary [0, {smallest_vocab}).")
+        if errors:
+            raise ValueError("Invalid TransformerConfig:\n  " + "\n  ".join(errors))
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+        """A named size with optional overrides.
+
+        Besides the field names, ``vocab_size=N`` sets both vocabularies and
+        ``num_layers=N`` both stacks.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+        values = dict(values)
+        if "vocab_size" in values:
+            size = values.pop("vocab_size")
+            values["src_vocab_size"] = values["tgt_vocab_size"] = size
+        if "num_layers" in values:
+            layers = values.pop("num_layers")
+            values["num_encoder_layers"] = values["num_decoder_layers"] = layers
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(
+                f"Unknown TransformerConfig keys {unknown}; valid keys are "
+                f"{sorted(known | {'vocab_size', 'num_layers'})}."
+            )
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def replace(self, **overrides: Any) -> "TransformerConfig":
+        return self.from_dict({**self.to_dict(), **overrides})
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # For tests and the offline demo: seconds on a CPU.
+    "tiny": dict(num_layers=2, d_model=64, num_heads=4, d_ff=256, dropout=0.1, max_length=256,
+                 vocab_size=1024),
+    # The benchmark workload (4+4 layers, d_model 256).
+    "small": dict(num_layers=4, d_model=256, num_heads=8, d_ff=1024, dropout=0.1, max_length=512,
+                  vocab_size=8192),
+    # The paper's base and big models (Table 3), shared 37k BPE vocabulary as for EN-DE.
+    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1, max_length=1024,
+                 vocab_size=37000, share_embeddings=True, tie_embeddings=True),
+    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3, max_length=1024,
+                vocab_size=37000, share_embeddings=True, tie_embeddings=True),
+}

@@ -1,0 +1,34 @@
+"""The Transformer's building blocks as Keras 3 layers."""
+
+from keras_transformer.layers.attention import (
+    MultiHeadAttention,
+    masked_score_value,
+    scaled_dot_product_attention,
+)
+from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.encoder import Encoder, EncoderLayer
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import (
+    causal_mask,
+    key_padding_mask,
+    merge_masks,
+    padding_mask,
+)
+from keras_transformer.layers.positional import PositionalEmbedding, sinusoidal_positions
+
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "MultiHeadAttention",
+    "PositionalEmbedding",
+    "causal_mask",
+    "key_padding_mask",
+    "masked_score_value",
+    "merge_masks",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "sinusoidal_positions",
+]

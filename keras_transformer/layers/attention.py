@@ -1,0 +1,318 @@
+"""Scaled dot-product and multi-head attention, with masks and a KV cache."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import keras
+import tensorflow as tf
+
+# Score given to masked positions before the softmax. Scores are always
+# handled in float32 (see ``scaled_dot_product_attention``), where -1e9 is
+# finite (no inf - inf = NaN) and still underflows exp() to exactly 0.
+_FLOAT16_MASK_VALUE = -6.0e4
+
+
+def masked_score_value(dtype) -> float:
+    """A finite stand-in for -inf that is representable in ``dtype``."""
+    dtype = tf.as_dtype(dtype)
+    if dtype == tf.float16:
+        return _FLOAT16_MASK_VALUE
+    return -1.0e9
+
+
+def scaled_dot_product_attention(
+    q: tf.Tensor,
+    k: tf.Tensor,
+    v: tf.Tensor,
+    mask: tf.Tensor | None = None,
+    weights_dropout: Callable[[tf.Tensor], tf.Tensor] | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """softmax(Q Kᵀ / √d_k + M) V, the paper's equation (1).
+
+    Args:
+        q: ``[..., q_len, depth]`` queries.
+        k: ``[..., k_len, depth]`` keys.
+        v: ``[..., k_len, depth_v]`` values.
+        mask: optional boolean tensor broadcastable to ``[..., q_len, k_len]``;
+            ``True`` means "may attend". Masked positions get exactly zero
+            weight; a query row with nothing to attend to gets all-zero weights
+            (and a zero output) instead of NaN.
+        weights_dropout: optional callable applied to the weights before they
+            multiply ``v`` (attention dropout).
+
+    Returns:
+        ``(output, weights)``: ``output`` is ``[..., q_len, depth_v]`` in
+        ``v``'s dtype; ``weights`` are the float32 softmax probabilities
+        ``[..., q_len, k_len]`` (before dropout).
+    """
+    depth = q.shape[-1]
+    if depth is None:
+        depth = tf.shape(q)[-1]
+    scale = tf.math.rsqrt(tf.cast(depth, q.dtype))
+    # Scaling q (q_len × depth) is cheaper than scaling the scores (q_len × k_len)
+    # and keeps low-precision products in range.
+    scores = tf.matmul(q * scale, k, transpose_b=True)
+    # Softmax in float32 even under mixed precision: bf16/fp16 exp() and
+    # normalisation lose too much precision over long rows.
+    scores = tf.cast(scores, tf.float32)
+    if mask is not None:
+        mask = tf.cast(mask, tf.bool)
+        scores = tf.where(mask, scores, masked_score_value(tf.float32))
+    weights = tf.nn.softmax(scores, axis=-1)
+    if mask is not None:
+        # Exact zeros, also for rows where everything was masked (the softmax
+        # of a constant row is uniform there).
+        weights = tf.where(mask, weights, tf.zeros_like(weights))
+    attended = weights if weights_dropout is None else weights_dropout(weights)
+    output = tf.matmul(tf.cast(attended, v.dtype), v)
+    return output, weights
+
+
+def _split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
+    """``[batch, len, heads*depth]`` → ``[batch, heads, len, depth]``."""
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    x = tf.reshape(x, [batch, length, num_heads, depth])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def _merge_heads(x: tf.Tensor, d_model: int) -> tf.Tensor:
+    """``[batch, heads, len, depth]`` → ``[batch, len, heads*depth]``."""
+    x = tf.transpose(x, [0, 2, 1, 3])
+    batch, length = tf.shape(x)[0], tf.shape(x)[1]
+    return tf.reshape(x, [batch, length, d_model])
+
+
+def _write_at(buffer: tf.Tensor, update: tf.Tensor, index) -> tf.Tensor:
+    """Write ``update`` [b, h, n, d] into ``buffer`` [b, h, L, d] at ``index``.
+
+    Elementwise (one-hot select) rather than a scatter so that the fixed-size
+    cache path stays static-shaped and lowers to plain ops on XLA/TPU and to
+    TFLite builtins.
+    """
+    buffer_length = tf.shape(buffer)[2]
+    n = update.shape[2]
+    index = tf.cast(index, tf.int32)
+    if n == 1:
+        hit = tf.equal(tf.range(buffer_length), index)[tf.newaxis, tf.newaxis, :, tf.newaxis]
+        return tf.where(hit, update, buffer)
+    # General chunk: place row j of the update at index + j.
+    positions = index + tf.range(tf.shape(update)[2])
+    placement = tf.one_hot(positions, buffer_length, dtype=update.dtype)  # [n, L]
+    scattered = tf.einsum("bhnd,nl->bhld", update, placement)
+    written = tf.reduce_any(tf.equal(tf.range(buffer_length)[tf.newaxis, :], positions[:, tf.newaxis]), axis=0)
+    return tf.where(written[tf.newaxis, tf.newaxis, :, tf.newaxis], scattered, buffer)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention (paper §3.2.2) with explicit masks and a KV cache.
+
+    ``d_k = d_v = d_model / num_heads``; queries, keys and values get their own
+    ``d_model × d_model`` projections and the concatenated heads one output
+    projection. Written from scratch rather than wrapping
+    ``keras.layers.MultiHeadAttention``, which clears the Keras mask of its
+    inputs.
+
+    Args:
+        d_model: model width; the output width too.
+        num_heads: number of heads ``h``; must divide ``d_model``.
+        dropout: dropout rate on the attention weights.
+        use_bias: whether the projections have biases.
+        kernel_initializer, bias_initializer: for the four projections.
+
+    Call arguments:
+        query: ``[batch, q_len, dim]``.
+        value: ``[batch, k_len, dim]``; defaults to ``query`` (self-attention).
+        key: ``[batch, k_len, dim]``; defaults to ``value``.
+        attention_mask: boolean, ``True`` = may attend, of shape
+            ``[batch, q_len, k_len]`` (broadcastable; e.g. ``[batch, 1, k_len]``
+            for padding, ``[1, q_len, k_len]`` for look-ahead) or already with a
+            head axis, ``[batch, heads, q_len, k_len]``.
+        cache: incremental self-attention. A dict ``{"key", "value"}`` of
+            projected ``[batch, heads, cache_len, depth]`` tensors (see
+            ``initial_cache``). The keys/values of ``query`` are appended to it
+            (``cache_index=None``: growing cache) or written in place at
+            ``cache_index`` (fixed-size cache, static shapes for XLA/TPU/TFLite).
+            The updated cache is returned.
+        cache_index: scalar int position of ``query``'s first token in a
+            fixed-size ``cache``.
+        key_value: precomputed ``{"key", "value"}`` from
+            ``project_key_value(memory)`` (cross-attention during decoding: the
+            encoder memory is projected once per source, not once per step).
+        return_attention_weights: also return the float32 per-head weights
+            ``[batch, heads, q_len, k_len]``.
+
+    Returns:
+        ``output`` ``[batch, q_len, d_model]``; a tuple ``(output, cache)`` when
+        ``cache`` is given; the weights appended as the last element when
+        ``return_attention_weights`` is set.
+
+    Example:
+        >>> mha = MultiHeadAttention(d_model=64, num_heads=4)
+        >>> x = tf.random.normal([2, 5, 64])
+        >>> mha(x, attention_mask=causal_mask(5)[tf.newaxis]).shape
+        TensorShape([2, 5, 64])
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        dropout: float = 0.0,
+        use_bias: bool = True,
+        kernel_initializer="glorot_uniform",
+        bias_initializer="zeros",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                "each head gets d_model / num_heads features. Pick num_heads "
+                f"among the divisors of {d_model}, or change d_model."
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}.")
+        self.d_model = int(d_model)
+        self.num_heads = int(num_heads)
+        self.depth = self.d_model // self.num_heads
+        self.dropout = float(dropout)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.bias_initializer = keras.initializers.get(bias_initializer)
+        self.supports_masking = True
+
+    def _dense(self, name: str) -> keras.layers.Dense:
+        return keras.layers.Dense(
+            self.d_model,
+            use_bias=self.use_bias,
+            kernel_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.kernel_initializer)
+            ),
+            bias_initializer=keras.initializers.get(
+                keras.initializers.serialize(self.bias_initializer)
+            ),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def build(self, query_shape, value_shape=None, key_shape=None):
+        value_shape = query_shape if value_shape is None else value_shape
+        key_shape = value_shape if key_shape is None else key_shape
+        self.query_dense = self._dense("query")
+        self.query_dense.build(query_shape)
+        self.key_dense = self._dense("key")
+        self.key_dense.build(key_shape)
+        self.value_dense = self._dense("value")
+        self.value_dense.build(value_shape)
+        self.output_dense = self._dense("output")
+        self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
+        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.built = True
+
+    def initial_cache(self, batch_size, max_length: int | None = None, dtype=None) -> dict:
+        """An empty growing cache (``max_length=None``) or a zeroed fixed one."""
+        length = 0 if max_length is None else max_length
+        shape = [batch_size, self.num_heads, length, self.depth]
+        dtype = dtype or self.compute_dtype
+        return {"key": tf.zeros(shape, dtype), "value": tf.zeros(shape, dtype)}
+
+    def project_key_value(self, value: tf.Tensor, key: tf.Tensor | None = None) -> dict:
+        """Projected, head-split ``{"key", "value"}`` for ``key_value=``."""
+        key = value if key is None else key
+        return {
+            "key": _split_heads(self.key_dense(key), self.num_heads, self.depth),
+            "value": _split_heads(self.value_dense(value), self.num_heads, self.depth),
+        }
+
+    def call(
+        self,
+        query,
+        value=None,
+        key=None,
+        attention_mask=None,
+        cache=None,
+        cache_index=None,
+        key_value=None,
+        return_attention_weights: bool = False,
+        training=None,
+    ):
+        if key_value is not None and cache is not None:
+            raise ValueError(
+                "Pass either `cache` (incremental self-attention) or `key_value` "
+                "(precomputed cross-attention memory), not both."
+            )
+        if key_value is not None:
+            projected = key_value
+        else:
+            projected = self.project_key_value(query if value is None else value, key)
+        if cache is not None:
+            if cache_index is None:
+                projected = {
+                    name: tf.concat([cache[name], projected[name]], axis=2)
+                    for name in ("key", "value")
+                }
+            else:
+                projected = {
+                    name: _write_at(cache[name], projected[name], cache_index)
+                    for name in ("key", "value")
+                }
+
+        q = _split_heads(self.query_dense(query), self.num_heads, self.depth)
+        mask = _with_head_axis(attention_mask)
+        attended, weights = scaled_dot_product_attention(
+            q,
+            projected["key"],
+            projected["value"],
+            mask=mask,
+            weights_dropout=(lambda w: self.weights_dropout(w, training=training))
+            if self.dropout > 0
+            else None,
+        )
+        output = self.output_dense(_merge_heads(attended, self.d_model))
+
+        results = (output,)
+        if cache is not None:
+            results += (projected,)
+        if return_attention_weights:
+            results += (weights,)
+        return results[0] if len(results) == 1 else results
+
+    def compute_mask(self, query, mask=None):
+        # The output is aligned with the query: its Keras mask carries over.
+        return mask
+
+    def compute_output_shape(self, query_shape, value_shape=None, key_shape=None):
+        return tuple(query_shape[:-1]) + (self.d_model,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "d_model": self.d_model,
+                "num_heads": self.num_heads,
+                "dropout": self.dropout,
+                "use_bias": self.use_bias,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            }
+        )
+        return config
+
+
+def _with_head_axis(mask):
+    """Masks are given per (query, key); insert the head axis for the scores."""
+    if mask is None:
+        return None
+    rank = mask.shape.rank
+    if rank == 3:
+        return tf.cast(mask, tf.bool)[:, tf.newaxis, :, :]
+    if rank == 4:
+        return tf.cast(mask, tf.bool)
+    raise ValueError(
+        f"attention_mask must have rank 3 ([batch, q_len, k_len], broadcastable) "
+        f"or 4 ([batch, heads, q_len, k_len]); got shape {mask.shape}. For a "
+        "[batch, k_len] padding mask use masks.key_padding_mask(mask)."
+    )

@@ -1,0 +1,263 @@
+"""Decoder layer and decoder stack (paper §3.1, right half of Figure 1),
+with the caches that make step-by-step decoding cost O(1) projections a step."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.block import (
+    TransformerBlockBase,
+    apply_layer_norm,
+    residual_connection,
+)
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import causal_mask, key_padding_mask, merge_masks
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class DecoderLayer(TransformerBlockBase):
+    """Masked self-attention, cross-attention over the encoder memory, then
+    feed-forward; each in a residual + LayerNorm block.
+
+    Args: see ``TransformerBlockBase``.
+
+    Call arguments:
+        x: ``[batch, tgt_len, d_model]``.
+        memory: ``[batch, src_len, d_model]`` encoder output (not needed when
+            ``cache`` holds the projected cross-attention keys/values).
+        self_attention_mask: bool ``[batch|1, tgt_len, key_len]`` (look-ahead
+            and target padding), built by ``Decoder``.
+        memory_padding_mask: ``[batch, src_len]`` bool, ``True`` for real tokens.
+        cache: ``{"self": {"key", "value"}, "cross": {"key", "value"}}`` (see
+            ``Decoder.initial_cache``); when given, the updated cache is returned.
+        cache_index: position of ``x``'s first token in a fixed-size cache
+            (``None`` appends to a growing cache).
+        return_attention_weights: also return ``{"self": ..., "cross": ...}``.
+
+    Masking: padded memory positions get zero cross-attention weight; the
+        output carries ``x``'s Keras mask.
+    """
+
+    def build(self, x_shape, memory_shape=None):
+        memory_shape = x_shape if memory_shape is None else memory_shape
+
+        def attention(name, dropout=self.attention_dropout):
+            return MultiHeadAttention(
+                self.d_model,
+                self.num_heads,
+                dropout=dropout,
+                kernel_initializer=self._initializer(),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+
+        self.self_attention = attention("self_attention")
+        self.self_attention.build(x_shape)
+        self.self_attention_norm = self._layer_norm("self_attention_norm")
+        self.self_attention_norm.build(x_shape)
+        self.self_attention_dropout = self._dropout()
+        self.cross_attention = attention("cross_attention")
+        self.cross_attention.build(x_shape, memory_shape)
+        self.cross_attention_norm = self._layer_norm("cross_attention_norm")
+        self.cross_attention_norm.build(x_shape)
+        self.cross_attention_dropout = self._dropout()
+        self.feed_forward = FeedForward(
+            self.d_model,
+            self.d_ff,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(x_shape)
+        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
+        self.feed_forward_norm.build(x_shape)
+        self.feed_forward_dropout = self._dropout()
+        self.built = True
+
+    def call(
+        self,
+        x,
+        memory=None,
+        self_attention_mask=None,
+        memory_padding_mask=None,
+        cache=None,
+        cache_index=None,
+        return_attention_weights=False,
+        training=None,
+    ):
+        if cache is None and memory is None:
+            raise ValueError("DecoderLayer needs `memory` (or a `cache` holding its projection).")
+        cross_mask = key_padding_mask(memory_padding_mask)
+
+        def self_attend(h):
+            return self.self_attention(
+                h,
+                attention_mask=self_attention_mask,
+                cache=None if cache is None else cache["self"],
+                cache_index=cache_index,
+                return_attention_weights=True,
+                training=training,
+            )
+
+        def cross_attend(h):
+            return self.cross_attention(
+                h,
+                memory,
+                attention_mask=cross_mask,
+                key_value=None if cache is None else cache["cross"],
+                return_attention_weights=True,
+                training=training,
+            )
+
+        self_results = residual_connection(
+            x, self_attend, self.self_attention_norm, self.self_attention_dropout,
+            self.norm_first, training,
+        )
+        x = self_results[0]
+        x, cross_weights = residual_connection(
+            x, cross_attend, self.cross_attention_norm, self.cross_attention_dropout,
+            self.norm_first, training,
+        )
+        (x,) = residual_connection(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            self.norm_first,
+            training,
+        )
+        results = (x,)
+        if cache is not None:
+            results += ({"self": self_results[1], "cross": cache["cross"]},)
+        if return_attention_weights:
+            results += ({"self": self_results[-1], "cross": cross_weights},)
+        return results[0] if len(results) == 1 else results
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Decoder(TransformerBlockBase):
+    """A stack of ``num_layers`` ``DecoderLayer``s (plus a final LayerNorm when
+    ``norm_first``), building the look-ahead and padding masks itself.
+
+    Args:
+        num_layers: N (6 in the paper).
+        Others: as ``DecoderLayer``.
+
+    Call arguments:
+        x: ``[batch, tgt_len, d_model]`` embedded (shifted-right) target.
+        memory: ``[batch, src_len, d_model]`` encoder output; may be omitted
+            with a cache.
+        memory_padding_mask: ``[batch, src_len]`` bool for the source.
+        target_padding_mask: ``[batch, tgt_len]`` bool; defaults to ``x``'s
+            Keras mask. Combined with the look-ahead mask.
+        cache: list (one per layer) from ``initial_cache``; enables incremental
+            decoding and makes the call return ``(output, new_cache)``.
+        cache_index: for a fixed-size cache, the position of ``x``'s first
+            token; ``None`` for a growing cache (positions then follow the
+            cache length).
+        return_attention_weights: also return a list of per-layer
+            ``{"self", "cross"}`` weights.
+
+    Example:
+        >>> dec = Decoder(num_layers=2, d_model=16, num_heads=2, d_ff=32)
+        >>> memory = tf.zeros([2, 7, 16])
+        >>> dec(tf.zeros([2, 5, 16]), memory).shape
+        TensorShape([2, 5, 16])
+    """
+
+    def __init__(self, num_layers: int, **kwargs):
+        super().__init__(**kwargs)
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
+        self.num_layers = int(num_layers)
+
+    def build(self, x_shape, memory_shape=None):
+        self.layer_stack = []
+        for i in range(self.num_layers):
+            layer = DecoderLayer(**self.block_kwargs(), name=f"layer_{i}")
+            layer.build(x_shape, memory_shape)
+            self.layer_stack.append(layer)
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = self._layer_norm("final_norm")
+            self.final_norm.build(x_shape)
+        self.built = True
+
+    def initial_cache(self, memory, max_length: int | None = None) -> list:
+        """Per-layer caches for decoding against ``memory``.
+
+        Cross-attention keys/values are projected here, once per source. Self
+        attention starts empty and grows a step at a time (``max_length=None``)
+        or is a zeroed ``max_length`` buffer written in place (static shapes).
+        """
+        batch_size = tf.shape(memory)[0]
+        return [
+            {
+                "self": layer.self_attention.initial_cache(batch_size, max_length),
+                "cross": layer.cross_attention.project_key_value(memory),
+            }
+            for layer in self.layer_stack
+        ]
+
+    def call(
+        self,
+        x,
+        memory=None,
+        memory_padding_mask=None,
+        target_padding_mask=None,
+        cache=None,
+        cache_index=None,
+        return_attention_weights=False,
+        training=None,
+    ):
+        target_padding_mask = (
+            target_padding_mask
+            if target_padding_mask is not None
+            else getattr(x, "_keras_mask", None)
+        )
+        length = tf.shape(x)[1]
+        if cache is None:
+            self_mask = causal_mask(length)[tf.newaxis]
+        else:
+            cached = cache[0]["self"]["key"]
+            cached_length = tf.shape(cached)[2]
+            offset = cached_length if cache_index is None else cache_index
+            key_length = cached_length + length if cache_index is None else cached_length
+            self_mask = causal_mask(length, key_length, offset)[tf.newaxis]
+            target_padding_mask = None  # the decoded prefix has no padding
+        self_mask = merge_masks(self_mask, key_padding_mask(target_padding_mask))
+
+        new_cache, all_weights = [], []
+        for i, layer in enumerate(self.layer_stack):
+            results = layer(
+                x,
+                memory,
+                self_attention_mask=self_mask,
+                memory_padding_mask=memory_padding_mask,
+                cache=None if cache is None else cache[i],
+                cache_index=cache_index,
+                return_attention_weights=True,
+                training=training,
+            )
+            x = results[0]
+            if cache is not None:
+                new_cache.append(results[1])
+            all_weights.append(results[-1])
+        if self.final_norm is not None:
+            x = apply_layer_norm(self.final_norm, x)
+
+        results = (x,)
+        if cache is not None:
+            results += (new_cache,)
+        if return_attention_weights:
+            results += (all_weights,)
+        return results[0] if len(results) == 1 else results
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config

@@ -1,0 +1,156 @@
+"""Encoder layer and encoder stack (paper §3.1, left half of Figure 1)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.block import (
+    TransformerBlockBase,
+    apply_layer_norm,
+    residual_connection,
+)
+from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.masks import key_padding_mask
+
+
+def _padding_or_keras_mask(x, padding_mask):
+    """The explicit padding mask, else the Keras mask riding on ``x``."""
+    if padding_mask is not None:
+        return padding_mask
+    return getattr(x, "_keras_mask", None)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class EncoderLayer(TransformerBlockBase):
+    """Self-attention then feed-forward, each in a residual + LayerNorm block.
+
+    Args: see ``TransformerBlockBase`` (d_model, num_heads, d_ff, dropout,
+        attention_dropout, activation_dropout, activation, norm_first,
+        layer_norm_epsilon, kernel_initializer).
+
+    Call arguments:
+        x: ``[batch, src_len, d_model]``.
+        padding_mask: ``[batch, src_len]`` bool, ``True`` for real tokens. If
+            omitted, the Keras mask attached to ``x`` (if any) is used.
+        return_attention_weights: also return ``[batch, heads, src_len, src_len]``.
+
+    Masking: padded keys get zero attention weight; padded query positions
+        produce values that later layers ignore. The output carries ``x``'s mask.
+
+    Example:
+        >>> layer = EncoderLayer(d_model=16, num_heads=2, d_ff=32)
+        >>> layer(tf.zeros([2, 5, 16]), padding_mask=tf.ones([2, 5], bool)).shape
+        TensorShape([2, 5, 16])
+    """
+
+    def build(self, input_shape):
+        self.self_attention = MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy,
+            name="self_attention",
+        )
+        self.self_attention.build(input_shape)
+        self.self_attention_norm = self._layer_norm("self_attention_norm")
+        self.self_attention_norm.build(input_shape)
+        self.self_attention_dropout = self._dropout()
+        self.feed_forward = FeedForward(
+            self.d_model,
+            self.d_ff,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+        self.feed_forward.build(input_shape)
+        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
+        self.feed_forward_norm.build(input_shape)
+        self.feed_forward_dropout = self._dropout()
+        self.built = True
+
+    def call(self, x, padding_mask=None, return_attention_weights=False, training=None):
+        attention_mask = key_padding_mask(_padding_or_keras_mask(x, padding_mask))
+        x, weights = residual_connection(
+            x,
+            lambda h: self.self_attention(
+                h,
+                attention_mask=attention_mask,
+                return_attention_weights=True,
+                training=training,
+            ),
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            self.norm_first,
+            training,
+        )
+        (x,) = residual_connection(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            self.norm_first,
+            training,
+        )
+        return (x, weights) if return_attention_weights else x
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Encoder(TransformerBlockBase):
+    """A stack of ``num_layers`` ``EncoderLayer``s (plus a final LayerNorm when
+    ``norm_first``). Takes embedded inputs: the embedding lives in the model so
+    that it can be shared with the decoder.
+
+    Args:
+        num_layers: N (6 in the paper).
+        Others: as ``EncoderLayer``.
+
+    Call arguments:
+        x: ``[batch, src_len, d_model]`` embedded source.
+        padding_mask: ``[batch, src_len]`` bool; defaults to ``x``'s Keras mask.
+        return_attention_weights: also return a list of per-layer weights.
+
+    Example:
+        >>> enc = Encoder(num_layers=2, d_model=16, num_heads=2, d_ff=32)
+        >>> enc(tf.zeros([2, 5, 16])).shape
+        TensorShape([2, 5, 16])
+    """
+
+    def __init__(self, num_layers: int, **kwargs):
+        super().__init__(**kwargs)
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
+        self.num_layers = int(num_layers)
+
+    def build(self, input_shape):
+        self.layer_stack = []
+        for i in range(self.num_layers):
+            layer = EncoderLayer(**self.block_kwargs(), name=f"layer_{i}")
+            layer.build(input_shape)
+            self.layer_stack.append(layer)
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = self._layer_norm("final_norm")
+            self.final_norm.build(input_shape)
+        self.built = True
+
+    def call(self, x, padding_mask=None, return_attention_weights=False, training=None):
+        padding_mask = _padding_or_keras_mask(x, padding_mask)
+        all_weights = []
+        for layer in self.layer_stack:
+            x, weights = layer(
+                x, padding_mask=padding_mask, return_attention_weights=True, training=training
+            )
+            all_weights.append(weights)
+        if self.final_norm is not None:
+            x = apply_layer_norm(self.final_norm, x)
+        return (x, all_weights) if return_attention_weights else x
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
+        return config

@@ -1,0 +1,49 @@
+"""Boolean attention masks: ``True`` means "may attend".
+
+Masks are passed explicitly between layers (never through Keras' implicit
+``_keras_mask`` machinery alone) because implicit masks are silently dropped
+by some Keras layers; a dropped encoder padding mask changes the logits with
+the amount of padding.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def padding_mask(token_ids: tf.Tensor, pad_id: int = 0) -> tf.Tensor:
+    """``[batch, length]`` bool, ``True`` for real tokens and ``False`` for padding."""
+    return tf.not_equal(token_ids, tf.cast(pad_id, token_ids.dtype))
+
+
+def causal_mask(query_length, key_length=None, query_offset=0) -> tf.Tensor:
+    """``[query_length, key_length]`` look-ahead mask.
+
+    Query ``i`` sits at absolute position ``query_offset + i`` and may attend to
+    keys ``0 .. query_offset + i``. With ``query_offset`` the same mask serves a
+    full teacher-forced pass (offset 0) and incremental decoding against a cache
+    (offset = number of tokens already decoded).
+    """
+    if key_length is None:
+        key_length = query_length
+    query_positions = tf.range(query_length) + tf.cast(query_offset, tf.int32)
+    key_positions = tf.range(key_length)
+    return key_positions[tf.newaxis, :] <= query_positions[:, tf.newaxis]
+
+
+def merge_masks(*masks):
+    """Logical AND of the given masks (``None`` entries ignored), or ``None``."""
+    result = None
+    for mask in masks:
+        if mask is None:
+            continue
+        mask = tf.cast(mask, tf.bool)
+        result = mask if result is None else tf.logical_and(result, mask)
+    return result
+
+
+def key_padding_mask(padding: tf.Tensor | None) -> tf.Tensor | None:
+    """``[batch, key_len]`` padding mask → ``[batch, 1, key_len]`` attention mask."""
+    if padding is None:
+        return None
+    return tf.cast(padding, tf.bool)[:, tf.newaxis, :]

@@ -1,0 +1,108 @@
+"""Label-smoothed cross-entropy and accuracy over non-pad target tokens."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+from keras import backend
+
+
+def _token_mask(y_true, pad_id):
+    return tf.not_equal(y_true, pad_id)
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Cross-entropy against smoothed targets, averaged over non-pad tokens.
+
+    The target distribution is ``(1 - ε)·onehot(y) + ε/V`` (paper §5.4,
+    ε = 0.1; the same convention as Keras and fairseq). Per-token losses are
+    summed over the tokens whose label is not ``pad_id`` and divided by their
+    count, so a batch's loss does not depend on how much padding it carries.
+    Under ``tf.distribute`` Keras additionally divides by the replica count.
+
+    Args:
+        label_smoothing: ε in [0, 1).
+        pad_id: label id that is ignored.
+
+    Call arguments:
+        y_true: int ids ``[batch, tgt_len]``.
+        y_pred: logits ``[batch, tgt_len, vocab]`` (not probabilities).
+        sample_weight: optional ``[batch]`` or ``[batch, tgt_len]`` weights.
+    """
+
+    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0,
+                 name: str = "masked_label_smoothed_cross_entropy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
+        self.label_smoothing = float(label_smoothing)
+        self.pad_id = int(pad_id)
+
+    def call(self, y_true, y_pred):
+        labels = tf.cast(y_true, tf.int32)
+        logits = tf.cast(y_pred, tf.float32)
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        if self.label_smoothing > 0:
+            # -mean_v log p_v = logsumexp(logits) - mean(logits): no log-prob tensor.
+            uniform = tf.reduce_logsumexp(logits, axis=-1) - tf.reduce_mean(logits, axis=-1)
+            loss = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
+        else:
+            loss = nll
+        mask = _token_mask(labels, self.pad_id)
+        loss = tf.where(mask, loss, tf.zeros_like(loss))
+        # Keras' reduction turns a mask on the per-token values into
+        # sum(loss) / count(mask).
+        backend.set_keras_mask(loss, mask)
+        return loss
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"label_smoothing": self.label_smoothing, "pad_id": self.pad_id})
+        return config
+
+
+def masked_accuracy(y_true, y_pred, pad_id: int = 0) -> tf.Tensor:
+    """Fraction of non-pad target tokens whose arg-max prediction is right."""
+    correct, count = _correct_and_count(y_true, y_pred, pad_id)
+    return tf.math.divide_no_nan(tf.reduce_sum(correct), tf.reduce_sum(count))
+
+
+def _correct_and_count(y_true, y_pred, pad_id, sample_weight=None):
+    labels = tf.cast(y_true, tf.int32)
+    predictions = tf.argmax(y_pred, axis=-1, output_type=tf.int32)
+    count = tf.cast(_token_mask(labels, pad_id), tf.float32)
+    if sample_weight is not None:
+        weight = tf.cast(sample_weight, tf.float32)
+        if weight.shape.rank == 1:
+            weight = weight[:, tf.newaxis]
+        count = count * weight
+    correct = tf.cast(tf.equal(predictions, labels), tf.float32) * count
+    return correct, count
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MaskedAccuracy(keras.metrics.Metric):
+    """Token accuracy over non-pad labels, accumulated token-weighted across
+    batches (a plain mean of per-batch ratios would over-weight short batches)."""
+
+    def __init__(self, pad_id: int = 0, name: str = "masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pad_id = int(pad_id)
+        self.correct = self.add_variable(shape=(), initializer="zeros", name="correct")
+        self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        correct, count = _correct_and_count(y_true, y_pred, self.pad_id, sample_weight)
+        self.correct.assign_add(tf.reduce_sum(correct))
+        self.count.assign_add(tf.reduce_sum(count))
+
+    def result(self):
+        return tf.math.divide_no_nan(self.correct, self.count)
+
+    def reset_state(self):
+        self.correct.assign(0.0)
+        self.count.assign(0.0)
+
+    def get_config(self):
+        return {**super().get_config(), "pad_id": self.pad_id}
