@@ -121,11 +121,13 @@ class TransformerConfig:
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
         values = dict(values)
         if "vocab_size" in values:
-            size = values.pop("vocab_size")
-            values["src_vocab_size"] = values["tgt_vocab_size"] = size
+            size = values.pop("vocab_size")  # explicit per-side sizes win
+            values.setdefault("src_vocab_size", size)
+            values.setdefault("tgt_vocab_size", size)
         if "num_layers" in values:
             layers = values.pop("num_layers")
-            values["num_encoder_layers"] = values["num_decoder_layers"] = layers
+            values.setdefault("num_encoder_layers", layers)
+            values.setdefault("num_decoder_layers", layers)
         known = {field.name for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

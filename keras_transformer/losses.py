@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from keras import backend
 
 
 def _token_mask(y_true, pad_id):
@@ -39,6 +38,13 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         self.label_smoothing = float(label_smoothing)
         self.pad_id = int(pad_id)
 
+    def __call__(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:
+            sample_weight = tf.convert_to_tensor(sample_weight)
+            if sample_weight.shape.rank == 1:  # one weight per sentence
+                sample_weight = sample_weight[:, tf.newaxis]
+        return super().__call__(y_true, y_pred, sample_weight=sample_weight)
+
     def call(self, y_true, y_pred):
         labels = tf.cast(y_true, tf.int32)
         logits = tf.cast(y_pred, tf.float32)
@@ -51,9 +57,9 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
             loss = nll
         mask = _token_mask(labels, self.pad_id)
         loss = tf.where(mask, loss, tf.zeros_like(loss))
-        # Keras' reduction turns a mask on the per-token values into
-        # sum(loss) / count(mask).
-        backend.set_keras_mask(loss, mask)
+        # A Keras mask on the per-token values makes Keras' own reduction
+        # compute sum(loss) / count(mask) (and keeps sample_weight working).
+        loss._keras_mask = mask
         return loss
 
     def get_config(self):

@@ -18,13 +18,18 @@ def sinusoidal_positions(length: int, d_model: int) -> tf.Tensor:
     tensor2tensor variant that puts all sines before all cosines is a different
     table; converters must pass this one explicitly.)
     """
+    return tf.constant(sinusoidal_table(length, d_model))
+
+
+def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
+    """``sinusoidal_positions`` as a NumPy array (graph-independent)."""
     if length < 0 or d_model <= 0:
         raise ValueError(f"Need length >= 0 and d_model > 0, got {length}, {d_model}.")
     positions = np.arange(length, dtype=np.float64)[:, np.newaxis]
     pair_index = np.arange(d_model, dtype=np.float64)[np.newaxis, :] // 2
     angles = positions / np.power(10000.0, 2.0 * pair_index / d_model)
     table = np.where(np.arange(d_model) % 2 == 0, np.sin(angles), np.cos(angles))
-    return tf.constant(table, dtype=tf.float32)
+    return table.astype(np.float32)
 
 
 def default_embeddings_initializer(d_model: int) -> keras.initializers.Initializer:
@@ -105,7 +110,9 @@ class PositionalEmbedding(keras.layers.Layer):
                 initializer=keras.initializers.RandomNormal(stddev=0.02),
             )
         else:
-            self.position_table = sinusoidal_positions(self.max_length, self.d_model)
+            # Kept as NumPy: a tensor made here would belong to whichever graph
+            # happened to trigger the build.
+            self.position_table = sinusoidal_table(self.max_length, self.d_model)
         self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 

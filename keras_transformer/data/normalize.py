@@ -1,0 +1,29 @@
+"""Whitespace normalisation shared by every text source.
+
+Real corpora carry leading/trailing spaces, doubled spaces and non-breaking
+spaces (U+00A0). Collapsing every run of whitespace to one ASCII space and
+stripping the ends makes "is this line empty?" reliable and makes
+``detokenize(tokenize(text))`` give back exactly the normalised text.
+
+The Python and the in-graph versions treat the same characters as whitespace:
+those for which ``str.isspace()`` is true.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# RE2's \s is ASCII-only ([\t\n\f\r ]); the rest of str.isspace()'s set is
+# \v, the separators U+001C–U+001F, NEL (U+0085) and Unicode category Z.
+_WHITESPACE_RUN = r"[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+"
+
+
+def normalize_whitespace(text: str) -> str:
+    """Strip ``text`` and collapse each whitespace run (NBSP included) to one space."""
+    return " ".join(text.split())
+
+
+def normalize_whitespace_tf(texts: tf.Tensor) -> tf.Tensor:
+    """``normalize_whitespace`` as TensorFlow ops, for lazily read sources (TFDS)."""
+    collapsed = tf.strings.regex_replace(texts, _WHITESPACE_RUN, " ")
+    return tf.strings.strip(collapsed)

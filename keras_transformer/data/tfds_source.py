@@ -1,0 +1,78 @@
+"""TensorFlow Datasets translation corpora as ``(source, target)`` string pairs.
+
+TFDS translation builders (``ted_hrlr_translate/pt_to_en``,
+``wmt14_translate/de-en``, ...) store one text feature per language and
+declare ``supervised_keys = (source_language, target_language)``. Without
+explicit keys the builder's direction is used (``as_supervised=True``);
+``src_key``/``tgt_key`` pick features by name, e.g. to train the reverse
+direction. Texts get the same whitespace normalisation as files, and pairs
+with an empty side are dropped (not counted: the dataset is read lazily).
+``tensorflow_datasets`` is imported on first use only (it is slow to import).
+"""
+
+from __future__ import annotations
+
+import os
+
+import tensorflow as tf
+
+from keras_transformer.data.normalize import normalize_whitespace_tf
+
+
+def _scalar_string(spec) -> bool:
+    return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.rank == 0
+
+
+def tfds_pairs(
+    name: str,
+    split: str,
+    src_key: str | None = None,
+    tgt_key: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    download: bool = True,
+) -> tf.data.Dataset:
+    """Pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``).
+
+    ``download=False`` only reads what ``data_dir`` already holds (offline use).
+    """
+    import tensorflow_datasets as tfds
+
+    if (src_key is None) != (tgt_key is None):
+        raise ValueError(
+            f"Got src_key={src_key!r} and tgt_key={tgt_key!r}; pass both (feature names) "
+            "or neither (use the dataset's supervised_keys)."
+        )
+    builder = tfds.builder(name, data_dir=None if data_dir is None else os.fspath(data_dir))
+    features = list(builder.info.features.keys())
+    supervised = src_key is None
+    if supervised:
+        keys = builder.info.supervised_keys
+        if not (isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys)):
+            raise ValueError(
+                f"{name} declares supervised_keys={keys!r}, not a (source, target) feature pair; "
+                f"pass src_key= and tgt_key= from its features {features}."
+            )
+    else:
+        unknown = [key for key in (src_key, tgt_key) if key not in features]
+        if unknown:
+            raise ValueError(f"{name} has no feature(s) {unknown}; choose src_key/tgt_key from {features}.")
+        if src_key == tgt_key:
+            raise ValueError(f"src_key and tgt_key are both {src_key!r}; pick two different features.")
+    if download:
+        builder.download_and_prepare()
+    dataset = builder.as_dataset(split=split, as_supervised=supervised, shuffle_files=False)
+    if not supervised:
+        dataset = dataset.map(lambda example: (example[src_key], example[tgt_key]),
+                              num_parallel_calls=tf.data.AUTOTUNE)
+    spec = dataset.element_spec
+    if not (isinstance(spec, tuple) and len(spec) == 2 and all(_scalar_string(s) for s in spec)):
+        raise ValueError(
+            f"{name} gives elements {spec}, not two scalar strings; pass src_key/tgt_key naming "
+            f"text features among {features}."
+        )
+    dataset = dataset.map(
+        lambda src, tgt: (normalize_whitespace_tf(src), normalize_whitespace_tf(tgt)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return dataset.filter(lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0))

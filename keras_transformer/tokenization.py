@@ -1,0 +1,316 @@
+"""Subword tokenizers: train SentencePiece models, run them inside the TF graph.
+
+Every model trained here reserves the ids the rest of the package assumes
+(``keras_transformer.config``)::
+
+    0  <pad>  PAD_ID   padding; never produced by tokenize
+    1  <unk>  UNK_ID   characters not covered by the model
+    2  <s>    BOS_ID   prepended to decoder inputs by the data pipeline
+    3  </s>   EOS_ID   appended to targets; decoding stops there
+
+``tokenize`` adds no BOS/EOS (the data pipeline decides where they go), and
+``detokenize`` drops pad/bos/eos and everything after the first EOS, so raw
+decoder output can be fed to it. Tokenization runs as TensorFlow ops
+(``tensorflow_text``), so it works in ``tf.function``, ``tf.data`` and an
+exported SavedModel; ``model_bytes`` is the serialized model to embed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text as tf_text
+from tensorflow.python.trackable import resource as tf_resource
+from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+MODEL_TYPES = ("unigram", "bpe")
+RESERVED_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+
+PathLike = str | os.PathLike
+TextSource = PathLike | Iterable[str] | Iterable[os.PathLike]
+
+
+def _iter_sentences(source: TextSource) -> Iterator[str]:
+    """Lines of a text source: a ``str``/``Path`` is a file, an iterable of
+    ``Path`` objects is files, any other iterable yields the sentences themselves.
+
+    Argument errors are raised here, before SentencePiece consumes the iterator.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        return _read_files([source])
+    iterator = iter(source)
+    first = next(iterator, None)
+    if first is None:
+        return iter(())
+    iterator = itertools.chain([first], iterator)
+    if isinstance(first, os.PathLike):
+        return _read_files(list(iterator))
+    if not isinstance(first, str):
+        raise ValueError(f"Expected sentences (str) or file paths (pathlib.Path), got {type(first).__name__}.")
+    return _checked_texts(iterator)
+
+
+def _checked_texts(texts: Iterable[object]) -> Iterator[str]:
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"Training text {index} is a {type(text).__name__}; pass sentences as str.")
+        yield text.rstrip("\r\n")
+
+
+def _read_files(paths: Sequence[PathLike]) -> Iterator[str]:
+    paths = [Path(path) for path in paths]
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(
+                f"Training file {str(path)!r} does not exist. A single str is read as a file path; "
+                "pass in-memory sentences as a list of str."
+            )
+
+    def lines() -> Iterator[str]:
+        for path in paths:
+            with path.open(encoding="utf-8") as stream:
+                for line in stream:
+                    yield line.rstrip("\r\n")
+
+    return lines()
+
+
+def _check_model_type(model_type: str) -> None:
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"model_type must be one of {MODEL_TYPES}, got {model_type!r}; "
+            "use model_type='unigram' (default) or model_type='bpe'."
+        )
+
+
+def _write_atomically(files: dict[Path, bytes]) -> None:
+    """Write every file in a temporary folder beside them, then rename each into place."""
+    directory = next(iter(files)).parent
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".spm-"))
+    try:
+        for path, data in files.items():
+            (staging / path.name).write_bytes(data)
+        for path in files:
+            os.replace(staging / path.name, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def train_sentencepiece(
+    texts: TextSource,
+    model_prefix: PathLike,
+    vocab_size: int,
+    model_type: str = "unigram",
+    character_coverage: float = 1.0,
+    *,
+    normalization_rule_name: str = "nmt_nfkc",
+    split_digits: bool = True,
+    byte_fallback: bool = False,
+    user_defined_symbols: Sequence[str] = (),
+    input_sentence_size: int = 0,
+    seed: int = 0,
+) -> Path:
+    """Train a SentencePiece model and return the path of ``{model_prefix}.model``.
+
+    ``vocab_size`` is an upper bound (``hard_vocab_limit=False``): a tiny corpus
+    yields a smaller vocabulary instead of failing, so size the Transformer
+    from ``SubwordTokenizer.vocab_size``, not from this argument. Digits are
+    split into single pieces by default so numbers can be copied digit by
+    digit. Training is deterministic for a given corpus, options and ``seed``
+    (which only matters when ``input_sentence_size`` subsamples the corpus).
+    ``{model_prefix}.vocab`` (piece and score per line) is written alongside.
+    """
+    _check_model_type(model_type)
+    if not isinstance(vocab_size, int) or vocab_size <= len(RESERVED_PIECES):
+        raise ValueError(f"vocab_size must be an integer > {len(RESERVED_PIECES)}, got {vocab_size!r}.")
+    if not 0.0 < character_coverage <= 1.0:
+        raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}.")
+    prefix = Path(model_prefix)
+    if prefix.suffix in (".model", ".vocab"):
+        raise ValueError(f"model_prefix is a path without extension; use {str(prefix.with_suffix(''))!r}.")
+
+    sentences = _iter_sentences(texts)
+    count = 0
+
+    def counted() -> Iterator[str]:
+        nonlocal count
+        for sentence in sentences:
+            count += 1
+            yield sentence
+
+    buffer = io.BytesIO()
+    spm.set_random_generator_seed(seed)
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=counted(),
+            model_writer=buffer,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            character_coverage=character_coverage,
+            normalization_rule_name=normalization_rule_name,
+            split_digits=split_digits,
+            byte_fallback=byte_fallback,
+            user_defined_symbols=list(user_defined_symbols),
+            input_sentence_size=input_sentence_size,
+            shuffle_input_sentence=True,
+            hard_vocab_limit=False,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
+            pad_piece=RESERVED_PIECES[PAD_ID], unk_piece=RESERVED_PIECES[UNK_ID],
+            bos_piece=RESERVED_PIECES[BOS_ID], eos_piece=RESERVED_PIECES[EOS_ID],
+            minloglevel=2,
+        )
+    except RuntimeError as error:
+        if count == 0:
+            raise ValueError("No training text: pass a non-empty list of sentences or file(s).") from error
+        raise ValueError(f"SentencePiece training failed: {error}") from error
+    model_bytes = buffer.getvalue()
+    processor = spm.SentencePieceProcessor(model_proto=model_bytes)
+    vocab = "".join(
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n" for i in range(processor.get_piece_size())
+    )
+    model_path = prefix.parent / f"{prefix.name}.model"
+    _write_atomically({model_path: model_bytes, prefix.parent / f"{prefix.name}.vocab": vocab.encode("utf-8")})
+    return model_path
+
+
+def train_tokenizers(
+    src_texts: TextSource,
+    tgt_texts: TextSource,
+    out_dir: PathLike,
+    vocab_size: int,
+    shared: bool = False,
+    model_type: str = "unigram",
+    **options,
+) -> tuple[Path, Path]:
+    """Train a joint model (``shared=True``: one ``spm_shared.model``, returned
+    twice, needed for ``share_embeddings``) or one model per side
+    (``spm_src.model``, ``spm_tgt.model``) in ``out_dir``. ``options`` go to
+    ``train_sentencepiece``."""
+    _check_model_type(model_type)
+    out_dir = Path(out_dir)
+    if shared:
+        both = itertools.chain(_iter_sentences(src_texts), _iter_sentences(tgt_texts))
+        path = train_sentencepiece(both, out_dir / "spm_shared", vocab_size, model_type, **options)
+        return path, path
+    src = train_sentencepiece(src_texts, out_dir / "spm_src", vocab_size, model_type, **options)
+    tgt = train_sentencepiece(tgt_texts, out_dir / "spm_tgt", vocab_size, model_type, **options)
+    return src, tgt
+
+
+class _SharedModelResource(tf_resource.TrackableResource):
+    """The SentencePiece model resource, registered under a name derived from the model.
+
+    ``tensorflow_text`` creates it without a name, so the op kernel owns it, and
+    ``tf.random.set_seed`` / ``keras.utils.set_random_seed`` (which clear the
+    eager kernel cache) silently delete it: every later call fails with
+    "Resource .../SentencepieceResource does not exist". A shared name puts it
+    in the resource manager instead; equal models share one resource.
+    """
+
+    def __init__(self, model: bytes):
+        super().__init__()
+        self._model = model
+        self._shared_name = "keras_transformer_spm_" + hashlib.sha256(model).hexdigest()[:32]
+        _ = self.resource_handle  # create it now, like tensorflow_text does
+
+    def _create_resource(self):
+        return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model, shared_name=self._shared_name)
+
+
+class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
+    def __init__(self, model: bytes):
+        super().__init__(model=model, out_type=tf.int32, add_bos=False, add_eos=False)
+        self._model_resource = _SharedModelResource(model)
+
+
+class SubwordTokenizer(tf.Module):
+    """A SentencePiece model as TensorFlow ops (usable in graphs, ``tf.data`` and SavedModels)."""
+
+    def __init__(self, model_bytes: bytes, name: str | None = None):
+        super().__init__(name=name)
+        try:
+            processor = spm.SentencePieceProcessor(model_proto=bytes(model_bytes))
+        except (RuntimeError, OSError, TypeError) as error:
+            raise ValueError(
+                f"Not a SentencePiece model ({error}); train one with train_sentencepiece."
+            ) from error
+        size = processor.get_piece_size()
+        actual = {i: processor.id_to_piece(i) if i < size else None for i in RESERVED_PIECES}
+        ids = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
+        if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise ValueError(
+                f"The model reserves pad/unk/bos/eos ids {ids} (pieces {actual}), but this package needs "
+                f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with train_sentencepiece."
+            )
+        self._model_bytes = bytes(model_bytes)
+        self._pieces = tuple(processor.id_to_piece(i) for i in range(processor.get_piece_size()))
+        self._tokenizer = _SentencepieceTokenizer(self._model_bytes)
+
+    @classmethod
+    def from_file(cls, path: PathLike) -> "SubwordTokenizer":
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"No SentencePiece model at {str(path)!r}; train one with train_sentencepiece.")
+        return cls(path.read_bytes())
+
+    @property
+    def vocab_size(self) -> int:
+        """Actual number of pieces (may be below the size asked for at training)."""
+        return len(self._pieces)
+
+    @property
+    def model_bytes(self) -> bytes:
+        """The serialized model, to embed in an exported SavedModel."""
+        return self._model_bytes
+
+    def tokenize(self, strings) -> tf.RaggedTensor | tf.Tensor:
+        """Ids without BOS/EOS: a batch ``[B]`` gives ``RaggedTensor[B, None]``, a scalar a 1-D tensor."""
+        return self._tokenizer.tokenize(tf.convert_to_tensor(strings, dtype=tf.string))
+
+    def detokenize(self, ids) -> tf.Tensor:
+        """Text of ``[B, T]`` (dense, pad 0, or ragged) or ``[T]`` ids.
+
+        Reading stops at the first EOS; pad/bos are dropped; ids outside the
+        vocabulary read as ``<unk>`` (the model may be wider than the vocabulary).
+        """
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.ragged_rank != 1:
+                raise ValueError(f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}.")
+            ids = ids.to_tensor(default_value=PAD_ID)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        rank = ids.shape.rank
+        if rank not in (1, 2):
+            raise ValueError(f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}.")
+        batch = ids if rank == 2 else ids[tf.newaxis]
+        batch = tf.where((batch < 0) | (batch >= self.vocab_size), UNK_ID, batch)
+        before_eos = tf.cumsum(tf.cast(batch == EOS_ID, tf.int32), axis=1) == 0
+        keep = before_eos & (batch != PAD_ID) & (batch != BOS_ID)
+        text = self._tokenizer.detokenize(tf.ragged.boolean_mask(batch, keep))
+        return text if rank == 2 else text[0]
+
+    def id_to_piece(self, ids) -> tf.Tensor:
+        """Pieces of ids as a string tensor of the same shape (graph-safe)."""
+        return self._tokenizer.id_to_string(tf.cast(ids, tf.int32))
+
+    def piece(self, token_id: int) -> str:
+        """One piece as Python text, e.g. for plot labels."""
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size}).")
+        return self._pieces[int(token_id)]
+
+    def pieces(self, ids) -> list[str]:
+        """Pieces of a 1-D sequence of ids (list, NumPy array or eager tensor) as Python text."""
+        values = ids.numpy() if hasattr(ids, "numpy") else ids
+        return [self.piece(int(i)) for i in values]

@@ -1,0 +1,231 @@
+"""The Transformer model: masking semantics, caches, sizes, compilation,
+mixed precision and saving."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.layers import padding_mask
+
+
+def tiny(**overrides):
+    values = dict(vocab_size=40, dropout=0.0, max_length=32)
+    values.update(overrides)
+    return kt.TransformerConfig.from_preset("tiny", **values)
+
+
+def batch(seed=0, vocab=40):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(4, vocab, size=(3, 7)).astype("int32")
+    tgt = rng.integers(4, vocab, size=(3, 6)).astype("int32")
+    src[1, 4:] = 0
+    src[2, 2:] = 0
+    tgt[:, 0] = kt.BOS_ID
+    tgt[1, 3:] = 0
+    return src, tgt
+
+
+def test_logits_shape_and_dtype():
+    model = kt.Transformer(tiny())
+    src, tgt = batch()
+    logits = model((src, tgt))
+    assert logits.shape == (3, 6, 40) and logits.dtype == tf.float32
+    np.testing.assert_allclose(model({"source_ids": src, "target_ids": tgt}).numpy(), logits.numpy())
+
+
+def test_bad_inputs_say_what_is_expected():
+    model = kt.Transformer(tiny())
+    with pytest.raises(ValueError, match="source_ids"):
+        model({"src": np.ones((1, 2), "int32"), "tgt": np.ones((1, 2), "int32")})
+
+
+def test_look_ahead_mask_hides_the_future():
+    model = kt.Transformer(tiny())
+    src, tgt = batch(1)
+    logits = model((src, tgt)).numpy()
+    for t in range(tgt.shape[1] - 1):
+        changed = tgt.copy()
+        changed[:, t + 1:] = np.random.default_rng(t).integers(4, 40, size=changed[:, t + 1:].shape)
+        new = model((src, changed)).numpy()
+        np.testing.assert_allclose(new[:, : t + 1], logits[:, : t + 1], rtol=1e-5, atol=1e-5)
+        assert not np.allclose(new[:, t + 1:], logits[:, t + 1:])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_padding_never_changes_real_positions(norm_first):
+    model = kt.Transformer(tiny(norm_first=norm_first))
+    src, tgt = batch(2)
+    logits = model((src, tgt)).numpy()
+    # More padding columns on both sides: the same logits at real positions.
+    padded = model((np.pad(src, [(0, 0), (0, 5)]), np.pad(tgt, [(0, 0), (0, 4)]))).numpy()
+    np.testing.assert_allclose(padded[:, :6], logits, rtol=1e-5, atol=1e-5)
+    # A sentence translated alone equals the same sentence inside a padded batch.
+    for i in range(3):
+        length = int((src[i] != 0).sum())
+        tgt_length = int((tgt[i] != 0).sum())
+        alone = model((src[i:i + 1, :length], tgt[i:i + 1, :tgt_length])).numpy()
+        np.testing.assert_allclose(alone[0], logits[i, :tgt_length], rtol=1e-5, atol=1e-5)
+
+
+def test_changing_source_tokens_changes_logits():
+    model = kt.Transformer(tiny())
+    src, tgt = batch(3)
+    changed = src.copy()
+    changed[0, 0] = 5 if src[0, 0] != 5 else 6
+    assert not np.allclose(model((changed, tgt)).numpy()[0], model((src, tgt)).numpy()[0])
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("fixed", [False, True])
+def test_cached_step_by_step_decoding_equals_full_pass(norm_first, share, fixed):
+    model = kt.Transformer(tiny(norm_first=norm_first, share_embeddings=share, tie_embeddings=share))
+    src, tgt = batch(4)
+    full = model((src, tgt)).numpy()
+    memory = model.encode(src)
+    cache = model.initial_cache(memory, max_length=8 if fixed else None)
+    source_padding = padding_mask(src)
+    steps = []
+    for t in range(tgt.shape[1]):
+        logits, cache = model.decode(tgt[:, t:t + 1], cache, source_padding,
+                                     cache_index=t if fixed else None)
+        steps.append(logits.numpy())
+    incremental = np.concatenate(steps, 1)
+    real = tgt != 0
+    np.testing.assert_allclose(incremental[real], full[real], rtol=1e-4, atol=1e-5)
+
+
+def test_cached_decoding_inside_a_static_shape_while_loop():
+    """The fixed-size cache keeps every loop variable's shape: XLA/TPU friendly."""
+    model = kt.Transformer(tiny())
+    src, tgt = batch(5)
+    full = model((src, tgt)).numpy()
+    length = tgt.shape[1]
+
+    @tf.function(jit_compile=True)
+    def run(src, tgt):
+        memory = model.encode(src)
+        cache = model.initial_cache(memory, max_length=length)
+        padding = padding_mask(src)
+        out = tf.zeros([src.shape[0], length, 40])
+
+        def body(t, cache, out):
+            logits, cache = model.decode(tf.gather(tgt, [t], axis=1),
+                                         cache, padding, cache_index=t)
+            hit = tf.one_hot(t, length)[tf.newaxis, :, tf.newaxis]
+            return t + 1, cache, out + hit * logits
+
+        _, _, out = tf.while_loop(lambda t, *_: t < length, body, (tf.constant(0), cache, out))
+        return out
+
+    out = run(tf.constant(src), tf.constant(tgt)).numpy()
+    real = tgt != 0
+    np.testing.assert_allclose(out[real], full[real], rtol=1e-4, atol=1e-4)
+
+
+def test_base_model_has_the_papers_parameter_count():
+    model = kt.Transformer(kt.TransformerConfig.from_preset("base", vocab_size=37000))
+    model.build()
+    count = model.count_params()
+    assert 63e6 <= count <= 65e6, count
+
+
+def test_shared_and_tied_embeddings_change_the_variables():
+    shared = kt.Transformer(tiny(share_embeddings=True, tie_embeddings=True))
+    separate = kt.Transformer(tiny(share_embeddings=False, tie_embeddings=False))
+    shared.build()
+    separate.build()
+    assert shared.source_embedding is shared.target_embedding
+    assert shared.output_projection is None
+    assert separate.count_params() - shared.count_params() == 2 * 40 * 64 + 40
+
+
+def test_tf_function_and_xla_match_eager():
+    model = kt.Transformer(tiny())
+    src, tgt = batch(6)
+    eager = model((src, tgt), training=False).numpy()
+    graph = tf.function(lambda s, t: model((s, t), training=False))(src, tgt).numpy()
+    xla = tf.function(lambda s, t: model((s, t), training=False), jit_compile=True)(src, tgt).numpy()
+    np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(xla, eager, rtol=1e-4, atol=1e-4)
+
+
+def _fit_once(model, jit_compile):
+    src, tgt = batch(7)
+    out = np.concatenate([tgt[:, 1:], np.zeros((3, 1), "int32")], 1)
+    model.compile(optimizer=kt.paper_adam(d_model=64, warmup_steps=10),
+                  loss=kt.MaskedLabelSmoothedCrossEntropy(), metrics=[kt.MaskedAccuracy()],
+                  jit_compile=jit_compile)
+    history = model.fit((src, tgt), out, batch_size=3, epochs=2, verbose=0)
+    return history.history["loss"]
+
+
+def test_fit_with_xla():
+    losses = _fit_once(kt.Transformer(tiny(dropout=0.1)), jit_compile=True)
+    assert all(np.isfinite(losses)) and losses[1] < losses[0]
+
+
+def test_mixed_bfloat16_keeps_softmax_layernorm_and_logits_in_float32():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    model = kt.Transformer(tiny())
+    src, tgt = batch(8)
+    logits = model((src, tgt))
+    assert logits.dtype == tf.float32
+    assert all(v.dtype == "float32" for v in model.weights)
+    layer = model.decoder.layer_stack[0]
+    assert layer.self_attention.compute_dtype == "bfloat16"
+    assert layer.self_attention_norm.compute_dtype == "float32"
+    hidden, weights = model.decoder(
+        model.target_embedding(tgt), model.encode(src),
+        memory_padding_mask=padding_mask(src), return_attention_weights=True)
+    assert hidden.dtype == tf.bfloat16
+    assert weights[0]["cross"].dtype == tf.float32
+    keras.config.set_dtype_policy("float32")
+    reference = kt.Transformer(tiny())
+    reference.build()
+    reference.set_weights(model.get_weights())
+    np.testing.assert_allclose(logits.numpy(), reference((src, tgt)).numpy(), atol=0.15)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    losses = _fit_once(model, jit_compile=False)
+    assert all(np.isfinite(losses))
+
+
+def test_config_round_trip():
+    model = kt.Transformer(tiny(norm_first=True))
+    clone = kt.Transformer.from_config(model.get_config())
+    assert clone.config == model.config
+    restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
+    assert restored.config == model.config
+
+
+def test_save_and_load_in_a_fresh_process(tmp_path):
+    model = kt.Transformer(tiny(norm_first=True, share_embeddings=True))
+    _fit_once(model, jit_compile=False)  # optimizer state and schedule are saved too
+    src, tgt = batch(9)
+    expected = model((src, tgt), training=False).numpy()
+    path = tmp_path / "model.keras"
+    model.save(path)
+    np.save(tmp_path / "src.npy", src)
+    np.save(tmp_path / "tgt.npy", tgt)
+    np.save(tmp_path / "expected.npy", expected)
+    script = textwrap.dedent(f"""
+        import numpy as np, keras
+        import keras_transformer  # registers the classes
+        model = keras.models.load_model({str(path)!r})
+        d = {str(tmp_path)!r}
+        out = model((np.load(d + "/src.npy"), np.load(d + "/tgt.npy")), training=False)
+        np.testing.assert_array_equal(np.asarray(out), np.load(d + "/expected.npy"))
+        assert type(model.optimizer.learning_rate).__name__ != "" and int(model.optimizer.iterations) == 2
+        print("identical")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "identical" in result.stdout

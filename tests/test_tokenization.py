@@ -1,0 +1,169 @@
+"""SentencePiece training and the in-graph SubwordTokenizer."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.data import generate_pairs
+from keras_transformer.tokenization import SubwordTokenizer, train_sentencepiece, train_tokenizers
+
+PAIRS = generate_pairs(200, seed=0)
+SOURCES = [source for source, _ in PAIRS]
+TARGETS = [target for _, target in PAIRS]
+# Unseen sentences from the same distribution (same alphabet, new combinations).
+HELD_OUT = [s for pair in generate_pairs(20, seed=1) for s in pair]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    return train_sentencepiece(SOURCES + TARGETS, tmp_path_factory.mktemp("spm") / "joint", vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(model_path):
+    return SubwordTokenizer.from_file(model_path)
+
+
+def as_text(tensor) -> list[str]:
+    return [value.decode("utf-8") for value in tensor.numpy()]
+
+
+def test_reserved_ids(model_path, tokenizer):
+    processor = spm.SentencePieceProcessor(model_file=str(model_path))
+    assert (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()) == (
+        PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+    assert [processor.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert tokenizer.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
+    assert as_text(tokenizer.id_to_piece(tf.constant([0, 3]))) == ["<pad>", "</s>"]
+    assert tokenizer.vocab_size == processor.get_piece_size() <= 400
+    assert tokenizer.model_bytes == model_path.read_bytes()
+    assert model_path.with_suffix(".vocab").read_text(encoding="utf-8").splitlines()[3].startswith("</s>\t")
+
+
+def test_round_trip(tokenizer):
+    ids = tokenizer.tokenize(tf.constant(HELD_OUT))
+    assert isinstance(ids, tf.RaggedTensor) and ids.dtype == tf.int32
+    assert int(tf.reduce_min(ids.flat_values)) > EOS_ID  # no specials, no unknowns
+    assert as_text(tokenizer.detokenize(ids)) == [" ".join(s.split()) for s in HELD_OUT]
+    # NFKC + whitespace normalization: full-width digits and extra spaces read back plain.
+    assert tokenizer.detokenize(tokenizer.tokenize("the  ３  cats ")).numpy().decode() == "the 3 cats"
+    # Digits are split, so any number can be copied piece by piece.
+    pieces = [p.strip("▁") for p in tokenizer.pieces(tokenizer.tokenize("407"))]
+    assert [p for p in pieces if p] == ["4", "0", "7"]
+
+
+def test_detokenize_dense_batches_stops_at_eos(tokenizer):
+    a, b = (tokenizer.tokenize(s).numpy().tolist() for s in HELD_OUT[:2])
+    width = max(len(a), len(b)) + 4
+    rows = [
+        [BOS_ID] + a + [EOS_ID] + b[:2],          # junk after EOS is ignored
+        [BOS_ID] + b + [EOS_ID, EOS_ID],
+        [BOS_ID] + a,                              # no EOS: read to the end
+    ]
+    dense = np.array([row + [PAD_ID] * (width - len(row)) for row in rows], dtype=np.int64)
+    expected = [HELD_OUT[0], HELD_OUT[1], HELD_OUT[0]]
+    assert as_text(tokenizer.detokenize(dense)) == expected
+    assert as_text(tokenizer.detokenize(tf.ragged.constant(rows))) == expected
+    assert tokenizer.detokenize(tf.constant(rows[1])).numpy().decode() == HELD_OUT[1]
+    assert as_text(tokenizer.detokenize([[EOS_ID, 7], [PAD_ID, PAD_ID]])) == ["", ""]
+    out_of_range = tokenizer.detokenize([a[:1] + [tokenizer.vocab_size + 5]]).numpy()[0].decode()
+    assert out_of_range.split()[-1] == "⁇"  # read as <unk>
+    with pytest.raises(ValueError, match=r"\[batch, length\]"):
+        tokenizer.detokenize(tf.zeros([2, 2, 2], tf.int32))
+
+
+def test_works_in_tf_function(tokenizer):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def round_trip(strings):
+        ids = tokenizer.tokenize(strings).to_tensor(default_value=PAD_ID)
+        return tokenizer.detokenize(ids), tokenizer.id_to_piece(ids)
+
+    text, pieces = round_trip(tf.constant(HELD_OUT[:4]))
+    assert as_text(text) == HELD_OUT[:4]
+    assert pieces.dtype == tf.string and pieces.shape[0] == 4
+
+
+def test_works_in_tf_data(tokenizer):
+    dataset = tf.data.Dataset.from_tensor_slices(HELD_OUT[:6]).map(tokenizer.tokenize)
+    dataset = dataset.padded_batch(3, padding_values=PAD_ID).map(tokenizer.detokenize)
+    assert [s for batch in dataset for s in as_text(batch)] == HELD_OUT[:6]
+
+
+def test_survives_reseeding(model_path):
+    # tensorflow_text's own resource is deleted when the eager kernel cache is
+    # cleared, which tf.random.set_seed (and so keras.utils.set_random_seed) does.
+    tokenizer = SubwordTokenizer.from_file(model_path)
+    expected = tokenizer.tokenize(HELD_OUT[0]).numpy().tolist()
+    tf.random.set_seed(0)
+    assert tokenizer.tokenize(HELD_OUT[0]).numpy().tolist() == expected
+    assert tokenizer.detokenize(expected).numpy().decode() == HELD_OUT[0]
+
+
+def test_exports_in_a_saved_model(tmp_path, tokenizer):
+    class Translit(tf.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokenizer = tokenizer
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def __call__(self, strings):
+            return self.tokenizer.detokenize(self.tokenizer.tokenize(strings))
+
+    tf.saved_model.save(Translit(), str(tmp_path / "saved"))
+    restored = tf.saved_model.load(str(tmp_path / "saved"))
+    tf.random.set_seed(1)
+    assert as_text(restored(tf.constant(HELD_OUT[:2]))) == HELD_OUT[:2]
+
+
+def test_training_is_deterministic_and_atomic(tmp_path, model_path):
+    again = train_sentencepiece(SOURCES + TARGETS, tmp_path / "joint", vocab_size=400)
+    assert again.read_bytes() == model_path.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["joint.model", "joint.vocab"]
+
+
+def test_files_and_bpe_with_a_tiny_corpus(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(SOURCES[:50]) + "\n", encoding="utf-8")
+    path = train_sentencepiece(corpus, tmp_path / "bpe", vocab_size=5_000, model_type="bpe")
+    tokenizer = SubwordTokenizer.from_file(path)
+    assert 4 < tokenizer.vocab_size < 5_000  # hard_vocab_limit=False: smaller, not an error
+    assert as_text(tokenizer.detokenize(tokenizer.tokenize(SOURCES[:3]))) == SOURCES[:3]
+
+
+def test_shared_and_separate_vocabularies(tmp_path):
+    src, tgt = train_tokenizers(SOURCES, TARGETS, tmp_path / "shared", vocab_size=300, shared=True)
+    assert src == tgt == tmp_path / "shared" / "spm_shared.model"
+    src, tgt = train_tokenizers(SOURCES, TARGETS, tmp_path / "separate", vocab_size=300, shared=False)
+    assert (src.name, tgt.name) == ("spm_src.model", "spm_tgt.model")
+    src_tokenizer, tgt_tokenizer = SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt)
+    assert "▁the" in src_tokenizer.pieces(range(src_tokenizer.vocab_size))
+    assert "▁the" not in tgt_tokenizer.pieces(range(tgt_tokenizer.vocab_size))
+
+
+def test_errors_name_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="model_type='unigram'"):
+        train_sentencepiece(SOURCES, tmp_path / "m", vocab_size=100, model_type="char")
+    with pytest.raises(ValueError, match="model_type='unigram'"):
+        train_tokenizers(SOURCES, TARGETS, tmp_path, vocab_size=100, model_type="wordpiece")
+    with pytest.raises(ValueError, match="without extension"):
+        train_sentencepiece(SOURCES, tmp_path / "m.model", vocab_size=100)
+    with pytest.raises(ValueError, match="list of str"):
+        train_sentencepiece(str(tmp_path / "missing.txt"), tmp_path / "m", vocab_size=100)
+    with pytest.raises(ValueError, match="No training text"):
+        train_sentencepiece([], tmp_path / "m", vocab_size=100)
+    with pytest.raises(ValueError, match="Increase vocab_size"):
+        train_sentencepiece(SOURCES, tmp_path / "m", vocab_size=10)
+    with pytest.raises(ValueError, match="train_sentencepiece"):
+        SubwordTokenizer.from_file(tmp_path / "missing.model")
+    # A model with SentencePiece's default ids (unk=0, bos=1, eos=2, no pad) is refused.
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(SOURCES), model_writer=buffer, vocab_size=100,
+                                   hard_vocab_limit=False, minloglevel=2)
+    with pytest.raises(ValueError, match="retrain it with train_sentencepiece"):
+        SubwordTokenizer(buffer.getvalue())

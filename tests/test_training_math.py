@@ -1,0 +1,116 @@
+"""Schedule, label-smoothed loss, accuracy and optimizer against the formulas."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import (
+    MaskedAccuracy,
+    MaskedLabelSmoothedCrossEntropy,
+    TransformerSchedule,
+    masked_accuracy,
+    paper_adam,
+)
+
+import reference
+
+
+def paper_lr(step, d_model, warmup):
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def test_schedule_matches_formula_with_steps_from_one():
+    schedule = TransformerSchedule(d_model=512, warmup_steps=4000)
+    for step in [1, 2, 100, 3999, 4000, 4001, 10000, 100000]:
+        # Keras passes the 0-based update counter: the paper's step is counter + 1.
+        np.testing.assert_allclose(float(schedule(step - 1)), paper_lr(step, 512, 4000), rtol=1e-6)
+    values = [float(schedule(i)) for i in range(0, 8000, 10)]
+    peak = int(np.argmax(values)) * 10
+    assert abs((peak + 1) - 4000) <= 10
+    np.testing.assert_allclose(max(values), (512 * 4000) ** -0.5, rtol=1e-3)
+    assert float(schedule(0)) > 0.0
+
+
+def test_schedule_serializes_and_validates():
+    schedule = TransformerSchedule(d_model=256, warmup_steps=100, scale=2.0)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+    assert float(clone(50)) == pytest.approx(float(schedule(50)))
+    np.testing.assert_allclose(float(schedule(9)), 2.0 * paper_lr(10, 256, 100), rtol=1e-6)
+    with pytest.raises(ValueError, match="positive"):
+        TransformerSchedule(d_model=0)
+
+
+def test_paper_adam():
+    optimizer = paper_adam(d_model=512)
+    assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
+    assert isinstance(optimizer._learning_rate, TransformerSchedule)
+    assert paper_adam(1e-3, clipnorm=1.0).clipnorm == 1.0
+    with pytest.raises(ValueError, match="d_model"):
+        paper_adam()
+
+
+def _numpy_smoothed_loss(labels, logits, eps, pad_id=0):
+    log_probs = np.log(reference.softmax(logits.astype(np.float64)))
+    vocab = logits.shape[-1]
+    target = np.full(logits.shape, eps / vocab)
+    np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
+    per_token = -(target * log_probs).sum(-1)
+    mask = labels != pad_id
+    return (per_token * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_label_smoothed_loss_matches_numpy_and_ignores_padding(eps):
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 6, 11)).astype("float32")
+    labels = rng.integers(1, 11, size=(3, 6))
+    labels[0, 4:] = 0
+    labels[2, 1:] = 0
+    loss = MaskedLabelSmoothedCrossEntropy(label_smoothing=eps)
+    np.testing.assert_allclose(float(loss(labels, logits)), _numpy_smoothed_loss(labels, logits, eps),
+                               rtol=1e-5)
+    # Average over tokens, not the padded batch: more padding changes nothing.
+    padded_labels = np.pad(labels, [(0, 0), (0, 4)])
+    padded_logits = np.pad(logits, [(0, 0), (0, 4), (0, 0)], constant_values=5.0)
+    np.testing.assert_allclose(float(loss(padded_labels, padded_logits)), float(loss(labels, logits)),
+                               rtol=1e-6)
+
+
+def test_loss_under_tf_function_with_sample_weight():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(2, 4, 7)).astype("float32")
+    labels = np.array([[1, 2, 3, 0], [4, 5, 0, 0]])
+    loss = MaskedLabelSmoothedCrossEntropy()
+    eager = float(loss(labels, logits))
+    graph = float(tf.function(lambda y, p: loss(y, p))(labels, logits))
+    assert graph == pytest.approx(eager, rel=1e-6)
+    weighted = float(loss(labels, logits, sample_weight=np.array([1.0, 0.0])))
+    only_first = float(loss(labels[:1], logits[:1]))
+    # sum(w·loss)/count(non-pad): the zero-weighted sentence still counts its tokens.
+    assert weighted == pytest.approx(only_first * 3 / 5, rel=1e-5)
+
+
+def test_loss_serializes_and_validates():
+    loss = MaskedLabelSmoothedCrossEntropy(label_smoothing=0.2, pad_id=5)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(loss))
+    assert (clone.label_smoothing, clone.pad_id) == (0.2, 5)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        MaskedLabelSmoothedCrossEntropy(label_smoothing=1.0)
+
+
+def test_masked_accuracy_function_and_metric():
+    logits = np.zeros((2, 3, 5), "float32")
+    predictions = np.array([[1, 2, 3], [4, 4, 1]])
+    np.put_along_axis(logits, predictions[..., None], 1.0, axis=-1)
+    labels = np.array([[1, 2, 4], [4, 0, 0]])  # 3 of 4 real tokens right
+    assert float(masked_accuracy(labels, logits)) == pytest.approx(0.75)
+    metric = MaskedAccuracy()
+    metric.update_state(labels, logits)
+    metric.update_state(np.array([[3, 0, 0]]), np.eye(5, dtype="float32")[[[1, 0, 0]]])
+    # Token-weighted over both batches: 3 right of 5 tokens.
+    assert float(metric.result()) == pytest.approx(3 / 5)
+    metric.reset_state()
+    assert float(metric.result()) == 0.0
+    clone = MaskedAccuracy.from_config(MaskedAccuracy(pad_id=7).get_config())
+    assert clone.pad_id == 7
