@@ -95,6 +95,11 @@ class Transformer(keras.Model):
             self.output_projection.build(hidden_shape)
         self.built = True
 
+    def _build_if_needed(self):
+        # Decoders may call encode/decode on a fresh model before any __call__.
+        if not self.built:
+            self.build()
+
     # --- full (teacher-forced) pass -------------------------------------------------
 
     def call(self, inputs, training=None):
@@ -112,6 +117,7 @@ class Transformer(keras.Model):
 
     def encode(self, source_ids, training=None) -> tf.Tensor:
         """Encoder memory ``[batch, src_len, d_model]`` for ``source_ids``."""
+        self._build_if_needed()
         source_padding = padding_mask(source_ids, self.config.pad_id)
         return self.encoder(
             self.source_embedding(source_ids, training=training),
@@ -134,6 +140,7 @@ class Transformer(keras.Model):
         """Decoder caches for ``memory``: cross-attention keys/values projected
         once; self-attention empty and growing (``max_length=None``) or a
         zeroed ``max_length`` buffer for static-shape decoding."""
+        self._build_if_needed()
         return self.decoder.initial_cache(memory, max_length)
 
     def decode(
@@ -150,6 +157,7 @@ class Transformer(keras.Model):
         Positions continue from the cache: its length for a growing cache, or
         ``cache_index`` for a fixed-size one.
         """
+        self._build_if_needed()
         if cache_index is None:
             start = tf.shape(cache[0]["self"]["key"])[2]
         else:

@@ -1,0 +1,107 @@
+"""Greedy decoding with the model's incremental (cached) decoder.
+
+Runs as TensorFlow ops (a ``tf.while_loop``), so it can be wrapped in
+``tf.function``, exported in a SavedModel, and compiled with XLA in its
+static-shape form.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.layers import padding_mask
+
+
+def _loose_shape(x: tf.Tensor) -> tf.TensorShape:
+    """Shape invariant that lets batch and length change, keeps feature dims."""
+    shape = x.shape.as_list()
+    return tf.TensorShape([None] * (len(shape) - 1) + shape[-1:]) if len(shape) > 2 else tf.TensorShape(
+        [None] * len(shape)
+    )
+
+
+def decode_length(model, source_ids, max_length=None, extra_length: int = 50):
+    """Longest output: ``max_length`` if given, else source length + ``extra_length``
+    (the paper's input + 50), never beyond the model's position table."""
+    if max_length is not None:
+        return min(int(max_length), model.config.max_length)
+    return tf.minimum(tf.shape(source_ids)[1] + extra_length, model.config.max_length)
+
+
+def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
+                  static_shapes: bool = False):
+    """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
+        max_length: output length limit (defaults to ``src_len + extra_length``).
+        static_shapes: use a fixed-size KV cache and output buffer (every loop
+            variable keeps its shape: XLA/TPU/TFLite). Needs an int ``max_length``.
+
+    Returns:
+        ``(tokens, scores)``: ``tokens`` ``[batch, out_len]`` int32 without BOS,
+        ending with EOS (when emitted) and padded with ``pad_id``; ``scores``
+        ``[batch]`` float32, the sum of the chosen tokens' log-probabilities.
+    """
+    config = model.config
+    source_ids = tf.convert_to_tensor(source_ids)
+    if static_shapes and not isinstance(max_length, int):
+        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size).")
+    limit = decode_length(model, source_ids, max_length, extra_length)
+    batch = tf.shape(source_ids)[0]
+    memory = model.encode(source_ids, training=False)
+    source_padding = padding_mask(source_ids, config.pad_id)
+    cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
+    pad = tf.constant(config.pad_id, tf.int32)
+    eos = tf.constant(config.eos_id, tf.int32)
+
+    def step(t, last, cache, finished, scores):
+        logits, cache = model.decode(last, cache, source_padding,
+                                     cache_index=t if static_shapes else None, training=False)
+        log_probs = tf.nn.log_softmax(logits[:, -1, :])
+        chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        chosen = tf.where(finished, pad, chosen)
+        gained = tf.gather(log_probs, chosen, batch_dims=1)
+        scores = scores + tf.where(finished, 0.0, gained)
+        finished = finished | tf.equal(chosen, eos)
+        return chosen, cache, finished, scores
+
+    def running(t, last, cache, finished, scores, tokens):
+        return tf.logical_and(t < limit, tf.logical_not(tf.reduce_all(finished)))
+
+    start = tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32))
+    finished = tf.zeros([batch], tf.bool)
+    scores = tf.zeros([batch], tf.float32)
+
+    if static_shapes:
+        tokens = tf.fill([batch, limit], pad)
+
+        def body(t, last, cache, finished, scores, tokens):
+            chosen, cache, finished, scores = step(t, last, cache, finished, scores)
+            here = tf.equal(tf.range(limit), t)[tf.newaxis, :]
+            tokens = tf.where(here, chosen[:, tf.newaxis], tokens)
+            return t + 1, chosen[:, tf.newaxis], cache, finished, scores, tokens
+
+        _, _, _, _, scores, tokens = tf.while_loop(
+            running, body, (tf.constant(0), start, cache, finished, scores, tokens))
+        return tokens, scores
+
+    tokens = tf.zeros([batch, 0], tf.int32)
+
+    def body(t, last, cache, finished, scores, tokens):
+        chosen, cache, finished, scores = step(t, last, cache, finished, scores)
+        tokens = tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)
+        return t + 1, chosen[:, tf.newaxis], cache, finished, scores, tokens
+
+    loop_vars = (tf.constant(0), start, cache, finished, scores, tokens)
+    invariants = (
+        tf.TensorShape([]),
+        tf.TensorShape([None, 1]),
+        tf.nest.map_structure(_loose_shape, cache),
+        tf.TensorShape([None]),
+        tf.TensorShape([None]),
+        tf.TensorShape([None, None]),
+    )
+    _, _, _, _, scores, tokens = tf.while_loop(running, body, loop_vars, shape_invariants=invariants)
+    return tokens, scores
