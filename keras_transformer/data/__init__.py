@@ -1,5 +1,18 @@
 """Data for training and the offline demo."""
 
+from keras_transformer.data.batching import bucket_batch_sizes, default_bucket_bounds
+from keras_transformer.data.normalize import normalize_whitespace, normalize_whitespace_tf
+from keras_transformer.data.pipeline import TokenCounts, count_tokens, make_dataset
+from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
+from keras_transformer.data.sources import (
+    ParallelText,
+    ReadStats,
+    pairs_from_list,
+    read_text_file_pairs,
+    read_tsv_pairs,
+    text_file_pairs,
+    tsv_pairs,
+)
 from keras_transformer.data.synthetic import (
     Clause,
     NounPhrase,
@@ -10,14 +23,33 @@ from keras_transformer.data.synthetic import (
     sample_sentence,
     write_parallel_files,
 )
+from keras_transformer.data.tfds_source import tfds_pairs
 
 __all__ = [
     "Clause",
     "NounPhrase",
+    "ParallelText",
     "Pronoun",
+    "ReadStats",
     "Sentence",
+    "TokenCounts",
+    "bucket_batch_sizes",
+    "count_tokens",
+    "default_bucket_bounds",
     "demo_splits",
+    "encode_sources",
     "generate_pairs",
+    "make_dataset",
+    "normalize_whitespace",
+    "normalize_whitespace_tf",
+    "pairs_from_list",
+    "read_text_file_pairs",
+    "read_tsv_pairs",
     "sample_sentence",
+    "source_ids",
+    "target_ids",
+    "text_file_pairs",
+    "tfds_pairs",
+    "tsv_pairs",
     "write_parallel_files",
 ]

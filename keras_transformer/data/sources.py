@@ -65,11 +65,13 @@ class ReadStats:
         ):
             if count:
                 more = ", ..." if count > len(lines) else ""
-                parts.append(f"{count} {label} (line {', '.join(map(str, lines))}{more})")
+                noun = "line" if count == 1 else "lines"
+                parts.append(f"{count} {label} ({noun} {', '.join(map(str, lines))}{more})")
         names = " / ".join(self.files)
         if not parts:
             return f"Read {self.pairs} pairs from {names}."
-        return f"Skipped {self.skipped} of {self.lines} lines in {names}: {'; '.join(parts)}. Kept {self.pairs} pairs."
+        return (f"Skipped {self.skipped} of {self.lines} lines in {names}: {'; '.join(parts)}. "
+                f"Kept {self.pairs} pairs.")
 
 
 @dataclasses.dataclass(frozen=True)

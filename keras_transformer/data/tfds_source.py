@@ -75,4 +75,6 @@ def tfds_pairs(
         lambda src, tgt: (normalize_whitespace_tf(src), normalize_whitespace_tf(tgt)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    return dataset.filter(lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0))
+    return dataset.filter(
+        lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
+    )

@@ -1,0 +1,73 @@
+"""How subword ids become model inputs and labels (the contract decoders rely on).
+
+For a pair with source tokens ``s1..sn`` and target tokens ``t1..tm``
+(``SubwordTokenizer.tokenize`` output, no specials)::
+
+    src_ids    = s1 .. sn EOS        encoder input
+    tgt_in_ids = BOS t1 .. tm        decoder input (teacher forcing)
+    tgt_out    = t1 .. tm EOS        labels: tgt_in shifted left by one
+
+Batches are padded with ``PAD_ID`` (0) on the right, so ``tgt_in != 0`` and
+``tgt_out != 0`` mark the same positions.
+
+The source ends with EOS (as in tensor2tensor and fairseq) so the encoder sees
+an explicit end of sentence; a decoder must build its encoder input the same
+way, with ``encode_sources``, or it feeds the model inputs unlike training.
+Truncation keeps the EOS: at most ``max_length - 1`` source tokens survive.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.config import BOS_ID, EOS_ID
+
+
+def _column(rows: tf.Tensor, value: int) -> tf.Tensor:
+    return tf.fill(tf.stack([rows, 1]), tf.constant(value, tf.int32))
+
+
+def _ragged_batch(tokens) -> tf.RaggedTensor:
+    if not isinstance(tokens, tf.RaggedTensor) or tokens.ragged_rank != 1:
+        raise ValueError(
+            "Expected token ids as a RaggedTensor [batch, None] (tokenize a 1-D batch of strings)."
+        )
+    return tf.cast(tokens, tf.int32)
+
+
+def source_ids(tokens: tf.RaggedTensor, max_length: int | None = None) -> tf.RaggedTensor:
+    """``tokens + [EOS]`` per row; with ``max_length``, rows are cut to ``max_length`` ids, EOS kept."""
+    tokens = _ragged_batch(tokens)
+    if max_length is not None:
+        if max_length < 2:
+            raise ValueError(f"max_length must be >= 2 (one token and EOS), got {max_length}.")
+        tokens = tokens[:, : max_length - 1]
+    return tf.concat([tokens, _column(tokens.nrows(), EOS_ID)], axis=1)
+
+
+def target_ids(
+    tokens: tf.RaggedTensor, max_length: int | None = None
+) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
+    """``([BOS] + tokens, tokens + [EOS])``; with ``max_length``, at most that many target tokens are kept."""
+    tokens = _ragged_batch(tokens)
+    if max_length is not None:
+        if max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {max_length}.")
+        tokens = tokens[:, :max_length]
+    rows = tokens.nrows()
+    return (tf.concat([_column(rows, BOS_ID), tokens], axis=1),
+            tf.concat([tokens, _column(rows, EOS_ID)], axis=1))
+
+
+def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.RaggedTensor:
+    """Encoder input ids for a 1-D batch of texts, exactly as ``make_dataset`` builds them.
+
+    Apply the same whitespace normalisation first if the texts are raw
+    (``normalize_whitespace``); SentencePiece's own normalisation covers most of it.
+    """
+    texts = tf.convert_to_tensor(texts, dtype=tf.string)
+    if texts.shape.rank != 1:
+        raise ValueError(
+            f"encode_sources needs a 1-D batch of strings, got shape {texts.shape}; wrap one text in a list."
+        )
+    return source_ids(tokenizer.tokenize(texts), max_length)
