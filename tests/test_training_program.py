@@ -1,0 +1,105 @@
+"""The training program: configs, strategies, and an end-to-end micro run."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from training.config import apply_override, config_path, load_config, save_config
+from training.strategy import make_strategy
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+MICRO = [
+    "--set", "data.synthetic={train: 300, valid: 20, test: 20, seed: 1}",
+    "--set", "tokenizer.vocab_size=200",
+    "--set", "model.d_model=32", "--set", "model.d_ff=64",
+    "--set", "training.epochs=2", "--set", "training.steps_per_epoch=3",
+    "--set", "training.steps_per_execution=1", "--set", "training.batch_tokens=256",
+]
+
+
+def test_configs_load_and_overrides_are_typed(tmp_path):
+    config = load_config("demo", ["training.epochs=3", "training.jit=true", "model.norm_first=true",
+                                  "training.label_smoothing=0.2"])
+    assert config["training"]["epochs"] == 3 and config["training"]["jit"] is True
+    assert config["model"]["norm_first"] is True
+    assert config["training"]["label_smoothing"] == 0.2
+    save_config(config, tmp_path / "resolved.yaml")
+    assert yaml.safe_load((tmp_path / "resolved.yaml").read_text()) == config
+    assert config_path(str(tmp_path / "resolved.yaml")) == tmp_path / "resolved.yaml"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("training.epocs=3", "no key 'epocs'"),
+    ("nosuch.key=1", "not a config section"),
+    ("training.epochs", "section.key=value"),
+])
+def test_bad_overrides_say_what_is_wrong(override, message):
+    config = load_config("demo")
+    with pytest.raises(ValueError, match=message):
+        apply_override(config, override)
+
+
+def test_unknown_config_lists_the_known_ones():
+    with pytest.raises(ValueError, match="demo"):
+        config_path("nonexistent")
+
+
+def test_strategy_names_are_checked(monkeypatch):
+    with pytest.raises(ValueError, match="choose one of"):
+        make_strategy("horovod")
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        make_strategy("multi_worker")
+    assert make_strategy("default").num_replicas_in_sync == 1
+
+
+def _run(args, timeout=600):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, *args], cwd=CHECKOUT, capture_output=True, text=True,
+                            env=env, timeout=timeout)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
+    return result
+
+
+def test_train_then_evaluate_end_to_end(tmp_path):
+    workdir = tmp_path / "run"
+    _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO])
+    for name in ("config.yaml", "model_config.json", "model.keras", "metrics.json",
+                 "tokenizer/spm_shared.model"):
+        assert (workdir / name).exists(), name
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert len(metrics["history"]["loss"]) == 2
+    assert 0.0 <= metrics["test"]["exact_match"] <= 1.0 and "bleu" in metrics["test"]
+    assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
+
+    from keras_transformer.data import demo_splits, write_parallel_files
+
+    pairs = demo_splits(train=300, valid=20, test=20, seed=1)["test"]
+    write_parallel_files(pairs, tmp_path, "test")
+    _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
+          "--ref", str(tmp_path / "test.tgt")])
+    scores = json.loads((workdir / "eval.json").read_text())
+    assert scores["sentences"] == 20 and scores["decoding"] == "greedy"
+
+
+def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
+    script = f"""
+import sys, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from pathlib import Path
+from training.config import load_config
+from training import train
+config = load_config("demo", {MICRO[1::2]!r} + ["training.strategy=mirrored"])
+strategy = train.make_strategy("mirrored")
+assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
+metrics = train.run(config, Path({str(tmp_path / 'mirrored')!r}))
+print("replicas", strategy.num_replicas_in_sync, "loss", metrics["history"]["loss"])
+"""
+    result = _run(["-c", script])
+    assert "replicas 2" in result.stdout

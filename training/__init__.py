@@ -1,0 +1,1 @@
+"""The training program: ``python -m training.train --config demo --workdir DIR``."""

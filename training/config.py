@@ -1,0 +1,71 @@
+"""Training configs: YAML files in ``training/configs/`` plus ``--set a.b=value``
+overrides; the resolved config is saved in the work directory."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def config_path(name_or_path: str) -> Path:
+    """``demo`` → ``training/configs/demo.yaml``; an existing path is used as is."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.exists():
+            raise ValueError(f"Config file {path} does not exist.")
+        return path
+    candidate = CONFIG_DIR / f"{name_or_path}.yaml"
+    if not candidate.exists():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise ValueError(f"Unknown config {name_or_path!r}; use one of {known} or a YAML path.")
+    return candidate
+
+
+def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The config as nested dicts, with each ``section.key=value`` override applied.
+
+    Values are parsed as YAML (``true``, ``3``, ``1e-3``, ``[1, 2]``). Only keys
+    present in the file can be set, so a typo fails instead of being ignored;
+    keys under a ``model`` section are free (they are TransformerConfig fields,
+    validated there).
+    """
+    with open(config_path(name_or_path), encoding="utf-8") as handle:
+        config = yaml.safe_load(handle) or {}
+    for override in overrides:
+        apply_override(config, override)
+    return config
+
+
+def apply_override(config: dict[str, Any], override: str) -> None:
+    if "=" not in override:
+        raise ValueError(f"Override {override!r} must look like section.key=value.")
+    dotted, raw = override.split("=", 1)
+    keys = dotted.strip().split(".")
+    node = config
+    for depth, key in enumerate(keys[:-1]):
+        if not isinstance(node.get(key), dict):
+            raise ValueError(f"Override {override!r}: {'.'.join(keys[:depth + 1])!r} is not a config section.")
+        node = node[key]
+    last = keys[-1]
+    if last not in node and keys[0] != "model":
+        raise ValueError(
+            f"Override {override!r}: no key {last!r} in section {'.'.join(keys[:-1]) or '<root>'!r}; "
+            f"known keys: {sorted(node)}."
+        )
+    node[last] = yaml.safe_load(raw)
+
+
+def save_config(config: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write the resolved config atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(path.suffix + ".tmp")
+    with open(temp, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(copy.deepcopy(config), handle, sort_keys=False)
+    os.replace(temp, path)

@@ -1,0 +1,191 @@
+"""Train a Transformer: ``python -m training.train --config demo --workdir runs/demo``.
+
+Re-running the same command after an interruption resumes from the last
+backup (``keras.callbacks.BackupAndRestore``): step, optimizer state, epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data import make_dataset, pairs_from_list
+from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
+from keras_transformer.translate import Translator
+from training.config import load_config, save_config
+from training.corpus import load_corpus
+from training.scoring import score_translations
+from training.strategy import STRATEGIES, make_strategy
+
+log = logging.getLogger("training")
+CHECKOUT = Path(__file__).resolve().parent.parent
+PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", required=True, help="config name in training/configs or a YAML path")
+    parser.add_argument("--workdir", required=True, help="where tokenizers, checkpoints, logs and metrics go")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a config value (repeatable)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default=None)
+    parser.add_argument("--mixed-precision", choices=sorted(PRECISIONS), default=None)
+    parser.add_argument("--jit", action="store_true", default=None, help="compile the train step with XLA")
+    return parser.parse_args(argv)
+
+
+def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
+    """Train SentencePiece on the training split only (once; reused on resume)."""
+    options = config["tokenizer"]
+    directory = workdir / "tokenizer"
+    shared = bool(options.get("shared", True))
+    src_path = directory / ("spm_shared.model" if shared else "spm_src.model")
+    tgt_path = directory / ("spm_shared.model" if shared else "spm_tgt.model")
+    if not (src_path.exists() and tgt_path.exists()):
+        started = time.time()
+        train_tokenizers(
+            [s for s, _ in corpus["train"]], [t for _, t in corpus["train"]], directory,
+            vocab_size=options["vocab_size"], shared=shared,
+            model_type=options.get("model_type", "unigram"),
+        )
+        log.info("trained tokenizers in %.1fs", time.time() - started)
+    return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
+
+
+def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConfig:
+    options = dict(config["model"])
+    preset = options.pop("preset", "base")
+    options.setdefault("src_vocab_size", src_tok.vocab_size)
+    options.setdefault("tgt_vocab_size", tgt_tok.vocab_size)
+    return kt.TransformerConfig.from_preset(preset, **options)
+
+
+def datasets(config, corpus, src_tok, tgt_tok):
+    train_options = config["training"]
+    common = dict(
+        max_src_length=train_options["max_src_length"],
+        max_tgt_length=train_options["max_tgt_length"],
+        batch_tokens=train_options.get("batch_tokens"),
+        batch_size=train_options.get("batch_size"),
+    )
+    train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
+                         seed=train_options.get("seed", 0), repeat=True, training=True,
+                         static_shapes=bool(train_options.get("static_shapes", False)))
+    valid = None
+    if corpus["valid"]:
+        valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
+                             training=False, length_filter="truncate")
+    return train, valid
+
+
+def save_model_atomically(model: keras.Model, path: Path) -> None:
+    temp = path.with_name(path.stem + ".tmp" + path.suffix)
+    model.save(temp)
+    os.replace(temp, path)
+
+
+def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    started = time.time()
+    train_options = config["training"]
+    keras.utils.set_random_seed(train_options.get("seed", 0))
+    keras.config.set_dtype_policy(PRECISIONS[train_options.get("mixed_precision", "fp32")])
+    workdir.mkdir(parents=True, exist_ok=True)
+    save_config(config, workdir / "config.yaml")
+
+    corpus = load_corpus(config["data"], base_dir=CHECKOUT)
+    log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})
+    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
+    train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok)
+
+    strategy = make_strategy(train_options.get("strategy", "auto"))
+    with strategy.scope():
+        model = kt.Transformer(model_config(config, src_tok, tgt_tok))
+        model.build()
+        schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
+                                          scale=train_options.get("learning_rate_scale", 1.0))
+        model.compile(
+            optimizer=kt.paper_adam(schedule),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(train_options.get("label_smoothing", 0.1),
+                                                   pad_id=model.config.pad_id),
+            metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
+            jit_compile=bool(train_options.get("jit", False)),
+            steps_per_execution=train_options.get("steps_per_execution", 1),
+        )
+    (workdir / "model_config.json").write_text(model.config.to_json())
+    log.info("model: %s parameters", f"{model.count_params():,}")
+
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(workdir / "backup"),
+                                         save_freq=train_options.get("backup_every_steps", "epoch")),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.TensorBoard(str(workdir / "logs"), update_freq=100),
+    ]
+    if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
+        # Keras 3.15's evaluate() builds its metrics symbolically from one
+        # distributed batch and fails on uneven per-replica splits (AddN of
+        # [3, T] and [2, T]); validate after training instead.
+        log.warning("validation during fit is off with %d replicas", strategy.num_replicas_in_sync)
+        valid_ds = None
+    fit_started = time.time()
+    history = model.fit(
+        train_ds,
+        validation_data=valid_ds,
+        epochs=train_options["epochs"],
+        steps_per_epoch=train_options["steps_per_epoch"],
+        callbacks=callbacks,
+        shuffle=False,
+        verbose=train_options.get("verbose", 2),
+    )
+    train_seconds = time.time() - fit_started
+    save_model_atomically(model, workdir / "model.keras")
+
+    metrics: dict[str, Any] = {
+        "train_seconds": round(train_seconds, 1),
+        "history": {key: [round(float(v), 4) for v in values] for key, values in history.history.items()},
+    }
+    eval_split = "test" if corpus["test"] else "valid"
+    pairs = corpus[eval_split][: config.get("evaluation", {}).get("max_sentences", len(corpus[eval_split]))]
+    if pairs:
+        translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
+        decode_started = time.time()
+        hypotheses = translator.translate([s for s, _ in pairs], batch_size=128)
+        metrics[eval_split] = score_translations(hypotheses, [t for _, t in pairs])
+        metrics[eval_split]["decode_seconds"] = round(time.time() - decode_started, 1)
+        for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:5]:
+            log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
+    metrics["total_seconds"] = round(time.time() - started, 1)
+    temp = workdir / "metrics.json.tmp"
+    temp.write_text(json.dumps(metrics, indent=2))
+    os.replace(temp, workdir / "metrics.json")
+    log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
+    return metrics
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stdout)
+    args = parse_args(argv)
+    config = load_config(args.config, args.set)
+    training = config.setdefault("training", {})
+    if args.strategy:
+        training["strategy"] = args.strategy
+    if args.mixed_precision:
+        training["mixed_precision"] = args.mixed_precision
+    if args.jit:
+        training["jit"] = True
+    run(config, Path(args.workdir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
