@@ -8,6 +8,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.initializers import clone_initializer
+
 # Score given to masked positions before the softmax. Scores are always
 # handled in float32 (see ``scaled_dot_product_attention``), where -1e9 is
 # finite (no inf - inf = NaN) and still underflows exp() to exactly 0.
@@ -188,12 +190,8 @@ class MultiHeadAttention(keras.layers.Layer):
         return keras.layers.Dense(
             self.d_model,
             use_bias=self.use_bias,
-            kernel_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            bias_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )

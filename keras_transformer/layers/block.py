@@ -6,7 +6,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.feed_forward import check_activation
+from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.feed_forward import FeedForward, check_activation
+from keras_transformer.layers.initializers import clone_initializer
 
 
 class TransformerBlockBase(keras.layers.Layer):
@@ -83,9 +85,38 @@ class TransformerBlockBase(keras.layers.Layer):
         }
 
     def _initializer(self):
-        # A fresh instance per sublayer: sharing one seeded initializer object
-        # would give every sublayer the same weights.
-        return keras.initializers.get(keras.initializers.serialize(self.kernel_initializer))
+        return clone_initializer(self.kernel_initializer)
+
+    def _attention(self, name: str) -> MultiHeadAttention:
+        return MultiHeadAttention(
+            self.d_model,
+            self.num_heads,
+            dropout=self.attention_dropout,
+            kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy,
+            name=name,
+        )
+
+    def _feed_forward(self) -> FeedForward:
+        return FeedForward(
+            self.d_model,
+            self.d_ff,
+            activation=self.activation,
+            dropout=self.activation_dropout,
+            kernel_initializer=self._initializer(),
+            dtype=self.dtype_policy,
+            name="feed_forward",
+        )
+
+    def _add_sublayer(self, name: str, layer: keras.layers.Layer, *build_shapes) -> None:
+        """Create and build ``name`` with its ``name_norm`` and ``name_dropout``
+        (one residual block of the paper's Figure 1)."""
+        layer.build(*build_shapes)
+        norm = self._layer_norm(f"{name}_norm")
+        norm.build(build_shapes[0])
+        setattr(self, name, layer)
+        setattr(self, f"{name}_norm", norm)
+        setattr(self, f"{name}_dropout", self._dropout())
 
     def _layer_norm(self, name: str) -> keras.layers.LayerNormalization:
         # float32 even under mixed precision (bf16/fp16 variance is too coarse).

@@ -6,13 +6,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import (
     TransformerBlockBase,
     apply_layer_norm,
     residual_connection,
 )
-from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import causal_mask, key_padding_mask, merge_masks
 
 
@@ -43,39 +41,9 @@ class DecoderLayer(TransformerBlockBase):
     def build(self, x_shape, memory_shape=None):
         memory_shape = x_shape if memory_shape is None else memory_shape
 
-        def attention(name, dropout=self.attention_dropout):
-            return MultiHeadAttention(
-                self.d_model,
-                self.num_heads,
-                dropout=dropout,
-                kernel_initializer=self._initializer(),
-                dtype=self.dtype_policy,
-                name=name,
-            )
-
-        self.self_attention = attention("self_attention")
-        self.self_attention.build(x_shape)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
-        self.self_attention_norm.build(x_shape)
-        self.self_attention_dropout = self._dropout()
-        self.cross_attention = attention("cross_attention")
-        self.cross_attention.build(x_shape, memory_shape)
-        self.cross_attention_norm = self._layer_norm("cross_attention_norm")
-        self.cross_attention_norm.build(x_shape)
-        self.cross_attention_dropout = self._dropout()
-        self.feed_forward = FeedForward(
-            self.d_model,
-            self.d_ff,
-            activation=self.activation,
-            dropout=self.activation_dropout,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-        self.feed_forward.build(x_shape)
-        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
-        self.feed_forward_norm.build(x_shape)
-        self.feed_forward_dropout = self._dropout()
+        self._add_sublayer("self_attention", self._attention("self_attention"), x_shape)
+        self._add_sublayer("cross_attention", self._attention("cross_attention"), x_shape, memory_shape)
+        self._add_sublayer("feed_forward", self._feed_forward(), x_shape)
         self.built = True
 
     def call(

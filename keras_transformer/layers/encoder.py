@@ -5,13 +5,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.attention import MultiHeadAttention
 from keras_transformer.layers.block import (
     TransformerBlockBase,
     apply_layer_norm,
     residual_connection,
 )
-from keras_transformer.layers.feed_forward import FeedForward
 from keras_transformer.layers.masks import key_padding_mask
 
 
@@ -46,31 +44,8 @@ class EncoderLayer(TransformerBlockBase):
     """
 
     def build(self, input_shape):
-        self.self_attention = MultiHeadAttention(
-            self.d_model,
-            self.num_heads,
-            dropout=self.attention_dropout,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="self_attention",
-        )
-        self.self_attention.build(input_shape)
-        self.self_attention_norm = self._layer_norm("self_attention_norm")
-        self.self_attention_norm.build(input_shape)
-        self.self_attention_dropout = self._dropout()
-        self.feed_forward = FeedForward(
-            self.d_model,
-            self.d_ff,
-            activation=self.activation,
-            dropout=self.activation_dropout,
-            kernel_initializer=self._initializer(),
-            dtype=self.dtype_policy,
-            name="feed_forward",
-        )
-        self.feed_forward.build(input_shape)
-        self.feed_forward_norm = self._layer_norm("feed_forward_norm")
-        self.feed_forward_norm.build(input_shape)
-        self.feed_forward_dropout = self._dropout()
+        self._add_sublayer("self_attention", self._attention("self_attention"), input_shape)
+        self._add_sublayer("feed_forward", self._feed_forward(), input_shape)
         self.built = True
 
     def call(self, x, padding_mask=None, return_attention_weights=False, training=None):

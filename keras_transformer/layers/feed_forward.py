@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+
+from keras_transformer.layers.initializers import clone_initializer
 
 ACTIVATIONS = ("relu", "gelu")
 
@@ -60,12 +61,8 @@ class FeedForward(keras.layers.Layer):
         return keras.layers.Dense(
             units,
             activation=activation,
-            kernel_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.kernel_initializer)
-            ),
-            bias_initializer=keras.initializers.get(
-                keras.initializers.serialize(self.bias_initializer)
-            ),
+            kernel_initializer=clone_initializer(self.kernel_initializer),
+            bias_initializer=clone_initializer(self.bias_initializer),
             dtype=self.dtype_policy,
             name=name,
         )
