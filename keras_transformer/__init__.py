@@ -1,6 +1,6 @@
 """keras-transformer: the original encoder–decoder Transformer in Keras 3."""
 
-from keras_transformer import layers
+from keras_transformer import decoding, layers
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, PRESETS, UNK_ID, TransformerConfig
 from keras_transformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, masked_accuracy
 from keras_transformer.model import Transformer
@@ -19,6 +19,7 @@ __all__ = [
     "TransformerConfig",
     "TransformerSchedule",
     "UNK_ID",
+    "decoding",
     "layers",
     "masked_accuracy",
     "paper_adam",
