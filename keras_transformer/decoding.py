@@ -13,11 +13,8 @@ from keras_transformer.layers import padding_mask
 
 
 def _loose_shape(x: tf.Tensor) -> tf.TensorShape:
-    """Shape invariant that lets batch and length change, keeps feature dims."""
-    shape = x.shape.as_list()
-    return tf.TensorShape([None] * (len(shape) - 1) + shape[-1:]) if len(shape) > 2 else tf.TensorShape(
-        [None] * len(shape)
-    )
+    """Shape invariant for a growing cache tensor: only the feature dim is fixed."""
+    return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
 
 
 def decode_length(model, source_ids, max_length=None, extra_length: int = 50):
@@ -56,52 +53,47 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     pad = tf.constant(config.pad_id, tf.int32)
     eos = tf.constant(config.eos_id, tf.int32)
 
-    def step(t, last, cache, finished, scores):
+    if static_shapes:
+        tokens = tf.fill([batch, limit], pad)
+        cache_invariants = tf.nest.map_structure(lambda x: x.shape, cache)
+
+        def write(tokens, chosen, t):
+            return tf.where(tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens)
+    else:
+        tokens = tf.zeros([batch, 0], tf.int32)
+        cache_invariants = tf.nest.map_structure(_loose_shape, cache)
+
+        def write(tokens, chosen, t):
+            return tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)
+
+    def running(t, last, cache, finished, scores, tokens):
+        return tf.logical_and(t < limit, tf.logical_not(tf.reduce_all(finished)))
+
+    def body(t, last, cache, finished, scores, tokens):
         logits, cache = model.decode(last, cache, source_padding,
                                      cache_index=t if static_shapes else None, training=False)
         log_probs = tf.nn.log_softmax(logits[:, -1, :])
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)
-        gained = tf.gather(log_probs, chosen, batch_dims=1)
-        scores = scores + tf.where(finished, 0.0, gained)
+        scores = scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
         finished = finished | tf.equal(chosen, eos)
-        return chosen, cache, finished, scores
+        return t + 1, chosen[:, tf.newaxis], cache, finished, scores, write(tokens, chosen, t)
 
-    def running(t, last, cache, finished, scores, tokens):
-        return tf.logical_and(t < limit, tf.logical_not(tf.reduce_all(finished)))
-
-    start = tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32))
-    finished = tf.zeros([batch], tf.bool)
-    scores = tf.zeros([batch], tf.float32)
-
-    if static_shapes:
-        tokens = tf.fill([batch, limit], pad)
-
-        def body(t, last, cache, finished, scores, tokens):
-            chosen, cache, finished, scores = step(t, last, cache, finished, scores)
-            here = tf.equal(tf.range(limit), t)[tf.newaxis, :]
-            tokens = tf.where(here, chosen[:, tf.newaxis], tokens)
-            return t + 1, chosen[:, tf.newaxis], cache, finished, scores, tokens
-
-        _, _, _, _, scores, tokens = tf.while_loop(
-            running, body, (tf.constant(0), start, cache, finished, scores, tokens))
-        return tokens, scores
-
-    tokens = tf.zeros([batch, 0], tf.int32)
-
-    def body(t, last, cache, finished, scores, tokens):
-        chosen, cache, finished, scores = step(t, last, cache, finished, scores)
-        tokens = tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)
-        return t + 1, chosen[:, tf.newaxis], cache, finished, scores, tokens
-
-    loop_vars = (tf.constant(0), start, cache, finished, scores, tokens)
+    loop_vars = (
+        tf.constant(0),
+        tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32)),
+        cache,
+        tf.zeros([batch], tf.bool),
+        tf.zeros([batch], tf.float32),
+        tokens,
+    )
     invariants = (
         tf.TensorShape([]),
         tf.TensorShape([None, 1]),
-        tf.nest.map_structure(_loose_shape, cache),
+        cache_invariants,
         tf.TensorShape([None]),
         tf.TensorShape([None]),
-        tf.TensorShape([None, None]),
+        tokens.shape if static_shapes else tf.TensorShape([None, None]),
     )
     _, _, _, _, scores, tokens = tf.while_loop(running, body, loop_vars, shape_invariants=invariants)
     return tokens, scores

@@ -96,7 +96,7 @@ class Transformer(keras.Model):
         self.built = True
 
     def _build_if_needed(self):
-        # Decoders may call encode/decode on a fresh model before any __call__.
+        # Decoders may call encode/initial_cache on a fresh model before any __call__.
         if not self.built:
             self.build()
 
@@ -155,9 +155,9 @@ class Transformer(keras.Model):
         cache of everything decoded before them; returns ``(logits, cache)``.
 
         Positions continue from the cache: its length for a growing cache, or
-        ``cache_index`` for a fixed-size one.
+        ``cache_index`` for a fixed-size one. (The model is built: the cache
+        came from ``initial_cache``.)
         """
-        self._build_if_needed()
         if cache_index is None:
             start = tf.shape(cache[0]["self"]["key"])[2]
         else:

@@ -21,8 +21,6 @@ import hashlib
 import io
 import itertools
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -33,6 +31,7 @@ from tensorflow.python.trackable import resource as tf_resource
 from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from keras_transformer.files import write_atomically
 
 MODEL_TYPES = ("unigram", "bpe")
 RESERVED_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -92,20 +91,6 @@ def _check_model_type(model_type: str) -> None:
             f"model_type must be one of {MODEL_TYPES}, got {model_type!r}; "
             "use model_type='unigram' (default) or model_type='bpe'."
         )
-
-
-def _write_atomically(files: dict[Path, bytes]) -> None:
-    """Write every file in a temporary folder beside them, then rename each into place."""
-    directory = next(iter(files)).parent
-    directory.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".spm-"))
-    try:
-        for path, data in files.items():
-            (staging / path.name).write_bytes(data)
-        for path in files:
-            os.replace(staging / path.name, path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def train_sentencepiece(
@@ -181,8 +166,16 @@ def train_sentencepiece(
         f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n" for i in range(processor.get_piece_size())
     )
     model_path = prefix.parent / f"{prefix.name}.model"
-    _write_atomically({model_path: model_bytes, prefix.parent / f"{prefix.name}.vocab": vocab.encode("utf-8")})
+    write_atomically({model_path: model_bytes, prefix.parent / f"{prefix.name}.vocab": vocab.encode("utf-8")})
     return model_path
+
+
+def tokenizer_paths(out_dir: PathLike, shared: bool) -> tuple[Path, Path]:
+    """Where ``train_tokenizers`` puts the (source, target) models in ``out_dir``."""
+    out_dir = Path(out_dir)
+    if shared:
+        return out_dir / "spm_shared.model", out_dir / "spm_shared.model"
+    return out_dir / "spm_src.model", out_dir / "spm_tgt.model"
 
 
 def train_tokenizers(
@@ -199,14 +192,14 @@ def train_tokenizers(
     (``spm_src.model``, ``spm_tgt.model``) in ``out_dir``. ``options`` go to
     ``train_sentencepiece``."""
     _check_model_type(model_type)
-    out_dir = Path(out_dir)
+    src_path, tgt_path = tokenizer_paths(out_dir, shared)
     if shared:
         both = itertools.chain(_iter_sentences(src_texts), _iter_sentences(tgt_texts))
-        path = train_sentencepiece(both, out_dir / "spm_shared", vocab_size, model_type, **options)
-        return path, path
-    src = train_sentencepiece(src_texts, out_dir / "spm_src", vocab_size, model_type, **options)
-    tgt = train_sentencepiece(tgt_texts, out_dir / "spm_tgt", vocab_size, model_type, **options)
-    return src, tgt
+        train_sentencepiece(both, src_path.with_suffix(""), vocab_size, model_type, **options)
+    else:
+        train_sentencepiece(src_texts, src_path.with_suffix(""), vocab_size, model_type, **options)
+        train_sentencepiece(tgt_texts, tgt_path.with_suffix(""), vocab_size, model_type, **options)
+    return src_path, tgt_path
 
 
 class _SharedModelResource(tf_resource.TrackableResource):

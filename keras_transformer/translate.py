@@ -24,7 +24,6 @@ class Translator(tf.Module):
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = max_src_length or model.config.max_length
-        self.extra_length = extra_length
         self._decode = tf.function(
             lambda ids: greedy_decode(model, ids, extra_length=extra_length),
             reduce_retracing=True,

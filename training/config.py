@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from keras_transformer.files import write_text_atomically
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
@@ -63,9 +65,4 @@ def apply_override(config: dict[str, Any], override: str) -> None:
 
 def save_config(config: dict[str, Any], path: str | os.PathLike) -> None:
     """Write the resolved config atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_suffix(path.suffix + ".tmp")
-    with open(temp, "w", encoding="utf-8") as handle:
-        yaml.safe_dump(copy.deepcopy(config), handle, sort_keys=False)
-    os.replace(temp, path)
+    write_text_atomically(path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))

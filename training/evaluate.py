@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -18,7 +17,8 @@ import yaml
 
 import keras_transformer  # noqa: F401  (registers the classes load_model needs)
 from keras_transformer.data import read_text_file_pairs
-from keras_transformer.tokenization import SubwordTokenizer
+from keras_transformer.files import write_text_atomically
+from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
 from keras_transformer.translate import Translator
 from training.scoring import score_translations
 
@@ -29,9 +29,7 @@ def load_workdir(workdir: Path):
     if not model_path.exists():
         raise ValueError(f"{model_path} not found: train first (python -m training.train ...).")
     config = yaml.safe_load((workdir / "config.yaml").read_text())
-    shared = config["tokenizer"].get("shared", True)
-    src = workdir / "tokenizer" / ("spm_shared.model" if shared else "spm_src.model")
-    tgt = workdir / "tokenizer" / ("spm_shared.model" if shared else "spm_tgt.model")
+    src, tgt = tokenizer_paths(workdir / "tokenizer", config["tokenizer"].get("shared", True))
     model = keras.models.load_model(model_path)
     return model, SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt), config
 
@@ -53,9 +51,7 @@ def main(argv=None) -> int:
     scores = score_translations(hypotheses, list(text.targets))
     scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": "greedy"})
     out = args.out or args.workdir / "eval.json"
-    temp = out.with_name(out.name + ".tmp")
-    temp.write_text(json.dumps(scores, indent=2))
-    os.replace(temp, out)
+    write_text_atomically(out, json.dumps(scores, indent=2))
     print(json.dumps(scores, indent=2))
     return 0
 

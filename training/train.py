@@ -21,7 +21,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import make_dataset, pairs_from_list
-from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
+from keras_transformer.files import write_text_atomically
+from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
 from training.config import load_config, save_config
 from training.corpus import load_corpus
@@ -50,8 +51,7 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
     options = config["tokenizer"]
     directory = workdir / "tokenizer"
     shared = bool(options.get("shared", True))
-    src_path = directory / ("spm_shared.model" if shared else "spm_src.model")
-    tgt_path = directory / ("spm_shared.model" if shared else "spm_tgt.model")
+    src_path, tgt_path = tokenizer_paths(directory, shared)
     if not (src_path.exists() and tgt_path.exists()):
         started = time.time()
         train_tokenizers(
@@ -165,9 +165,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:5]:
             log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
     metrics["total_seconds"] = round(time.time() - started, 1)
-    temp = workdir / "metrics.json.tmp"
-    temp.write_text(json.dumps(metrics, indent=2))
-    os.replace(temp, workdir / "metrics.json")
+    write_text_atomically(workdir / "metrics.json", json.dumps(metrics, indent=2))
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
     return metrics
 

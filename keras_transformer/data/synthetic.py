@@ -37,9 +37,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Iterable
+
+from keras_transformer.files import write_atomically
 
 TENSES = ("present", "past", "future")
 CASES = {"nominative": "", "accusative": "n", "dative": "l"}
@@ -508,17 +509,9 @@ def write_parallel_files(pairs: Iterable[tuple[str, str]], directory: str | os.P
         if any(ch in text for text in (source, target) for ch in "\r\n"):
             raise ValueError(f"Pair {index} contains a line break; sentences must be single lines.")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for suffix, side in (("src", 0), ("tgt", 1)):
-        path = directory / f"{prefix}.{suffix}"
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{prefix}.{suffix}.", suffix=".tmp")
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-                stream.writelines(pair[side] + "\n" for pair in pairs)
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
-        paths.append(path)
-    return paths[0], paths[1]
+    src_path, tgt_path = directory / f"{prefix}.src", directory / f"{prefix}.tgt"
+    write_atomically({
+        src_path: "".join(source + "\n" for source, _ in pairs).encode("utf-8"),
+        tgt_path: "".join(target + "\n" for _, target in pairs).encode("utf-8"),
+    })
+    return src_path, tgt_path

@@ -1,0 +1,28 @@
+"""Atomic file writes: readers never see a half-written file."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def write_atomically(files: dict[Path, bytes]) -> None:
+    """Write files that live in one folder: each goes to a staging folder beside
+    them, then is renamed into place (a rename within a file system is atomic)."""
+    files = {Path(path): data for path, data in files.items()}
+    directory = next(iter(files)).parent
+    directory.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=directory, prefix=".staging-"))
+    try:
+        for path, data in files.items():
+            (staging / path.name).write_bytes(data)
+        for path in files:
+            os.replace(staging / path.name, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    write_atomically({Path(path): text.encode("utf-8")})
