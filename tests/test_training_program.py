@@ -103,3 +103,81 @@ print("replicas", strategy.num_replicas_in_sync, "loss", metrics["history"]["los
 """
     result = _run(["-c", script])
     assert "replicas 2" in result.stdout
+
+
+def _free_ports(count):
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def _train_command(workdir, *extra):
+    return [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(workdir),
+            *MICRO, *extra]
+
+
+def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path):
+    import keras
+    import numpy as np
+
+    import keras_transformer  # noqa: F401
+
+    ports = _free_ports(2)
+    workers = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+                     "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
+        workers.append(subprocess.Popen(
+            _train_command(tmp_path / "run", "--strategy", "multi_worker",
+                           "--set", "evaluation.max_sentences=4"),
+            cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output[-4000:]
+    chief, other = tmp_path / "run", tmp_path / "run" / "worker_1"
+    chief_metrics = json.loads((chief / "metrics.json").read_text())
+    other_metrics = json.loads((other / "metrics.json").read_text())
+    assert chief_metrics["optimizer_steps"] == other_metrics["optimizer_steps"] == 6
+    assert chief_metrics["history"]["loss"] == other_metrics["history"]["loss"]  # global metrics
+    chief_weights = keras.models.load_model(chief / "model.keras").get_weights()
+    other_weights = keras.models.load_model(other / "model.keras").get_weights()
+    for a, b in zip(chief_weights, other_weights):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    command = _train_command(workdir, "--set", f"training.loop={loop}", "--set", "training.epochs=20",
+                             "--set", "training.steps_per_epoch=4", "--set", "evaluation.max_sentences=4")
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    backup = workdir / "backup" / ("training_metadata.json" if loop == "fit" else "custom_loop.weights.h5")
+    process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 300
+    while not backup.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert backup.exists(), "no backup written before the deadline"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
+
+    result = _run(command[1:])
+    if loop == "fit":
+        first_epoch = next(line for line in result.stdout.splitlines() if line.startswith("Epoch "))
+        assert first_epoch != "Epoch 1/20", first_epoch
+    else:
+        assert "resumed from" in result.stdout
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert metrics["optimizer_steps"] == 80
+    assert len(metrics["history"]["loss"]) < 20  # only the epochs after the restart ran

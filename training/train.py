@@ -27,10 +27,12 @@ from keras_transformer.translate import Translator
 from training.config import load_config, save_config
 from training.corpus import load_corpus
 from training.scoring import score_translations
+from training.loop import custom_fit, is_chief, optimizer_step
 from training.strategy import STRATEGIES, make_strategy
 
 log = logging.getLogger("training")
 CHECKOUT = Path(__file__).resolve().parent.parent
+LOOPS = ("auto", "fit", "custom")
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
@@ -95,9 +97,60 @@ def save_model_atomically(model: keras.Model, path: Path) -> None:
     os.replace(temp, path)
 
 
+def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path) -> dict:
+    """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
+    or ``training.loop: custom``); both run ``model.train_step``. Returns the
+    per-epoch history."""
+    loop = options.get("loop", "auto")
+    if loop not in LOOPS:
+        raise ValueError(f"training.loop must be one of {LOOPS}, got {loop!r}.")
+    if loop == "auto":
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        loop = "custom" if multi_worker else "fit"
+    every = options.get("backup_every_steps", "epoch")
+    if loop == "custom":
+        backup = workdir / "backup" / "custom_loop.weights.h5"
+        history = custom_fit(
+            model, strategy, train_ds,
+            epochs=options["epochs"],
+            steps_per_epoch=options["steps_per_epoch"],
+            backup_path=backup,
+            backup_every_steps=None if every == "epoch" else int(every),
+            steps_per_execution=options.get("steps_per_execution", 1),
+            summary_dir=workdir / "logs",
+        )
+        backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
+        return history
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(workdir / "backup"), save_freq=every),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.TensorBoard(str(workdir / "logs"), update_freq=100),
+    ]
+    if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
+        # Keras 3.15's evaluate() builds its metrics symbolically from one
+        # distributed batch and fails on uneven per-replica splits (AddN of
+        # [3, T] and [2, T]); validate after training instead.
+        log.warning("validation during fit is off with %d replicas", strategy.num_replicas_in_sync)
+        valid_ds = None
+    return model.fit(
+        train_ds,
+        validation_data=valid_ds,
+        epochs=options["epochs"],
+        steps_per_epoch=options["steps_per_epoch"],
+        callbacks=callbacks,
+        shuffle=False,
+        verbose=options.get("verbose", 2),
+    ).history
+
+
 def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     started = time.time()
     train_options = config["training"]
+    # First: MultiWorkerMirroredStrategy must exist before other TF ops run.
+    strategy = make_strategy(train_options.get("strategy", "auto"))
+    if not is_chief(strategy):
+        # Every worker trains; only the chief's outputs are the run's.
+        workdir = workdir / f"worker_{strategy.cluster_resolver.task_id}"
     keras.utils.set_random_seed(train_options.get("seed", 0))
     keras.config.set_dtype_policy(PRECISIONS[train_options.get("mixed_precision", "fp32")])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -108,7 +161,6 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
     train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok)
 
-    strategy = make_strategy(train_options.get("strategy", "auto"))
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))
         model.build()
@@ -125,34 +177,15 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     (workdir / "model_config.json").write_text(model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")
 
-    callbacks = [
-        keras.callbacks.BackupAndRestore(str(workdir / "backup"),
-                                         save_freq=train_options.get("backup_every_steps", "epoch")),
-        keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.TensorBoard(str(workdir / "logs"), update_freq=100),
-    ]
-    if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
-        # Keras 3.15's evaluate() builds its metrics symbolically from one
-        # distributed batch and fails on uneven per-replica splits (AddN of
-        # [3, T] and [2, T]); validate after training instead.
-        log.warning("validation during fit is off with %d replicas", strategy.num_replicas_in_sync)
-        valid_ds = None
     fit_started = time.time()
-    history = model.fit(
-        train_ds,
-        validation_data=valid_ds,
-        epochs=train_options["epochs"],
-        steps_per_epoch=train_options["steps_per_epoch"],
-        callbacks=callbacks,
-        shuffle=False,
-        verbose=train_options.get("verbose", 2),
-    )
+    history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir)
     train_seconds = time.time() - fit_started
     save_model_atomically(model, workdir / "model.keras")
 
     metrics: dict[str, Any] = {
         "train_seconds": round(train_seconds, 1),
-        "history": {key: [round(float(v), 4) for v in values] for key, values in history.history.items()},
+        "optimizer_steps": optimizer_step(model),
+        "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
     eval_split = "test" if corpus["test"] else "valid"
     pairs = corpus[eval_split][: config.get("evaluation", {}).get("max_sentences", len(corpus[eval_split]))]
