@@ -68,13 +68,17 @@ def _run(args, timeout=600):
 
 def test_train_then_evaluate_end_to_end(tmp_path):
     workdir = tmp_path / "run"
-    _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO])
+    _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
+          "--set", "training.average_last=2", "--set", "evaluation.bleu_sentences=5"])
     for name in ("config.yaml", "model_config.json", "model.keras", "metrics.json",
                  "tokenizer/spm_shared.model"):
         assert (workdir / name).exists(), name
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert len(metrics["history"]["loss"]) == 2
     assert 0.0 <= metrics["test"]["exact_match"] <= 1.0 and "bleu" in metrics["test"]
+    assert len(metrics["history"]["val_bleu"]) == 2  # validation BLEU after each epoch
+    assert metrics["averaged_checkpoints"] == ["epoch_0001.npz", "epoch_0002.npz"]
+    assert "bleu" in metrics["test_last_checkpoint"]
     assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
 
     from keras_transformer.data import demo_splits, write_parallel_files
@@ -181,3 +185,26 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["optimizer_steps"] == 80
     assert len(metrics["history"]["loss"]) < 20  # only the epochs after the restart ran
+
+
+def test_average_weights_is_the_elementwise_mean(tmp_path):
+    import io
+
+    import numpy as np
+
+    from training.callbacks import average_weights
+
+    rng = np.random.default_rng(0)
+    sets = [[rng.normal(size=(3, 4)).astype("float32"), rng.normal(size=5).astype("float32")]
+            for _ in range(3)]
+    paths = []
+    for i, weights in enumerate(sets):
+        buffer = io.BytesIO()
+        np.savez(buffer, *weights)
+        paths.append(tmp_path / f"epoch_{i}.npz")
+        paths[-1].write_bytes(buffer.getvalue())
+    averaged = average_weights(paths)
+    for j in range(2):
+        np.testing.assert_allclose(averaged[j], np.mean([w[j] for w in sets], axis=0), rtol=1e-6)
+    with pytest.raises(ValueError, match="No checkpoints"):
+        average_weights([])

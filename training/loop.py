@@ -50,6 +50,7 @@ def custom_fit(
     backup_every_steps: int | None = None,
     steps_per_execution: int = 1,
     summary_dir: Path | None = None,
+    callbacks: list[keras.callbacks.Callback] = (),
 ) -> dict[str, list[float]]:
     """Train ``epochs × steps_per_epoch`` optimizer steps; returns per-epoch metrics.
 
@@ -82,6 +83,8 @@ def custom_fit(
         for _ in tf.range(steps_per_execution):
             strategy.run(model.train_step, args=(next(iterator),))
 
+    for callback in callbacks:
+        callback.set_model(model)
     chief = is_chief(strategy)
     writer = tf.summary.create_file_writer(str(summary_dir)) if summary_dir and chief else None
     history: dict[str, list[float]] = {}
@@ -101,6 +104,8 @@ def custom_fit(
         if done % steps_per_epoch == 0:
             epoch = done // steps_per_epoch
             seconds = time.time() - epoch_started
+            for callback in callbacks:
+                callback.on_epoch_end(epoch - 1, results)
             log.info("epoch %d/%d - %.0fs - %.0fms/step - %s", epoch, epochs, seconds,
                      1000 * seconds / steps_per_epoch,
                      " - ".join(f"{k}: {v:.4f}" for k, v in results.items()))

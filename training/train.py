@@ -24,6 +24,7 @@ from keras_transformer.data import make_dataset, pairs_from_list
 from keras_transformer.files import write_text_atomically
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
+from training.callbacks import KeepLastWeights, ValidationBleu, average_weights
 from training.config import load_config, save_config
 from training.corpus import load_corpus
 from training.scoring import score_translations
@@ -91,16 +92,28 @@ def datasets(config, corpus, src_tok, tgt_tok):
     return train, valid
 
 
+def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
+    """Greedy-translate ``pairs`` and score them; log the first ``show`` examples."""
+    started = time.time()
+    hypotheses = translator.translate([source for source, _ in pairs], batch_size=128)
+    scores = score_translations(hypotheses, [target for _, target in pairs])
+    scores["decode_seconds"] = round(time.time() - started, 1)
+    for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:show]:
+        log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
+    return scores
+
+
 def save_model_atomically(model: keras.Model, path: Path) -> None:
     temp = path.with_name(path.stem + ".tmp" + path.suffix)
     model.save(temp)
     os.replace(temp, path)
 
 
-def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path) -> dict:
+def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path,
+                epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
     """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
-    or ``training.loop: custom``); both run ``model.train_step``. Returns the
-    per-epoch history."""
+    or ``training.loop: custom``); both run ``model.train_step`` and the same
+    per-epoch callbacks. Returns the per-epoch history."""
     loop = options.get("loop", "auto")
     if loop not in LOOPS:
         raise ValueError(f"training.loop must be one of {LOOPS}, got {loop!r}.")
@@ -118,6 +131,7 @@ def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], wo
             backup_every_steps=None if every == "epoch" else int(every),
             steps_per_execution=options.get("steps_per_execution", 1),
             summary_dir=workdir / "logs",
+            callbacks=epoch_callbacks,
         )
         backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
         return history
@@ -125,6 +139,7 @@ def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], wo
         keras.callbacks.BackupAndRestore(str(workdir / "backup"), save_freq=every),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(str(workdir / "logs"), update_freq=100),
+        *epoch_callbacks,
     ]
     if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
         # Keras 3.15's evaluate() builds its metrics symbolically from one
@@ -177,10 +192,17 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     (workdir / "model_config.json").write_text(model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")
 
+    evaluation = config.get("evaluation", {})
+    translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
+    keeper = KeepLastWeights(workdir / "checkpoints", keep=train_options.get("average_last", 1))
+    epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
+    bleu_sentences = evaluation.get("bleu_sentences", 0)
+    if bleu_sentences and corpus["valid"]:
+        epoch_callbacks.append(ValidationBleu(translator, corpus["valid"][:bleu_sentences], workdir / "logs"))
+
     fit_started = time.time()
-    history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir)
+    history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir, epoch_callbacks)
     train_seconds = time.time() - fit_started
-    save_model_atomically(model, workdir / "model.keras")
 
     metrics: dict[str, Any] = {
         "train_seconds": round(train_seconds, 1),
@@ -188,15 +210,17 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
     eval_split = "test" if corpus["test"] else "valid"
-    pairs = corpus[eval_split][: config.get("evaluation", {}).get("max_sentences", len(corpus[eval_split]))]
+    pairs = corpus[eval_split][: evaluation.get("max_sentences", len(corpus[eval_split]))]
+    kept = keeper.paths()
+    if len(kept) > 1:
+        if pairs:
+            metrics[f"{eval_split}_last_checkpoint"] = score_split(translator, pairs)
+        model.set_weights(average_weights(kept))
+        metrics["averaged_checkpoints"] = [path.name for path in kept]
+        log.info("averaged the weights of %s", ", ".join(path.name for path in kept))
+    save_model_atomically(model, workdir / "model.keras")
     if pairs:
-        translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
-        decode_started = time.time()
-        hypotheses = translator.translate([s for s, _ in pairs], batch_size=128)
-        metrics[eval_split] = score_translations(hypotheses, [t for _, t in pairs])
-        metrics[eval_split]["decode_seconds"] = round(time.time() - decode_started, 1)
-        for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:5]:
-            log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
+        metrics[eval_split] = score_split(translator, pairs, show=5)
     metrics["total_seconds"] = round(time.time() - started, 1)
     write_text_atomically(workdir / "metrics.json", json.dumps(metrics, indent=2))
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))

@@ -1,0 +1,79 @@
+"""Per-epoch callbacks of the training program (used by ``model.fit`` and by
+``custom_fit`` alike): validation BLEU and the last-K weights for averaging."""
+
+from __future__ import annotations
+
+import io
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.files import write_atomically
+from training.scoring import score_translations
+
+log = logging.getLogger("training")
+
+
+class ValidationBleu(keras.callbacks.Callback):
+    """Greedy-decodes a sample of the validation set after each epoch and adds
+    ``val_bleu``/``val_chrf`` (sacrebleu, detokenized, cased) to the logs and
+    to TensorBoard."""
+
+    def __init__(self, translator, pairs: Sequence[tuple[str, str]], summary_dir: Path | None = None):
+        super().__init__()
+        self.translator = translator
+        self.sources = [source for source, _ in pairs]
+        self.references = [target for _, target in pairs]
+        self.writer = tf.summary.create_file_writer(str(summary_dir)) if summary_dir else None
+
+    def on_epoch_end(self, epoch, logs=None):
+        hypotheses = self.translator.translate(self.sources, batch_size=128)
+        scores = score_translations(hypotheses, self.references)
+        if logs is not None:
+            logs["val_bleu"] = scores["bleu"]
+            logs["val_chrf"] = scores["chrf"]
+        log.info("epoch %d: validation BLEU %.2f chrF %.2f (%d sentences)", epoch + 1, scores["bleu"],
+                 scores["chrf"], len(self.references))
+        if self.writer is not None:
+            with self.writer.as_default():
+                tf.summary.scalar("val_bleu", scores["bleu"], step=epoch + 1)
+                tf.summary.scalar("val_chrf", scores["chrf"], step=epoch + 1)
+
+
+class KeepLastWeights(keras.callbacks.Callback):
+    """Keeps the model weights of the last ``keep`` epochs (no optimizer state)
+    in ``directory`` so that ``average_weights`` can average them at the end,
+    as the paper averages its last 5 checkpoints."""
+
+    def __init__(self, directory: Path, keep: int):
+        super().__init__()
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1, got {keep}.")
+        self.directory = Path(directory)
+        self.keep = keep
+
+    def on_epoch_end(self, epoch, logs=None):
+        buffer = io.BytesIO()
+        np.savez(buffer, *self.model.get_weights())
+        write_atomically({self.directory / f"epoch_{epoch + 1:04d}.npz": buffer.getvalue()})
+        for old in self.paths()[: -self.keep]:
+            old.unlink()
+
+    def paths(self) -> list[Path]:
+        return sorted(self.directory.glob("epoch_*.npz"))
+
+
+def average_weights(paths: Sequence[Path]) -> list[np.ndarray]:
+    """Element-wise mean of the weight lists stored in ``paths``."""
+    if not paths:
+        raise ValueError("No checkpoints to average.")
+    total = None
+    for path in paths:
+        with np.load(path) as stored:
+            weights = [stored[f"arr_{i}"].astype(np.float64) for i in range(len(stored.files))]
+        total = weights if total is None else [t + w for t, w in zip(total, weights)]
+    return [(t / len(paths)).astype(np.float32) for t in total]
