@@ -208,3 +208,44 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
         np.testing.assert_allclose(averaged[j], np.mean([w[j] for w in sets], axis=0), rtol=1e-6)
     with pytest.raises(ValueError, match="No checkpoints"):
         average_weights([])
+
+
+def test_corpus_from_tsv_and_text_files(tmp_path):
+    from training.corpus import load_corpus
+
+    (tmp_path / "train.tsv").write_text("ein Haus\ta house\nzwei\ttwo\n\tempty source\n", encoding="utf-8")
+    corpus = load_corpus({"kind": "tsv", "tsv": {"train": "train.tsv"}}, base_dir=tmp_path)
+    assert corpus == {"train": [("ein Haus", "a house"), ("zwei", "two")], "valid": [], "test": []}
+    (tmp_path / "train.src").write_text("ein  Haus \n", encoding="utf-8")
+    (tmp_path / "train.tgt").write_text("a house\n", encoding="utf-8")
+    corpus = load_corpus({"kind": "text", "dir": str(tmp_path)})
+    assert corpus["train"] == [("ein Haus", "a house")] and corpus["valid"] == []
+    with pytest.raises(ValueError, match="data.kind must be one of"):
+        load_corpus({"kind": "csv"})
+    with pytest.raises(ValueError, match="data.tsv.train"):
+        load_corpus({"kind": "tsv"})
+
+
+def test_corpus_from_tfds_offline():
+    import tensorflow_datasets as tfds
+
+    from training.corpus import load_corpus
+
+    with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+        corpus = load_corpus({"kind": "tfds", "tfds": {"name": "ted_hrlr_translate/pt_to_en",
+                                                        "train": "train", "valid": "validation",
+                                                        "test": None}})
+    assert 0 < len(corpus["train"]) <= 6 and corpus["test"] == []
+    assert all(isinstance(s, str) and isinstance(t, str) for s, t in corpus["train"])
+
+
+@pytest.mark.parametrize("name", ["demo", "multi30k", "base", "big"])
+def test_shipped_configs_build_valid_models(name):
+    import keras_transformer as kt
+
+    config = load_config(name)
+    model = dict(config["model"])
+    preset = model.pop("preset")
+    kt.TransformerConfig.from_preset(preset, vocab_size=config["tokenizer"]["vocab_size"], **model)
+    training = config["training"]
+    assert training["steps_per_epoch"] % training["steps_per_execution"] == 0
