@@ -1,0 +1,138 @@
+"""Beam search (paper §6.1: beam 4, length penalty α = 0.6, max length input + 50).
+
+Batched and cached like greedy decoding: self-attention keys/values are
+reordered along with the beams, while the cross-attention keys/values, which
+are identical for every beam of a sentence, are computed once and never moved.
+Scores use the GNMT length penalty ``lp(n) = ((5 + n) / 6)^α`` of Wu et al. 2016.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+from keras_transformer.decoding import decode_length
+from keras_transformer.layers import padding_mask
+
+_NEG = -1.0e9  # a finite "impossible" log-probability (no inf - inf = NaN)
+
+
+class BeamSearchOutput(NamedTuple):
+    """``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding), best
+    first; ``scores`` ``[batch, beam]``: log-probability / length penalty, the
+    ranking criterion; ``log_probs`` ``[batch, beam]``: the sequences' summed
+    token log-probabilities under the model."""
+
+    tokens: tf.Tensor
+    scores: tf.Tensor
+    log_probs: tf.Tensor
+
+
+def length_penalty(length, alpha: float) -> tf.Tensor:
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _loose(x: tf.Tensor) -> tf.TensorShape:
+    return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
+
+
+def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
+                extra_length: int = 50) -> BeamSearchOutput:
+    """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
+
+    Stops when the longest allowed length is reached or when, for every
+    sentence, ``beam_size`` finished hypotheses score better than any live
+    beam still could (log-probabilities only fall as a sequence grows).
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
+    config = model.config
+    source_ids = tf.convert_to_tensor(source_ids)
+    k = beam_size
+    limit = decode_length(model, source_ids, max_length, extra_length)
+    batch = tf.shape(source_ids)[0]
+    vocab = config.tgt_vocab_size
+    eos = tf.constant(config.eos_id, tf.int32)
+
+    # Every beam of a sentence attends to the same source: tile batch → batch·k.
+    tiled_source = tf.repeat(source_ids, k, axis=0)
+    memory = model.encode(tiled_source, training=False)
+    source_padding = padding_mask(tiled_source, config.pad_id)
+    cache = model.initial_cache(memory)
+
+    def reorder_self_cache(cache, parents):
+        flat = tf.reshape(parents + tf.range(batch)[:, tf.newaxis] * k, [-1])
+        return [
+            {"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
+             "cross": layer["cross"]}
+            for layer in cache
+        ]
+
+    def body(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
+        last = tf.reshape(alive_seq[:, :, -1], [-1, 1])
+        logits, cache = model.decode(last, cache, source_padding, training=False)
+        log_probs = tf.reshape(tf.nn.log_softmax(logits[:, -1, :]), [batch, k, vocab])
+        candidates = tf.reshape(alive_lp[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
+        # 2k candidates guarantee k that do not end here.
+        top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
+        parents = top_index // vocab
+        tokens = top_index % vocab
+        candidate_seq = tf.concat(
+            [tf.gather(alive_seq, parents, batch_dims=1), tokens[:, :, tf.newaxis]], axis=2)
+        ended = tf.equal(tokens, eos)
+
+        alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
+        alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
+        cache = reorder_self_cache(cache, tf.gather(parents, keep, batch_dims=1))
+
+        penalty = length_penalty(t + 1, alpha)
+        fin_seq = tf.concat([fin_seq, tf.fill([batch, k, 1], config.pad_id)], axis=2)
+        pool_seq = tf.concat([fin_seq, candidate_seq], axis=1)
+        pool_scores = tf.concat([fin_scores, tf.where(ended, top_lp / penalty, _NEG)], axis=1)
+        pool_lp = tf.concat([fin_lp, top_lp], axis=1)
+        pool_flags = tf.concat([fin_flags, ended], axis=1)
+        fin_scores, best = tf.math.top_k(pool_scores, k=k)
+        fin_seq = tf.gather(pool_seq, best, batch_dims=1)
+        fin_lp = tf.gather(pool_lp, best, batch_dims=1)
+        fin_flags = tf.gather(pool_flags, best, batch_dims=1)
+        return t + 1, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags
+
+    def running(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
+        best_alive_could_reach = alive_lp[:, 0] / length_penalty(limit, alpha)
+        worst_finished = tf.reduce_min(tf.where(fin_flags, fin_scores, _NEG), axis=1)
+        settled = tf.reduce_all(worst_finished >= best_alive_could_reach)
+        return tf.logical_and(t < limit, tf.logical_not(settled))
+
+    start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
+    loop_vars = (
+        tf.constant(0),
+        tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
+        start_lp,
+        cache,
+        tf.zeros([batch, k, 1], tf.int32),
+        tf.fill([batch, k], _NEG),
+        tf.fill([batch, k], _NEG),
+        tf.zeros([batch, k], tf.bool),
+    )
+    invariants = (
+        tf.TensorShape([]),
+        tf.TensorShape([None, k, None]),
+        tf.TensorShape([None, k]),
+        tf.nest.map_structure(_loose, cache),
+        tf.TensorShape([None, k, None]),
+        tf.TensorShape([None, k]),
+        tf.TensorShape([None, k]),
+        tf.TensorShape([None, k]),
+    )
+    t, alive_seq, alive_lp, _, fin_seq, fin_scores, fin_lp, fin_flags = tf.while_loop(
+        running, body, loop_vars, shape_invariants=invariants)
+
+    # Drop the BOS column; sentences with no finished hypothesis keep their live beams.
+    alive_seq, fin_seq = alive_seq[:, :, 1:], fin_seq[:, :, 1:]
+    any_finished = tf.reduce_any(fin_flags, axis=1)
+    tokens = tf.where(any_finished[:, tf.newaxis, tf.newaxis], fin_seq, alive_seq)
+    scores = tf.where(any_finished[:, tf.newaxis], fin_scores, alive_lp / length_penalty(t, alpha))
+    log_probs = tf.where(any_finished[:, tf.newaxis], fin_lp, alive_lp)
+    # A finished row that holds fewer than k hypotheses pads with NEG-scored entries.
+    return BeamSearchOutput(tokens, scores, log_probs)

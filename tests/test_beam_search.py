@@ -1,0 +1,94 @@
+"""Beam search: k=1 is greedy, scores are the model's own log-probabilities,
+beams are ranked by the length-penalised score, batching changes nothing."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.beam_search import beam_search, length_penalty
+from keras_transformer.decoding import greedy_decode
+
+SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(11)
+    config = kt.TransformerConfig.from_preset("tiny", vocab_size=30, dropout=0.0, max_length=64,
+                                              tie_embeddings=False)
+    model = kt.Transformer(config)
+    model.build()
+    kernel = model.output_projection.kernel
+    kernel.assign(kernel * 4.0)  # varied, fairly peaked predictions from random weights
+    bias = model.output_projection.bias
+    bias.assign(bias + 2.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # EOS now and then
+    return model
+
+
+def _length(row):
+    row = list(row)
+    return row.index(kt.EOS_ID) + 1 if kt.EOS_ID in row else len(row)
+
+
+def teacher_forced_log_prob(model, source, tokens):
+    length = _length(tokens)
+    target_in = np.concatenate([[kt.BOS_ID], tokens[: length - 1]])[np.newaxis].astype(np.int32)
+    log_probs = tf.nn.log_softmax(model((source[np.newaxis], target_in), training=False)).numpy()[0]
+    return float(sum(log_probs[i, tokens[i]] for i in range(length)))
+
+
+def test_beam_of_one_without_length_penalty_is_greedy(model):
+    greedy, greedy_scores = greedy_decode(model, SOURCE, max_length=12)
+    beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, max_length=12)
+    width = greedy.shape[1]
+    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :width], greedy.numpy())
+    np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
+
+
+def test_beam_scores_are_the_models_log_probabilities(model):
+    out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(SOURCE)
+    tokens, scores, log_probs = (x.numpy() for x in out)
+    assert tokens.shape[:2] == (3, 4)
+    for b in range(3):
+        assert np.all(np.diff(scores[b]) <= 1e-6), "beams are not sorted best first"
+        for j in range(4):
+            if scores[b, j] < -1e8:  # unfilled slot
+                continue
+            rescored = teacher_forced_log_prob(model, SOURCE[b], tokens[b, j])
+            np.testing.assert_allclose(log_probs[b, j], rescored, rtol=1e-4, atol=1e-4)
+            expected = rescored / float(length_penalty(_length(tokens[b, j]), 0.6))
+            np.testing.assert_allclose(scores[b, j], expected, rtol=1e-4, atol=1e-4)
+    # Beam search finds at least as good a (penalised) hypothesis as greedy.
+    greedy, greedy_lp = greedy_decode(model, SOURCE, max_length=12)
+    for b in range(3):
+        greedy_score = greedy_lp.numpy()[b] / float(length_penalty(_length(greedy.numpy()[b]), 0.6))
+        assert scores[b, 0] >= greedy_score - 1e-4
+
+
+def test_sentence_alone_equals_sentence_in_batch(model):
+    batch = beam_search(model, SOURCE, beam_size=3, max_length=10)
+    for b in range(3):
+        length = int((SOURCE[b] != 0).sum())
+        alone = beam_search(model, SOURCE[b:b + 1, :length], beam_size=3, max_length=10)
+        best = _length(alone.tokens.numpy()[0, 0])
+        np.testing.assert_array_equal(alone.tokens.numpy()[0, 0, :best], batch.tokens.numpy()[b, 0, :best])
+        np.testing.assert_allclose(alone.scores.numpy()[0, 0], batch.scores.numpy()[b, 0], rtol=1e-4)
+
+
+def test_stops_as_soon_as_eos_wins_everywhere(model):
+    bias = model.output_projection.bias
+    saved = bias.numpy()
+    try:
+        bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])
+        out = beam_search(model, SOURCE, beam_size=2, max_length=20)
+        assert out.tokens.shape[2] < 20  # settled long before the length limit
+        np.testing.assert_array_equal(out.tokens.numpy()[:, 0, 0], [kt.EOS_ID] * 3)
+    finally:
+        bias.assign(saved)
+
+
+def test_invalid_beam_size():
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(None, SOURCE, beam_size=0)
