@@ -1,0 +1,1 @@
+"""Export programs: ``python -m export.saved_model``, ``python -m export.translate``."""

@@ -1,0 +1,79 @@
+"""The exported translator: a ``tf.Module`` whose signatures take strings (or
+ids) and return translations, using only TensorFlow and TF Text ops."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tensorflow as tf
+
+from keras_transformer.beam_search import beam_search
+from keras_transformer.data.normalize import normalize_whitespace_tf
+from keras_transformer.data.sequences import encode_sources
+from keras_transformer.decoding import greedy_decode
+
+
+class ExportedTranslator(tf.Module):
+    """What ``export.saved_model`` saves.
+
+    Signatures:
+        ``serving_default``: ``inputs`` string ``[batch]`` → ``translations``
+            string ``[batch]`` and ``scores`` float32 ``[batch]`` (length-penalised
+            log-probability with beam search, log-probability with greedy).
+        ``translate_ids``: ``source_ids`` int32 ``[batch, len]`` (subword ids +
+            EOS, padded with 0, as ``keras_transformer.data.encode_sources``
+            makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then 0) and
+            ``scores``.
+
+    Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
+    as in training; an empty sentence translates to ""; sources longer than
+    ``max_src_length`` subwords are truncated (EOS kept).
+    """
+
+    def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
+                 beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
+                 src_model_path: Path | None = None, tgt_model_path: Path | None = None):
+        super().__init__(name="translator")
+        self.model = model
+        # The raw tf.Variables the signatures read. Without this list the
+        # SavedModel restores under tf.saved_model.load but not under the
+        # session-based loader of TF Serving and saved_model_cli ("Could not
+        # find variable ..."): Keras 3 variables wrap the tf.Variable.
+        self.model_variables = [variable.value for variable in model.variables]
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.max_src_length = int(max_src_length)
+        self.beam_size = int(beam_size)
+        self.alpha = float(alpha)
+        self.extra_length = int(extra_length)
+        # The SentencePiece models also ship as assets, for clients that tokenize themselves.
+        if src_model_path is not None:
+            self.source_spm = tf.saved_model.Asset(str(src_model_path))
+        if tgt_model_path is not None and tgt_model_path != src_model_path:
+            self.target_spm = tf.saved_model.Asset(str(tgt_model_path))
+
+    def _decode(self, source_ids):
+        if self.beam_size > 1:
+            out = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
+                              extra_length=self.extra_length)
+            return out.tokens[:, 0, :], out.scores[:, 0]
+        return greedy_decode(self.model, source_ids, extra_length=self.extra_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    def translate_ids(self, source_ids):
+        target_ids, scores = self._decode(source_ids)
+        return {"target_ids": target_ids, "scores": scores}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
+                                            replacement_char=0xFFFD)
+        text = normalize_whitespace_tf(text)
+        source_ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        target_ids, scores = self._decode(tf.cast(source_ids, tf.int32))
+        translations = self.tgt_tokenizer.detokenize(target_ids)
+        empty = tf.equal(tf.strings.length(text), 0)
+        return {
+            "translations": tf.where(empty, tf.constant(""), translations),
+            "scores": tf.where(empty, tf.zeros_like(scores), scores),
+        }

@@ -1,0 +1,161 @@
+"""SavedModel export: layout, atomic versions, a fresh process with only
+tensorflow + tensorflow_text, the session loader (TF Serving, saved_model_cli),
+op allow-list, bad inputs, warm-up requests and client request formats."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+# Custom ops the stock tensorflow_model_server ships besides core TF: TF Text's SentencePiece ops.
+TF_TEXT_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
+               "SentencepieceIdToPieceOp", "SentencepieceGetPieceSizeOp"}
+SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps",
+             "yesterday the hungry teacher gave an old book to the farmer quickly"]
+
+
+def _python(code, timeout=300):
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=CHECKOUT, env=ENV,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("train") / "run"
+    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
+               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
+               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
+               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
+               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
+    result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return path
+
+
+@pytest.fixture(scope="module")
+def export_dir(workdir, tmp_path_factory):
+    from export.saved_model import export_saved_model
+
+    out = tmp_path_factory.mktemp("exports") / "demo"
+    return export_saved_model(workdir, out, beam_size=3)
+
+
+def test_layout_and_atomic_versions(workdir, export_dir):
+    from export.saved_model import export_saved_model
+
+    assert export_dir.name == "1"
+    for name in ("saved_model.pb", "variables", "assets/spm_shared.model",
+                 "assets.extra/tf_serving_warmup_requests"):
+        assert (export_dir / name).exists(), name
+    assert 'base_path: "/models/demo"' in (export_dir.parent / "models.config").read_text()
+    assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".tmp")]
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_saved_model(workdir, export_dir.parent, version=1)
+    second = export_saved_model(workdir, export_dir.parent, beam_size=1)
+    assert second.name == "2"
+    assert export_saved_model(workdir, export_dir.parent, version=2, overwrite=True, beam_size=1) == second
+
+
+def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
+    from export.serving import ExportedTranslator
+    from training.evaluate import load_workdir
+
+    model, src_tok, tgt_tok, config = load_workdir(workdir)
+    module = ExportedTranslator(model, src_tok, tgt_tok, beam_size=3,
+                                max_src_length=config["training"]["max_src_length"])
+    expected = [t.decode() for t in module.translate(tf.constant(SENTENCES))["translations"].numpy()]
+
+    stdout = _python(f"""
+        import json, sys, tensorflow as tf, tensorflow_text  # noqa: F401
+        assert not any(name.startswith(("keras_transformer", "training", "export")) for name in sys.modules)
+        serve = tf.saved_model.load({str(export_dir)!r}).signatures["serving_default"]
+        sentences = {SENTENCES!r}
+        batch = [t.decode() for t in serve(inputs=tf.constant(sentences))["translations"].numpy()]
+        alone = [serve(inputs=tf.constant([s]))["translations"].numpy()[0].decode() for s in sentences]
+        odd = serve(inputs=tf.constant(["", "   ", b"caf\\xc3 \\xff\\xfe dog", " ".join(["cat"] * 2000)]))
+        print(json.dumps({{"batch": batch, "alone": alone,
+                          "odd": [t.decode("utf-8", "replace") for t in odd["translations"].numpy()],
+                          "odd_scores": odd["scores"].numpy().tolist()}}))
+    """)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result["batch"] == expected
+    assert result["alone"] == expected  # a batch mixing lengths changes nothing
+    assert result["odd"][:2] == ["", ""] and result["odd_scores"][:2] == [0.0, 0.0]
+    assert isinstance(result["odd"][2], str) and isinstance(result["odd"][3], str)
+
+
+def test_ids_signature_and_session_loader(export_dir):
+    stdout = _python(f"""
+        import numpy as np, tensorflow as tf, tensorflow_text  # noqa: F401
+        with tf.compat.v1.Session(graph=tf.Graph()) as session:  # how TF Serving loads
+            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], {str(export_dir)!r})
+            signature = meta.signature_def["translate_ids"]
+            out = session.run({{k: v.name for k, v in signature.outputs.items()}},
+                              {{signature.inputs["source_ids"].name: np.array([[5, 6, 7, 3]], np.int32)}})
+        print(out["target_ids"].shape, out["target_ids"].dtype, out["scores"].shape)
+    """)
+    shape_line = stdout.strip().splitlines()[-1]
+    assert shape_line.startswith("(1, ") and "int32 (1,)" in shape_line
+
+
+def test_graph_uses_only_core_tf_and_tf_text_ops(export_dir):
+    stdout = _python(f"""
+        import json, tensorflow as tf
+        from tensorflow.core.protobuf import saved_model_pb2
+        from tensorflow.python.framework import op_def_registry
+        saved = saved_model_pb2.SavedModel()
+        saved.ParseFromString(open({str(export_dir / 'saved_model.pb')!r}, "rb").read())
+        graph = saved.meta_graphs[0].graph_def
+        functions = {{f.signature.name for f in graph.library.function}}
+        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
+        print(json.dumps(sorted(op for op in ops - functions if op_def_registry.get(op) is None)))
+    """)
+    not_in_core = set(json.loads(stdout.strip().splitlines()[-1]))
+    assert not_in_core <= TF_TEXT_OPS, not_in_core - TF_TEXT_OPS
+    assert "SentencepieceTokenizeOp" in not_in_core
+
+
+def test_saved_model_cli_show_and_run(export_dir):
+    cli = Path(sys.executable).parent / "saved_model_cli"
+    shown = subprocess.run([str(cli), "show", "--dir", str(export_dir), "--all"], env=ENV,
+                           capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "signature_def['serving_default']" in shown.stdout
+    assert "signature_def['translate_ids']" in shown.stdout
+    # `run` needs TF Text's ops registered: saved_model_cli's own main, with tensorflow_text imported.
+    stdout = _python(f"""
+        import sys, tensorflow_text  # noqa: F401
+        from tensorflow.python.tools import saved_model_cli
+        sys.argv = ["saved_model_cli", "run", "--dir", {str(export_dir)!r}, "--tag_set", "serve",
+                    "--signature_def", "serving_default", "--input_exprs", 'inputs=["a boy sleeps", ""]']
+        saved_model_cli.main()
+    """)
+    assert "Result for output key translations" in stdout
+
+
+def test_warmup_request_and_client_formats_match_the_signature(export_dir):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    from export.client import predict_request, rest_payload
+
+    records = list(tf.data.TFRecordDataset(str(export_dir / "assets.extra" / "tf_serving_warmup_requests")))
+    log_entry = prediction_log_pb2.PredictionLog.FromString(records[0].numpy())
+    warmup = log_entry.predict_log.request
+    signature = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+    (input_name,) = signature.structured_input_signature[1].keys()
+    assert warmup.model_spec.signature_name == "serving_default"
+    assert set(warmup.inputs) == {input_name}
+    assert warmup.inputs[input_name].dtype == tf.string.as_datatype_enum
+    assert set(rest_payload(["x"])["inputs"]) == {input_name}
+    request = predict_request(["x", "y"], "demo")
+    assert set(request.inputs) == {input_name} and request.model_spec.signature_name == "serving_default"
+    assert tf.make_ndarray(request.inputs[input_name]).tolist() == [b"x", b"y"]
