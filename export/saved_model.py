@@ -50,7 +50,9 @@ def export_saved_model(workdir: Path, out: Path, version: int | None = None, bea
     try:
         tf.saved_model.save(module, str(staging), signatures={
             "serving_default": module.translate,
+            "translate_greedy": module.translate_greedy,
             "translate_ids": module.translate_ids,
+            "cross_attention": module.cross_attention,
         })
         write_warmup_requests(staging, warmup_sentences)
         if target.exists():

@@ -20,10 +20,15 @@ class ExportedTranslator(tf.Module):
         ``serving_default``: ``inputs`` string ``[batch]`` → ``translations``
             string ``[batch]`` and ``scores`` float32 ``[batch]`` (length-penalised
             log-probability with beam search, log-probability with greedy).
+        ``translate_greedy``: as ``serving_default`` with greedy decoding.
         ``translate_ids``: ``source_ids`` int32 ``[batch, len]`` (subword ids +
             EOS, padded with 0, as ``keras_transformer.data.encode_sources``
             makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then 0) and
             ``scores``.
+        ``cross_attention``: one sentence (string scalar) → its translation,
+            ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
+            source]``: the last decoder layer's cross-attention, averaged over
+            heads (for plotting alignments).
 
     Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
     as in training; an empty sentence translates to ""; sources longer than
@@ -44,6 +49,7 @@ class ExportedTranslator(tf.Module):
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
         self.beam_size = int(beam_size)
+        self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
         self.alpha = float(alpha)
         self.extra_length = int(extra_length)
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
@@ -52,8 +58,9 @@ class ExportedTranslator(tf.Module):
         if tgt_model_path is not None and tgt_model_path != src_model_path:
             self.target_spm = tf.saved_model.Asset(str(tgt_model_path))
 
-    def _decode(self, source_ids):
-        if self.beam_size > 1:
+    def _decode(self, source_ids, beam_size=None):
+        beam_size = self.beam_size if beam_size is None else beam_size
+        if beam_size > 1:
             out = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
                               extra_length=self.extra_length)
             return out.tokens[:, 0, :], out.scores[:, 0]
@@ -64,16 +71,48 @@ class ExportedTranslator(tf.Module):
         target_ids, scores = self._decode(source_ids)
         return {"target_ids": target_ids, "scores": scores}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
-    def translate(self, inputs):
+    def _source_ids(self, inputs):
         text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
                                             replacement_char=0xFFFD)
         text = normalize_whitespace_tf(text)
-        source_ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
-        target_ids, scores = self._decode(tf.cast(source_ids, tf.int32))
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        return text, tf.cast(ids, tf.int32)
+
+    def _translate(self, inputs, beam_size=None):
+        text, source_ids = self._source_ids(inputs)
+        target_ids, scores = self._decode(source_ids, beam_size)
         translations = self.tgt_tokenizer.detokenize(target_ids)
         empty = tf.equal(tf.strings.length(text), 0)
         return {
             "translations": tf.where(empty, tf.constant(""), translations),
             "scores": tf.where(empty, tf.zeros_like(scores), scores),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        return self._translate(inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate_greedy(self, inputs):
+        return self._translate(inputs, beam_size=1)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="sentence")])
+    def cross_attention(self, sentence):
+        _, source_ids = self._source_ids(sentence[tf.newaxis])
+        target_ids, _ = self._decode(source_ids)
+        config = self.model.config
+        # Keep the target up to and including EOS; feed BOS + all but the last token.
+        length = tf.reduce_sum(tf.cast(tf.not_equal(target_ids[0], config.pad_id), tf.int32))
+        target = target_ids[:, :length]
+        target_in = tf.concat([tf.fill([1, 1], config.bos_id), target[:, :-1]], axis=1)
+        memory = self.model.encode(source_ids, training=False)
+        _, weights = self.model.decoder(
+            self.model.target_embedding(target_in, training=False), memory,
+            memory_padding_mask=tf.not_equal(source_ids, config.pad_id),
+            return_attention_weights=True, training=False)
+        return {
+            "translation": self.tgt_tokenizer.detokenize(target)[0],
+            "source_pieces": self.src_tokenizer.id_to_piece(source_ids[0]),
+            "target_pieces": self.tgt_tokenizer.id_to_piece(target[0]),
+            "weights": tf.reduce_mean(weights[-1]["cross"][0], axis=0),
         }

@@ -16,7 +16,7 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 # Custom ops the stock tensorflow_model_server ships besides core TF: TF Text's SentencePiece ops.
 TF_TEXT_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
-               "SentencepieceIdToPieceOp", "SentencepieceGetPieceSizeOp"}
+               "SentencepieceIdToStringOp", "SentencepieceGetPieceSizeOp"}
 SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps",
              "yesterday the hungry teacher gave an old book to the farmer quickly"]
 
@@ -159,3 +159,30 @@ def test_warmup_request_and_client_formats_match_the_signature(export_dir):
     request = predict_request(["x", "y"], "demo")
     assert set(request.inputs) == {input_name} and request.model_spec.signature_name == "serving_default"
     assert tf.make_ndarray(request.inputs[input_name]).tolist() == [b"x", b"y"]
+
+
+def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path):
+    def run(*args, stdin=None):
+        return subprocess.run([sys.executable, "-m", "export.translate", "--model", str(export_dir), *args],
+                              cwd=CHECKOUT, env=ENV, input=stdin, capture_output=True, text=True, timeout=300)
+
+    lines = SENTENCES + [""]
+    beam = run(stdin="\n".join(lines) + "\n")
+    assert beam.returncode == 0, beam.stderr[-3000:]
+    assert len(beam.stdout.splitlines()) == len(lines) and beam.stdout.splitlines()[-1] == ""
+    greedy = run("--beam", "1", stdin="\n".join(lines) + "\n")
+    assert greedy.returncode == 0 and len(greedy.stdout.splitlines()) == len(lines)
+    wrong = run("--beam", "5", "a boy sleeps")
+    assert wrong.returncode != 0 and "re-export" in wrong.stderr
+    png = tmp_path / "attention.png"
+    plotted = run("--plot-attention", str(png), SENTENCES[0])
+    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cross_attention_signature_rows_are_distributions(export_dir):
+    out = tf.saved_model.load(str(export_dir)).signatures["cross_attention"](sentence=tf.constant(SENTENCES[1]))
+    weights = out["weights"].numpy()
+    assert weights.shape == (len(out["target_pieces"].numpy()), len(out["source_pieces"].numpy()))
+    assert abs(weights.sum(axis=1) - 1.0).max() < 1e-4
+    assert out["source_pieces"].numpy()[-1] == b"</s>"
