@@ -98,7 +98,7 @@ def make_dataset(
             batch, so ``element_spec`` is fully static (TPU/XLA). With
             ``batch_tokens``, ``batch_size = batch_tokens // longest row``.
         drop_remainder: drop partial batches; defaults to ``static_shapes``.
-        training: ``False`` turns shuffling off (evaluation).
+        training: ``False`` turns shuffling and tf.data autotuning off (evaluation).
     """
     _check_pairs(pairs)
     if (batch_tokens is None) == (batch_size is None):
@@ -176,7 +176,16 @@ def make_dataset(
             padding_values=PAD_ID,
             drop_remainder=drop_remainder,
         )
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    dataset = dataset.prefetch(tf.data.AUTOTUNE)
+    if not training:
+        # Evaluation datasets are iterated afresh every epoch. Deleting a used
+        # iterator waits for tf.data's autotune thread to wake (up to ~10-20 s,
+        # its back-off doubles from 10 ms), which stalled every other epoch of
+        # model.fit with validation. Eval input is cheap: no autotuning needed.
+        options = tf.data.Options()
+        options.autotune.enabled = False
+        dataset = dataset.with_options(options)
+    return dataset
 
 
 @dataclasses.dataclass(frozen=True)
