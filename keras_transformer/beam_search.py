@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import decode_length
+from keras_transformer.decoding import ban_early_eos, decode_length
 from keras_transformer.layers import padding_mask
 
 _NEG = -1.0e9  # a finite "impossible" log-probability (no inf - inf = NaN)
@@ -38,12 +38,14 @@ def _loose(x: tf.Tensor) -> tf.TensorShape:
 
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
-                extra_length: int = 50) -> BeamSearchOutput:
+                extra_length: int = 50, min_length: int = 0) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     Stops when the longest allowed length is reached or when, for every
     sentence, ``beam_size`` finished hypotheses score better than any live
     beam still could (log-probabilities only fall as a sequence grows).
+    ``min_length`` forbids EOS before that many tokens (benchmarks force the
+    output length with it).
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -72,7 +74,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     def body(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
         last = tf.reshape(alive_seq[:, :, -1], [-1, 1])
         logits, cache = model.decode(last, cache, source_padding, training=False)
-        log_probs = tf.reshape(tf.nn.log_softmax(logits[:, -1, :]), [batch, k, vocab])
+        step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
+        log_probs = tf.reshape(step_log_probs, [batch, k, vocab])
         candidates = tf.reshape(alive_lp[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
         # 2k candidates guarantee k that do not end here.
         top_lp, top_index = tf.math.top_k(candidates, k=2 * k)

@@ -17,6 +17,15 @@ def _loose_shape(x: tf.Tensor) -> tf.TensorShape:
     return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
 
 
+def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
+    """``log_probs`` ``[..., vocab]`` with EOS made impossible while ``step < min_length``."""
+    if not min_length:
+        return log_probs
+    is_eos = tf.equal(tf.range(tf.shape(log_probs)[-1]), eos_id)
+    too_early = tf.logical_and(is_eos, step < min_length)
+    return tf.where(too_early, tf.constant(-1.0e9, log_probs.dtype), log_probs)
+
+
 def decode_length(model, source_ids, max_length=None, extra_length: int = 50):
     """Longest output: ``max_length`` if given, else source length + ``extra_length``
     (the paper's input + 50), never beyond the model's position table."""
@@ -26,7 +35,7 @@ def decode_length(model, source_ids, max_length=None, extra_length: int = 50):
 
 
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
-                  static_shapes: bool = False):
+                  static_shapes: bool = False, min_length: int = 0):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
     Args:
@@ -35,6 +44,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         max_length: output length limit (defaults to ``src_len + extra_length``).
         static_shapes: use a fixed-size KV cache and output buffer (every loop
             variable keeps its shape: XLA/TPU/TFLite). Needs an int ``max_length``.
+        min_length: EOS is not allowed before this many tokens (benchmarks use
+            it to force a fixed output length).
 
     Returns:
         ``(tokens, scores)``: ``tokens`` ``[batch, out_len]`` int32 without BOS,
@@ -55,7 +66,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
 
     if static_shapes:
         tokens = tf.fill([batch, limit], pad)
-        cache_invariants = tf.nest.map_structure(lambda x: x.shape, cache)
+        # Only the batch size may be unknown: lengths stay fixed.
+        cache_invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None]) + x.shape[1:], cache)
 
         def write(tokens, chosen, t):
             return tf.where(tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens)
@@ -72,7 +84,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     def body(t, last, cache, finished, scores, tokens):
         logits, cache = model.decode(last, cache, source_padding,
                                      cache_index=t if static_shapes else None, training=False)
-        log_probs = tf.nn.log_softmax(logits[:, -1, :])
+        log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)
         scores = scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
@@ -93,7 +105,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         cache_invariants,
         tf.TensorShape([None]),
         tf.TensorShape([None]),
-        tokens.shape if static_shapes else tf.TensorShape([None, None]),
+        tf.TensorShape([None, limit]) if static_shapes else tf.TensorShape([None, None]),
     )
     _, _, _, _, scores, tokens = tf.while_loop(running, body, loop_vars, shape_invariants=invariants)
     return tokens, scores

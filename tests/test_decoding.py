@@ -88,3 +88,20 @@ def test_default_length_is_source_plus_fifty_capped_by_positions(model):
     assert int(decode_length(model, tf.zeros([1, 40], tf.int32))) == 64
     with pytest.raises(ValueError, match="max_length"):
         greedy_decode(model, SOURCE, static_shapes=True)
+
+
+def test_min_length_forces_the_output_length(model):
+    from keras_transformer.beam_search import beam_search
+
+    bias = model.output_projection.bias
+    saved = bias.numpy()
+    try:
+        bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # EOS would win at once
+        tokens, _ = greedy_decode(model, SOURCE, max_length=16, min_length=16)
+        assert tokens.shape == (3, 16) and not np.any(tokens.numpy() == kt.EOS_ID)
+        static, _ = greedy_decode(model, SOURCE, max_length=16, min_length=5, static_shapes=True)
+        np.testing.assert_array_equal(static.numpy()[:, 5], [kt.EOS_ID] * 3)
+        beams = beam_search(model, SOURCE, beam_size=2, max_length=12, min_length=12)
+        assert beams.tokens.shape[2] == 12 and not np.any(beams.tokens.numpy() == kt.EOS_ID)
+    finally:
+        bias.assign(saved)
