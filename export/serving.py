@@ -13,6 +13,17 @@ from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
 
 
+def raw_variables(model) -> list[tf.Variable]:
+    """The tf.Variables behind a Keras 3 model's variables, for a module to track.
+
+    Without such a list a SavedModel restores under ``tf.saved_model.load`` but
+    not under the session-based loader of TF Serving and saved_model_cli
+    ("Could not find variable ..."), and the TFLite converter cannot freeze the
+    variables read inside a while loop: Keras 3 variables wrap the tf.Variable.
+    """
+    return [variable.value for variable in model.variables]
+
+
 class ExportedTranslator(tf.Module):
     """What ``export.saved_model`` saves.
 
@@ -40,11 +51,7 @@ class ExportedTranslator(tf.Module):
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None):
         super().__init__(name="translator")
         self.model = model
-        # The raw tf.Variables the signatures read. Without this list the
-        # SavedModel restores under tf.saved_model.load but not under the
-        # session-based loader of TF Serving and saved_model_cli ("Could not
-        # find variable ..."): Keras 3 variables wrap the tf.Variable.
-        self.model_variables = [variable.value for variable in model.variables]
+        self.model_variables = raw_variables(model)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)

@@ -1,0 +1,106 @@
+"""TFLite export: builtin ops only, and the LiteRT interpreter gives the same
+ids as our greedy decoder (float) or nearly so (dynamic-range int8)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+MAX_SRC, MAX_TGT = 32, 24
+SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", "the teacher gave a book to the farmer",
+             "yesterday the hungry children visited the tiny birds", "today the horse sells the students"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    path = tmp_path_factory.mktemp("train") / "run"
+    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
+               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
+               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
+               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
+               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
+    result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    from training.evaluate import load_workdir
+
+    model, src_tok, _, _ = load_workdir(path)
+    from keras_transformer.data import encode_sources
+
+    ids = encode_sources(src_tok, tf.constant(SENTENCES), MAX_SRC).to_tensor(shape=[len(SENTENCES), MAX_SRC])
+    return path, model, tf.cast(ids, tf.int32).numpy()
+
+
+def _op_names(flatbuffer: bytes) -> tuple[set, set]:
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flatbuffer))
+    builtin_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
+    builtins, customs = set(), set()
+    for code in model.operatorCodes:
+        if code.customCode:
+            customs.add(code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode)
+        else:
+            builtins.add(builtin_names[max(code.builtinCode, code.deprecatedBuiltinCode)])
+    return builtins, customs
+
+
+def _run(flatbuffer: bytes, ids: np.ndarray) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=flatbuffer)
+    runner = interpreter.get_signature_runner()
+    return np.concatenate([runner(source_ids=row[np.newaxis])["target_ids"] for row in ids])
+
+
+def _reference(model, ids):
+    from keras_transformer.decoding import greedy_decode
+
+    tokens, _ = greedy_decode(model, ids, max_length=MAX_TGT, static_shapes=True)
+    return tokens.numpy()
+
+
+@pytest.fixture(scope="module")
+def float_model(trained):
+    from export.tflite import convert
+
+    _, model, _ = trained
+    return convert(model, MAX_SRC, MAX_TGT)
+
+
+def test_builtin_ops_only(float_model):
+    builtins, customs = _op_names(float_model)
+    assert not customs, f"custom/Flex ops: {customs}"
+    assert "WHILE" in builtins
+
+
+def test_litert_interpreter_matches_our_greedy_decoder(trained, float_model):
+    _, model, ids = trained
+    np.testing.assert_array_equal(_run(float_model, ids), _reference(model, ids))
+
+
+def test_dynamic_range_quantization_agrees_mostly(trained, float_model):
+    from export.tflite import convert
+
+    _, model, ids = trained
+    quantized = convert(model, MAX_SRC, MAX_TGT, quantize="dynamic")
+    assert not _op_names(quantized)[1]
+    assert len(quantized) < 0.5 * len(float_model)
+    agreement = np.mean([np.array_equal(a, b) for a, b in zip(_run(quantized, ids), _reference(model, ids))])
+    assert agreement >= 0.6, agreement
+
+
+def test_cli_writes_the_file(trained, tmp_path):
+    path, _, _ = trained
+    out = tmp_path / "model.tflite"
+    result = subprocess.run([sys.executable, "-m", "export.tflite", "--workdir", str(path), "--out", str(out),
+                             "--max-src-length", str(MAX_SRC), "--max-tgt-length", str(MAX_TGT)],
+                            cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
