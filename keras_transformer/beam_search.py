@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import ban_early_eos, decode_length
+from keras_transformer.decoding import ban_early_eos, decode_lengths
 from keras_transformer.layers import padding_mask
 
 _NEG = -1.0e9  # a finite "impossible" log-probability (no inf - inf = NaN)
@@ -52,7 +52,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size
-    limit = decode_length(model, source_ids, max_length, extra_length)
+    row_limits = decode_lengths(model, source_ids, max_length, extra_length)
+    limit = tf.reduce_max(row_limits)
     batch = tf.shape(source_ids)[0]
     vocab = config.tgt_vocab_size
     eos = tf.constant(config.eos_id, tf.int32)
@@ -83,7 +84,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         tokens = top_index % vocab
         candidate_seq = tf.concat(
             [tf.gather(alive_seq, parents, batch_dims=1), tokens[:, :, tf.newaxis]], axis=2)
-        ended = tf.equal(tokens, eos)
+        # A hypothesis ends with EOS, or when its sentence reaches its length limit.
+        ended = tf.equal(tokens, eos) | (t + 1 >= row_limits)[:, tf.newaxis]
 
         alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
         alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
@@ -102,7 +104,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         return t + 1, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags
 
     def running(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
-        best_alive_could_reach = alive_lp[:, 0] / length_penalty(limit, alpha)
+        best_alive_could_reach = alive_lp[:, 0] / length_penalty(row_limits, alpha)
         worst_finished = tf.reduce_min(tf.where(fin_flags, fin_scores, _NEG), axis=1)
         settled = tf.reduce_all(worst_finished >= best_alive_could_reach)
         return tf.logical_and(t < limit, tf.logical_not(settled))

@@ -26,12 +26,16 @@ def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> t
     return tf.where(too_early, tf.constant(-1.0e9, log_probs.dtype), log_probs)
 
 
-def decode_length(model, source_ids, max_length=None, extra_length: int = 50):
-    """Longest output: ``max_length`` if given, else source length + ``extra_length``
-    (the paper's input + 50), never beyond the model's position table."""
+def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
+    """Longest output of each sentence, ``[batch]`` int32: ``max_length`` if given,
+    else the sentence's own length + ``extra_length`` (the paper's input + 50),
+    never beyond the model's position table. Per sentence, so that a sentence
+    decodes the same alone and in a padded batch."""
+    batch = tf.shape(source_ids)[0]
     if max_length is not None:
-        return min(int(max_length), model.config.max_length)
-    return tf.minimum(tf.shape(source_ids)[1] + extra_length, model.config.max_length)
+        return tf.fill([batch], min(int(max_length), model.config.max_length))
+    real = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), axis=1)
+    return tf.minimum(real + extra_length, model.config.max_length)
 
 
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
@@ -56,7 +60,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     source_ids = tf.convert_to_tensor(source_ids)
     if static_shapes and not isinstance(max_length, int):
         raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size).")
-    limit = decode_length(model, source_ids, max_length, extra_length)
+    row_limits = decode_lengths(model, source_ids, max_length, extra_length)
+    limit = min(int(max_length), model.config.max_length) if static_shapes else tf.reduce_max(row_limits)
     batch = tf.shape(source_ids)[0]
     memory = model.encode(source_ids, training=False)
     source_padding = padding_mask(source_ids, config.pad_id)
@@ -88,7 +93,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)
         scores = scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
-        finished = finished | tf.equal(chosen, eos)
+        finished = finished | tf.equal(chosen, eos) | (t + 1 >= row_limits)
         return t + 1, chosen[:, tf.newaxis], cache, finished, scores, write(tokens, chosen, t)
 
     loop_vars = (

@@ -82,10 +82,14 @@ def test_decoding_stops_when_every_row_has_emitted_eos(model):
 
 
 def test_default_length_is_source_plus_fifty_capped_by_positions(model):
-    from keras_transformer.decoding import decode_length
+    """Per sentence: a sentence's limit does not depend on the batch's padding."""
+    from keras_transformer.decoding import decode_lengths
 
-    assert int(decode_length(model, tf.zeros([1, 7], tf.int32))) == 57
-    assert int(decode_length(model, tf.zeros([1, 40], tf.int32))) == 64
+    source = np.zeros([2, 40], np.int32)
+    source[0, :7] = 5
+    source[1, :] = 5
+    np.testing.assert_array_equal(decode_lengths(model, source).numpy(), [57, 64])
+    np.testing.assert_array_equal(decode_lengths(model, source, max_length=10).numpy(), [10, 10])
     with pytest.raises(ValueError, match="max_length"):
         greedy_decode(model, SOURCE, static_shapes=True)
 
@@ -103,5 +107,26 @@ def test_min_length_forces_the_output_length(model):
         np.testing.assert_array_equal(static.numpy()[:, 5], [kt.EOS_ID] * 3)
         beams = beam_search(model, SOURCE, beam_size=2, max_length=12, min_length=12)
         assert beams.tokens.shape[2] == 12 and not np.any(beams.tokens.numpy() == kt.EOS_ID)
+    finally:
+        bias.assign(saved)
+
+
+def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model):
+    from keras_transformer.beam_search import beam_search
+
+    bias = model.output_projection.bias
+    saved = bias.numpy()
+    try:
+        bias.assign(saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # never ends: hits its limit
+        short = SOURCE[1:2, :3]  # 3 real tokens: limit 53
+        batch_tokens, _ = greedy_decode(model, SOURCE)  # longest row has 6 tokens: 56 steps
+        alone, _ = greedy_decode(model, short)
+        assert alone.shape[1] == 53
+        np.testing.assert_array_equal(batch_tokens.numpy()[1, :53], alone.numpy()[0])
+        assert np.all(batch_tokens.numpy()[1, 53:] == kt.PAD_ID)
+        beams = beam_search(model, SOURCE, beam_size=2)
+        beams_alone = beam_search(model, short, beam_size=2)
+        np.testing.assert_array_equal(beams.tokens.numpy()[1, 0, :53], beams_alone.tokens.numpy()[0, 0])
+        np.testing.assert_allclose(beams.scores.numpy()[1, 0], beams_alone.scores.numpy()[0, 0], rtol=1e-4)
     finally:
         bias.assign(saved)
