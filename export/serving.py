@@ -7,10 +7,9 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_transformer.beam_search import beam_search
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.translate import best_ids
 
 
 def raw_variables(model) -> list[tf.Variable]:
@@ -67,11 +66,7 @@ class ExportedTranslator(tf.Module):
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        if beam_size > 1:
-            out = beam_search(self.model, source_ids, beam_size=self.beam_size, alpha=self.alpha,
-                              extra_length=self.extra_length)
-            return out.tokens[:, 0, :], out.scores[:, 0]
-        return greedy_decode(self.model, source_ids, extra_length=self.extra_length)
+        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):

@@ -29,16 +29,8 @@ def _python(code, timeout=300):
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("train") / "run"
-    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
-               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
-               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
-               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
-               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
-    result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return path
+def workdir(tiny_workdir):
+    return tiny_workdir
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +178,22 @@ def test_cross_attention_signature_rows_are_distributions(export_dir):
     assert weights.shape == (len(out["target_pieces"].numpy()), len(out["source_pieces"].numpy()))
     assert abs(weights.sum(axis=1) - 1.0).max() < 1e-4
     assert out["source_pieces"].numpy()[-1] == b"</s>"
+
+
+def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
+    from keras_transformer.data import write_parallel_files
+    from training.corpus import load_corpus
+    import yaml
+
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    write_parallel_files(load_corpus(config["data"])["test"][:8], tmp_path, "test")
+    for beam, decoding in ((None, "beam3"), ("1", "greedy")):
+        out = tmp_path / f"eval_{decoding}.json"
+        command = [sys.executable, "-m", "training.evaluate", "--saved-model", str(export_dir),
+                   "--src", str(tmp_path / "test.src"), "--ref", str(tmp_path / "test.tgt"), "--out", str(out)]
+        if beam:
+            command += ["--beam", beam]
+        result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        scores = json.loads(out.read_text())
+        assert scores["decoding"] == decoding and scores["sentences"] == 8

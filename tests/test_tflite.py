@@ -18,15 +18,8 @@ SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", "the teacher gave a 
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    path = tmp_path_factory.mktemp("train") / "run"
-    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
-               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
-               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
-               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
-               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
-    result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+def trained(tiny_workdir):
+    path = tiny_workdir
     from training.evaluate import load_workdir
 
     model, src_tok, _, _ = load_workdir(path)
@@ -83,6 +76,19 @@ def test_builtin_ops_only(float_model):
 def test_litert_interpreter_matches_our_greedy_decoder(trained, float_model):
     _, model, ids = trained
     np.testing.assert_array_equal(_run(float_model, ids), _reference(model, ids))
+
+
+def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_model, tmp_path):
+    from export.saved_model import export_saved_model
+
+    path, _, ids = trained
+    exported = export_saved_model(path, tmp_path / "exports", beam_size=1)
+    served = tf.saved_model.load(str(exported)).signatures["translate_ids"](source_ids=tf.constant(ids))
+    served_ids = served["target_ids"].numpy()
+    lite = _run(float_model, ids)
+    for row_lite, row_served in zip(lite, served_ids):
+        stop = min(list(row_served).index(3) + 1 if 3 in row_served else len(row_served), MAX_TGT)
+        np.testing.assert_array_equal(row_lite[:stop], row_served[:stop])
 
 
 def test_dynamic_range_quantization_agrees_mostly(trained, float_model):

@@ -89,6 +89,20 @@ def test_train_then_evaluate_end_to_end(tmp_path):
           "--ref", str(tmp_path / "test.tgt")])
     scores = json.loads((workdir / "eval.json").read_text())
     assert scores["sentences"] == 20 and scores["decoding"] == "greedy"
+    _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
+          "--ref", str(tmp_path / "test.tgt"), "--beam", "3", "--out", str(tmp_path / "beam.json")])
+    assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
+
+
+def test_mixed_precision_and_xla_switches(tmp_path):
+    workdir = tmp_path / "bf16"
+    _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
+          "--mixed-precision", "bf16", "--jit", "--set", "training.static_shapes=true",
+          "--set", "training.max_src_length=48", "--set", "training.max_tgt_length=48"])
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    assert config["training"]["mixed_precision"] == "bf16" and config["training"]["jit"] is True
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert all(value == value for value in metrics["history"]["loss"])  # finite, not NaN
 
 
 def test_mirrored_strategy_on_two_logical_cpus(tmp_path):

@@ -1,7 +1,10 @@
-"""Score a trained workdir on a test file: ``python -m training.evaluate --workdir DIR --src FILE --ref FILE``.
+"""Score a model on a test file:
 
-Greedy decoding; BLEU and chrF with sacrebleu (cased, 13a, detokenized) and
-exact match, printed and written to ``--out`` (default ``DIR/eval.json``).
+    python -m training.evaluate --workdir DIR --src FILE --ref FILE [--beam 4]
+    python -m training.evaluate --saved-model EXPORT_DIR/1 --src FILE --ref FILE
+
+Greedy or beam decoding; BLEU and chrF with sacrebleu (cased, 13a,
+detokenized) and exact match, printed and written to ``--out``.
 """
 
 from __future__ import annotations
@@ -34,23 +37,58 @@ def load_workdir(workdir: Path):
     return model, SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt), config
 
 
+def translate_with_saved_model(export_dir: Path, sources: list[str], beam: int | None,
+                               batch_size: int) -> tuple[list[str], str]:
+    """Translations from an exported SavedModel (``python -m export.saved_model``)."""
+    import tensorflow as tf
+
+    from export.translate import translate_lines
+
+    model = tf.saved_model.load(str(export_dir))
+    exported_beam = int(model.beam_size_tensor.numpy())
+    if beam not in (None, 1, exported_beam):
+        raise ValueError(f"--beam {beam}: {export_dir} decodes with beam {exported_beam}; use --beam 1 "
+                         f"(greedy) or {exported_beam}, or re-export with --beam {beam}.")
+    greedy = beam == 1 or exported_beam == 1
+    hypotheses = list(translate_lines(model, sources, greedy=greedy, batch_size=batch_size, progress=False))
+    return hypotheses, "greedy" if greedy else f"beam{exported_beam}"
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", required=True, type=Path)
+    model_source = parser.add_mutually_exclusive_group(required=True)
+    model_source.add_argument("--workdir", type=Path, help="a training.train workdir")
+    model_source.add_argument("--saved-model", type=Path, help="an export version folder (exports/NAME/1)")
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, type=Path, help="reference translations, aligned")
-    parser.add_argument("--out", type=Path, default=None, help="JSON output (default WORKDIR/eval.json)")
+    parser.add_argument("--beam", type=int, default=None,
+                        help="beam size (workdir: default 1 = greedy; SavedModel: default the exported beam)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent for beam search")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)")
     parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args(argv)
 
-    model, src_tok, tgt_tok, config = load_workdir(args.workdir)
     text = read_text_file_pairs(args.src, args.ref)
-    translator = Translator(model, src_tok, tgt_tok, max_src_length=config["training"]["max_src_length"])
-    hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size)
+    sources = list(text.sources)
+    if args.saved_model:
+        try:
+            hypotheses, decoding = translate_with_saved_model(args.saved_model, sources, args.beam,
+                                                              args.batch_size)
+        except ValueError as error:
+            parser.error(str(error))
+        out = args.out or args.saved_model.parent / "eval.json"
+    else:
+        model, src_tok, tgt_tok, config = load_workdir(args.workdir)
+        beam = args.beam or 1
+        translator = Translator(model, src_tok, tgt_tok, max_src_length=config["training"]["max_src_length"],
+                                beam_size=beam, alpha=args.alpha)
+        hypotheses = translator.translate(sources, batch_size=args.batch_size)
+        decoding = "greedy" if beam == 1 else f"beam{beam}"
+        out = args.out or args.workdir / "eval.json"
     scores = score_translations(hypotheses, list(text.targets))
-    scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": "greedy"})
-    out = args.out or args.workdir / "eval.json"
+    scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": decoding})
     write_text_atomically(out, json.dumps(scores, indent=2))
     print(json.dumps(scores, indent=2))
     return 0
