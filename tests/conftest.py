@@ -3,8 +3,14 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +20,19 @@ def _seed_and_policy():
     policy = keras.config.dtype_policy()
     yield
     keras.config.set_dtype_policy(policy)
+
+
+@pytest.fixture(scope="session")
+def tiny_workdir(tmp_path_factory) -> Path:
+    """A workdir trained by the real CLI on the demo task (tiny, ~25 s), shared by
+    the export tests (SavedModel, TFLite, CTranslate2). Tests must not modify it."""
+    path = tmp_path_factory.mktemp("tiny_train") / "run"
+    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
+               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
+               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
+               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
+               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
+    result = subprocess.run(command, cwd=CHECKOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return path

@@ -47,16 +47,8 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ct2_train") / "run"
-    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
-               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
-               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
-               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
-               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
-    result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return path
+def workdir(tiny_workdir):
+    return tiny_workdir
 
 
 @pytest.fixture(scope="module")
