@@ -27,7 +27,10 @@ def make_strategy(name: str = "auto", tpu_address: str | None = None) -> tf.dist
     if name == "auto":
         name = _detect()
     if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address or "")
+        if tpu_address is None:
+            # "" lets the resolver read COLAB_TPU_ADDR/TPU_NAME; a TPU VM is "local".
+            tpu_address = "local" if _tpu_vm() and not _tpu_address_in_env() else ""
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu_address)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         strategy = tf.distribute.TPUStrategy(resolver)
@@ -43,10 +46,19 @@ def make_strategy(name: str = "auto", tpu_address: str | None = None) -> tf.dist
     return strategy
 
 
+def _tpu_address_in_env() -> bool:
+    return bool(os.environ.get("COLAB_TPU_ADDR") or os.environ.get("TPU_NAME"))
+
+
+def _tpu_vm() -> bool:
+    """TPU VMs (current Colab TPU runtimes) set no address variable: look for the device files."""
+    return os.path.exists("/dev/accel0") or os.path.exists("/dev/vfio/0")
+
+
 def _detect() -> str:
     if os.environ.get("TF_CONFIG") and len(json.loads(os.environ["TF_CONFIG"]).get("cluster", {}).get("worker", [])) > 1:
         return "multi_worker"
-    if os.environ.get("COLAB_TPU_ADDR") or os.environ.get("TPU_NAME"):
+    if _tpu_address_in_env() or _tpu_vm():
         return "tpu"
     if len(tf.config.list_logical_devices("GPU")) > 1:
         return "mirrored"
