@@ -189,7 +189,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
             jit_compile=bool(train_options.get("jit", False)),
             steps_per_execution=train_options.get("steps_per_execution", 1),
         )
-    (workdir / "model_config.json").write_text(model.config.to_json())
+    write_text_atomically(workdir / "model_config.json", model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")
 
     evaluation = config.get("evaluation", {})
