@@ -1,0 +1,131 @@
+"""Training step speed and model FLOP utilisation (MFU) against this CPU's measured peak.
+
+    python -m benchmarks.train_speed [--precision fp32 bf16] [--jit off on] [--steps 10] [--json out.json]
+
+Workload: issue #7's small model (shared vocabulary 8,192, d_model 256, 4+4
+layers, 8 heads, d_ff 1,024, dropout 0.1, post-LN), batch 64 pairs of source
+and target length 64 with ~15% padding at the ends; one optimizer step =
+forward, backward, Adam. MFU = analytic matmul FLOPs per step / step time /
+the peak of a large ``tf.matmul`` measured in the same process and precision.
+Each configuration runs in its own process (XLA and policies are global).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+LENGTH, BATCH, VOCAB, D, FF, LAYERS = 64, 64, 8192, 256, 1024, 4
+
+
+def matmul_flops_per_step() -> float:
+    """2·m·n·k for every matmul of one training step (backward = 2 × forward)."""
+    tokens = BATCH * LENGTH
+    projections = 4 * D * D  # q, k, v, o
+    ffn = 2 * D * FF
+    attention = 2 * LENGTH * D  # QKᵀ and weights·V per query token
+    encoder = LAYERS * (projections + ffn + attention)
+    decoder = LAYERS * (2 * projections + ffn + 2 * attention)
+    output = D * VOCAB
+    forward = 2 * tokens * (encoder + decoder + output)
+    return 3 * forward
+
+
+def peak_flops(dtype: str, size: int = 2048, repeats: int = 10) -> float:
+    import tensorflow as tf
+
+    a = tf.random.normal([size, size], dtype=tf.float32)
+    a = tf.cast(a, dtype)
+    matmul = tf.function(lambda x: tf.matmul(x, x))
+    matmul(a).numpy()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        matmul(a).numpy()
+        times.append(time.perf_counter() - started)
+    return 2 * size**3 / min(times)
+
+
+def run_one(precision: str, jit: bool, steps: int) -> dict:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    rng = np.random.default_rng(0)
+
+    def ids(length_fraction_low):
+        x = rng.integers(4, VOCAB, size=(BATCH, LENGTH)).astype(np.int32)
+        for row in x:
+            row[int(LENGTH * rng.uniform(length_fraction_low, 1.0)):] = 0
+        return x
+
+    src, tgt = ids(0.7), ids(0.7)
+    tgt_in = np.concatenate([np.full((BATCH, 1), kt.BOS_ID, np.int32), tgt[:, :-1]], axis=1)
+    config = kt.TransformerConfig.from_preset("small", vocab_size=VOCAB, share_embeddings=True)
+    model = kt.Transformer(config)
+    model.compile(optimizer=kt.paper_adam(d_model=D), loss=kt.MaskedLabelSmoothedCrossEntropy(),
+                  jit_compile=jit)
+    dataset = tf.data.Dataset.from_tensors(((src, tgt_in), tgt)).repeat()
+    model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
+        times.append((time.perf_counter() - started) / steps)
+    step = statistics.median(times)
+    peak = peak_flops("bfloat16" if precision == "bf16" else "float32")
+    flops = matmul_flops_per_step()
+    return {
+        "precision": precision, "xla": jit, "ms_per_step": 1000 * step, "min_ms_per_step": 1000 * min(times),
+        "target_tokens_per_s": float((tgt != 0).sum()) / step, "matmul_gflop_per_step": flops / 1e9,
+        "peak_gflops": peak / 1e9, "mfu": flops / step / peak,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument("--jit", nargs="+", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--one", nargs=2, metavar=("PRECISION", "JIT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_one(args.one[0], args.one[1] == "on", args.steps)))
+        return 0
+    rows = []
+    for precision in args.precision:
+        for jit in args.jit:
+            result = subprocess.run(
+                [sys.executable, "-m", "benchmarks.train_speed", "--one", precision, jit, "--steps", str(args.steps)],
+                capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            if result.returncode != 0:
+                rows.append({"precision": precision, "xla": jit == "on", "error": result.stderr[-500:]})
+                continue
+            rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    print(f"{'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6}")
+    for row in rows:
+        if "error" in row:
+            print(f"{row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}")
+            continue
+        print(f"{row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
+              f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%}")
+    report = {"benchmark": "train_speed", "batch": BATCH, "length": LENGTH, "results": rows}
+    print(json.dumps(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
