@@ -1,10 +1,12 @@
 """Per-epoch callbacks of the training program (used by ``model.fit`` and by
-``custom_fit`` alike): validation BLEU and the last-K weights for averaging."""
+``custom_fit`` alike): validation BLEU, the last-K weights for averaging and a
+wall-time budget."""
 
 from __future__ import annotations
 
 import io
 import logging
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -77,3 +79,33 @@ def average_weights(paths: Sequence[Path]) -> list[np.ndarray]:
             weights = [stored[f"arr_{i}"].astype(np.float64) for i in range(len(stored.files))]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
     return [(t / len(paths)).astype(np.float32) for t in total]
+
+
+class TimeBudget(keras.callbacks.Callback):
+    """Stops training at the end of the last epoch that fits in ``minutes`` of
+    wall time, so a recipe can promise "at most N minutes" on any machine.
+
+    The clock starts when the callback is created (just before training). A
+    new epoch is started only if one more epoch as long as the last one (end to
+    end, validation and other callbacks included) still ends inside the budget.
+    Each epoch's duration is added to the logs as ``epoch_seconds``. Place it
+    after the other per-epoch callbacks so their time is counted.
+    """
+
+    def __init__(self, minutes: float):
+        super().__init__()
+        if minutes <= 0:
+            raise ValueError(f"training.max_minutes must be > 0 (or null for no limit), got {minutes}.")
+        self.budget = 60.0 * minutes
+        self.started = self.last_end = time.time()
+
+    def on_epoch_end(self, epoch, logs=None):
+        now = time.time()
+        seconds, self.last_end = now - self.last_end, now
+        if logs is not None:
+            logs["epoch_seconds"] = round(seconds, 1)
+        elapsed = now - self.started
+        if elapsed + seconds > self.budget:
+            log.info("time budget: %.1f of %.1f min used, another epoch would not fit; stopping after epoch %d",
+                     elapsed / 60, self.budget / 60, epoch + 1)
+            self.model.stop_training = True

@@ -88,6 +88,7 @@ def custom_fit(
     chief = is_chief(strategy)
     writer = tf.summary.create_file_writer(str(summary_dir)) if summary_dir and chief else None
     history: dict[str, list[float]] = {}
+    model.stop_training = False
     epoch_started = time.time()
     while done < total:
         run_steps(iterator)
@@ -106,6 +107,7 @@ def custom_fit(
             seconds = time.time() - epoch_started
             for callback in callbacks:
                 callback.on_epoch_end(epoch - 1, results)
+            stop = bool(getattr(model, "stop_training", False))
             log.info("epoch %d/%d - %.0fs - %.0fms/step - %s", epoch, epochs, seconds,
                      1000 * seconds / steps_per_epoch,
                      " - ".join(f"{k}: {v:.4f}" for k, v in results.items()))
@@ -119,6 +121,9 @@ def custom_fit(
             if backup_path is not None and chief and not backup_every_steps:
                 _save_weights(model, backup_path)
             epoch_started = time.time()
+            if stop:
+                log.info("stopped by a callback after epoch %d", epoch)
+                break
     return history
 
 

@@ -24,7 +24,8 @@ from keras_transformer.data import make_dataset, pairs_from_list
 from keras_transformer.files import write_text_atomically
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
-from training.callbacks import KeepLastWeights, ValidationBleu, average_weights
+from training.callbacks import KeepLastWeights, TimeBudget, ValidationBleu, average_weights
+from training.curves import plot_learning_curves
 from training.config import load_config, save_config
 from training.corpus import load_corpus
 from training.scoring import score_translations
@@ -199,6 +200,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     bleu_sentences = evaluation.get("bleu_sentences", 0)
     if bleu_sentences and corpus["valid"]:
         epoch_callbacks.append(ValidationBleu(translator, corpus["valid"][:bleu_sentences], workdir / "logs"))
+    if train_options.get("max_minutes"):
+        epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
 
     fit_started = time.time()
     history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir, epoch_callbacks)
@@ -209,6 +212,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         "optimizer_steps": optimizer_step(model),
         "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
+    if is_chief(strategy) and history.get("loss"):
+        plot_learning_curves(history, workdir / "learning_curves.png", title=f"{workdir.name}")
     eval_split = "test" if corpus["test"] else "valid"
     pairs = corpus[eval_split][: evaluation.get("max_sentences", len(corpus[eval_split]))]
     kept = keeper.paths()
