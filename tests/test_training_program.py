@@ -80,6 +80,7 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     assert metrics["averaged_checkpoints"] == ["epoch_0001.npz", "epoch_0002.npz"]
     assert "bleu" in metrics["test_last_checkpoint"]
     assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
+    assert (workdir / "learning_curves.png").stat().st_size > 0
 
     from keras_transformer.data import demo_splits, write_parallel_files
 
@@ -222,6 +223,57 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
         np.testing.assert_allclose(averaged[j], np.mean([w[j] for w in sets], axis=0), rtol=1e-6)
     with pytest.raises(ValueError, match="No checkpoints"):
         average_weights([])
+
+
+def test_time_budget_stops_before_an_epoch_that_would_not_fit(monkeypatch):
+    from training import callbacks
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
+    budget = callbacks.TimeBudget(minutes=10)  # 600 s
+    budget.set_model(type("FakeModel", (), {"stop_training": False})())
+    stops = []
+    for epoch in range(6):
+        clock[0] += 200 if epoch == 0 else 150  # first epoch slower (tracing)
+        logs = {}
+        budget.on_epoch_end(epoch, logs)
+        stops.append(budget.model.stop_training)
+        if budget.model.stop_training:
+            break
+    # ends at 200, 350 and 500 s: a fourth 150 s epoch would end at 650 > 600.
+    assert stops == [False, False, True] and logs["epoch_seconds"] == 150
+    with pytest.raises(ValueError, match="max_minutes"):
+        callbacks.TimeBudget(0)
+
+
+def test_custom_loop_honours_stop_training():
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from training.loop import custom_fit
+
+    class StopAfterSecondEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            self.model.stop_training = epoch == 1
+
+    strategy = tf.distribute.get_strategy()
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 3), "float32"), np.ones((8, 1), "float32")))
+    history = custom_fit(model, strategy, data.batch(2).repeat(), epochs=5, steps_per_epoch=2,
+                         callbacks=[StopAfterSecondEpoch()])
+    assert len(history["loss"]) == 2 and int(model.optimizer.iterations.numpy()) == 4
+
+
+def test_learning_curve_plot(tmp_path):
+    from training.curves import plot_learning_curves
+
+    history = {"loss": [5.0, 4.0, 3.5], "val_loss": [4.5, 3.9, 3.7], "val_bleu": [10.0, 20.0, 25.0]}
+    path = plot_learning_curves(history, tmp_path / "curves.png", title="test")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="loss"):
+        plot_learning_curves({}, tmp_path / "none.png")
 
 
 def test_corpus_from_tsv_and_text_files(tmp_path):
