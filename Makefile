@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-all test-slow clean
+.PHONY: install demo multi30k test test-all test-slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,22 @@ demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.translate --model runs/demo/export/1 \
 	  "the hungry boy sees 3 red cats" "yesterday a sad teacher gave an old book to the farmer" \
 	  "the children will not sleep because the dogs watch 12 birds"
+
+# Issue #8's quality recipe on real data (../shared/corpora, not part of the quick start):
+# train within a 58-minute budget, export with beam search, score test2016 with the SavedModel.
+M30K ?= ../shared/corpora/multi30k_de_en
+M30K_RUN ?= runs/multi30k
+M30K_BEAM ?= 4
+M30K_ALPHA ?= 1.0
+multi30k: $(STAMP)
+	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(M30K_RUN) --out $(M30K_RUN)/export \
+	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_RUN)/export/1 \
+	  --src $(M30K)/test.src --ref $(M30K)/test.tgt --out $(M30K_RUN)/test_beam.json
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_RUN)/export/1 --beam 1 \
+	  --src $(M30K)/test.src --ref $(M30K)/test.tgt --out $(M30K_RUN)/test_greedy.json
 
 # Default suite: tiny models, seconds per test (CI runs this).
 test: $(STAMP)

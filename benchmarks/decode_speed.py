@@ -1,13 +1,17 @@
-"""Decoding speed of our cached greedy and beam search, forced to fixed lengths.
+"""Decoding speed, side by side: our cached greedy and beam search (graph and
+XLA), CTranslate2 running our own weights (fp32, int8) and keras-hub.
 
-    python -m benchmarks.decode_speed [--steps 16 64 256] [--batch 64] [--repeats 3] [--json out.json]
+    python -m benchmarks.decode_speed [--systems ours ours-xla ct2-fp32 ct2-int8 keras-hub keras-hub-xla]
+                                      [--steps 16 64 256] [--batch 64 1] [--repeats 3] [--json out.json]
 
 The workload is issue #7's small model (shared vocabulary 8,192, d_model 256,
-4+4 layers, 8 heads, d_ff 1,024) with random weights; ``min_length`` bans EOS
-so every run decodes exactly the requested number of steps. Each measurement:
-one warm-up call (tracing), then ``--repeats`` timed calls; median and minimum.
-Prints a table and writes JSON. The "ms/step" column at 16 vs 256 steps shows
-whether cost per generated token stays flat (the KV cache makes it linear).
+4+4 layers, 8 heads, d_ff 1,024) with random weights (seed 0: every process
+builds the same model); EOS is banned until the requested length, so every run
+decodes exactly that many steps. Each system runs in its own process (XLA and
+thread pools are process-wide): one warm-up call (tracing/compiling), then
+``--repeats`` timed calls; median and minimum. CTranslate2 gets the model
+through ``export.ctranslate2.KerasTransformerConverter`` (the production
+export path) and uses all cores. Prints a table and one JSON line.
 """
 
 from __future__ import annotations
@@ -17,21 +21,26 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from typing import Callable
 
-import keras
 import numpy as np
-import tensorflow as tf
 
-import keras_transformer as kt
-from keras_transformer.beam_search import beam_search
-from keras_transformer.decoding import greedy_decode
+VOCAB = 8192
+SYSTEMS = ("ours", "ours-xla", "ct2-fp32", "ct2-int8", "keras-hub", "keras-hub-xla")
 
 
-def workload_model(max_length: int) -> kt.Transformer:
+def workload_model(max_length: int):
+    import keras
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
     config = kt.TransformerConfig.from_preset(
-        "small", vocab_size=8192, share_embeddings=True, tie_embeddings=True,
+        "small", vocab_size=VOCAB, share_embeddings=True, tie_embeddings=True,
         max_length=max(512, max_length + 1), dropout=0.1)
     model = kt.Transformer(config)
     model.build()
@@ -39,67 +48,179 @@ def workload_model(max_length: int) -> kt.Transformer:
 
 
 def sources(batch: int, length: int = 64, seed: int = 0) -> np.ndarray:
-    """Random ids with ~15% padding at the ends, EOS last."""
+    """Random ids with ~15% padding at the ends, EOS last (EOS = 3, PAD = 0)."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(4, 8192, size=(batch, length)).astype(np.int32)
+    ids = rng.integers(4, VOCAB, size=(batch, length)).astype(np.int32)
     for row in ids:
         real = int(length * rng.uniform(0.7, 1.0))
-        row[real - 1] = kt.EOS_ID
-        row[real:] = kt.PAD_ID
+        row[real - 1] = 3
+        row[real:] = 0
     return ids
 
 
-def timed(function, *args, repeats: int) -> dict:
-    function(*args)  # trace + warm up
+def timed(function: Callable, *args, repeats: int) -> dict:
+    """Warm-up call, then median and minimum of ``repeats`` calls (outputs fetched)."""
+    started = time.perf_counter()
+    function(*args)
+    warmup = time.perf_counter() - started
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
-        out = function(*args)
-        tf.nest.map_structure(lambda x: x.numpy(), out)
+        function(*args)
         times.append(time.perf_counter() - started)
-    return {"median_s": statistics.median(times), "min_s": min(times)}
+    return {"median_s": statistics.median(times), "min_s": min(times), "warmup_s": warmup}
+
+
+def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
+    import tensorflow as tf
+
+    from keras_transformer.beam_search import beam_search
+    from keras_transformer.decoding import greedy_decode
+
+    model = workload_model(max(steps_list))
+
+    def fetch(function):
+        return lambda ids: tf.nest.map_structure(lambda x: x.numpy(), function(ids))
+
+    rows = []
+    for batch in batches:
+        ids = tf.constant(sources(batch))
+        for steps in steps_list:
+            # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
+            greedy = tf.function(
+                lambda s, n=steps: greedy_decode(model, s, max_length=n, min_length=n, static_shapes=jit),
+                jit_compile=jit)
+            rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
+                         **timed(fetch(greedy), ids, repeats=repeats)})
+        if beam > 1 and not jit:  # the beam search has no static-shape (XLA) variant yet
+            steps = 64 if 64 in steps_list else steps_list[0]
+            search = tf.function(lambda s, n=steps: beam_search(model, s, beam_size=beam, max_length=n,
+                                                                min_length=n))
+            rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
+                         **timed(fetch(search), ids, repeats=repeats)})
+    return rows
+
+
+class _IdPieces:
+    """Stands in for a tokenizer in the CTranslate2 converter: piece ``i`` of
+    the random-weight model is ``▁t{i}`` (ids 0-3 are the reserved pieces)."""
+
+    reserved = ("<pad>", "<unk>", "<s>", "</s>")
+    vocab_size = VOCAB
+
+    def piece(self, i: int) -> str:
+        return self.reserved[i] if i < 4 else f"▁t{i}"
+
+
+def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int) -> list[dict]:
+    import ctranslate2
+
+    from export.ctranslate2 import KerasTransformerConverter
+
+    model = workload_model(max(steps_list))
+    pieces = _IdPieces()
+    rows = []
+    with tempfile.TemporaryDirectory() as directory:
+        KerasTransformerConverter(model, pieces, pieces).convert(directory, quantization=quantization,
+                                                                 force=True)
+        translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
+                                            intra_threads=os.cpu_count() or 1)
+        for batch in batches:
+            # CTranslate2 appends the source EOS itself (add_source_eos).
+            tokens = [[pieces.piece(int(i)) for i in row if i > 3] for row in sources(batch)]
+
+            def run(k: int, n: int):
+                return lambda: translator.translate_batch(
+                    tokens, beam_size=k, max_batch_size=batch, max_input_length=0,
+                    min_decoding_length=n, max_decoding_length=n)
+
+            for steps in steps_list:
+                rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
+                             **timed(run(1, steps), repeats=repeats)})
+            if beam > 1:
+                steps = 64 if 64 in steps_list else steps_list[0]
+                rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
+                             **timed(run(beam, steps), repeats=repeats)})
+    return rows
+
+
+def _keras_hub(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
+    from benchmarks import keras_hub_reference
+
+    return keras_hub_reference.decode_rows(jit=jit, batches=batches, steps_list=steps_list, beam=beam,
+                                           repeats=repeats, sources=sources)
+
+
+def run_system(system: str, batches, steps_list, beam: int, repeats: int) -> list[dict]:
+    if system in ("ours", "ours-xla"):
+        rows = _ours(system == "ours-xla", batches, steps_list, beam, repeats)
+    elif system in ("ct2-fp32", "ct2-int8"):
+        rows = _ctranslate2("float32" if system == "ct2-fp32" else "int8", batches, steps_list, beam, repeats)
+    elif system in ("keras-hub", "keras-hub-xla"):
+        rows = _keras_hub(system == "keras-hub-xla", batches, steps_list, beam, repeats)
+    else:
+        raise ValueError(f"Unknown system {system!r}; choose from {SYSTEMS}.")
+    for row in rows:
+        row["system"] = system
+        row["ms_per_step"] = 1000 * row["median_s"] / row["steps"]
+    return rows
+
+
+def versions() -> dict:
+    import importlib.metadata as metadata
+
+    found = {"python": sys.version.split()[0]}
+    for package in ("tensorflow", "keras", "ctranslate2", "keras-hub"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--steps", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 1])
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", default=None, help="write the results here too")
+    parser.add_argument("--json", default=None, help="write the report here too")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # run one system in this process
     args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(run_system(args.one, args.batch, args.steps, args.beam, args.repeats)))
+        return 0
 
-    keras.utils.set_random_seed(0)
-    model = workload_model(max(args.steps))
     rows = []
-    for batch in args.batch:
-        ids = tf.constant(sources(batch))
-        for steps in args.steps:
-            greedy = tf.function(lambda s, n=steps: greedy_decode(model, s, max_length=n, min_length=n))
-            result = timed(greedy, ids, repeats=args.repeats)
-            rows.append({"decoder": "greedy", "batch": batch, "steps": steps, **result})
-        if args.beam > 1:
-            steps = 64 if 64 in args.steps else args.steps[0]
-            beam = tf.function(lambda s, n=steps: beam_search(model, s, beam_size=args.beam, max_length=n,
-                                                              min_length=n))
-            result = timed(beam, ids, repeats=args.repeats)
-            rows.append({"decoder": f"beam{args.beam}", "batch": batch, "steps": steps, **result})
-    for row in rows:
-        row["ms_per_step"] = 1000 * row["median_s"] / row["steps"]
+    for system in args.systems:
+        command = [sys.executable, "-m", "benchmarks.decode_speed", "--one", system, "--beam", str(args.beam),
+                   "--repeats", str(args.repeats), "--steps", *map(str, args.steps),
+                   "--batch", *map(str, args.batch)]
+        result = subprocess.run(command, capture_output=True, text=True,
+                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        if result.returncode != 0:
+            rows.append({"system": system, "error": result.stderr.strip()[-600:]})
+            print(f"{system}: failed\n{result.stderr[-2000:]}", file=sys.stderr)
+            continue
+        rows.extend(json.loads(result.stdout.strip().splitlines()[-1]))
 
     report = {
         "benchmark": "decode_speed",
         "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "cpu_count": os.cpu_count(), "python": sys.version.split()[0],
-                    "tensorflow": tf.__version__, "keras": keras.__version__},
-        "workload": {"vocab": 8192, "d_model": 256, "layers": "4+4", "heads": 8, "d_ff": 1024,
-                     "source_length": 64, "weights": "random", "repeats": args.repeats},
+                    "cpu_count": os.cpu_count()},
+        "versions": versions(),
+        "workload": {"vocab": VOCAB, "d_model": 256, "layers": "4+4", "heads": 8, "d_ff": 1024,
+                     "source_length": 64, "weights": "random (seed 0)", "repeats": args.repeats},
         "results": rows,
     }
-    print(f"{'decoder':<8} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}")
+    print(f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}")
     for row in rows:
-        print(f"{row['decoder']:<8} {row['batch']:>5} {row['steps']:>5} {row['median_s']:>9.3f} "
-              f"{row['min_s']:>8.3f} {row['ms_per_step']:>8.2f}")
+        if "error" in row:
+            print(f"{row['system']:<14} error: {row['error'][-200:]!r}")
+            continue
+        print(f"{row['system']:<14} {row['decoder']:<7} {row['batch']:>5} {row['steps']:>5} "
+              f"{row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['ms_per_step']:>8.2f}")
     print(json.dumps(report))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -38,31 +38,58 @@ def _loose(x: tf.Tensor) -> tf.TensorShape:
 
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
-                extra_length: int = 50, min_length: int = 0) -> BeamSearchOutput:
+                extra_length: int = 50, min_length: int = 0, static_shapes: bool = False) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     Stops when the longest allowed length is reached or when, for every
     sentence, ``beam_size`` finished hypotheses score better than any live
     beam still could (log-probabilities only fall as a sequence grows).
     ``min_length`` forbids EOS before that many tokens (benchmarks force the
-    output length with it).
+    output length with it). ``static_shapes=True`` keeps every loop variable
+    at a fixed shape (fixed-size KV cache, sequence buffers of ``max_length``,
+    which must then be an int) so the search compiles with XLA (TPU,
+    ``tf.function(jit_compile=True)``); its tokens are padded to ``max_length``.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
+    if static_shapes and not isinstance(max_length, int):
+        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size).")
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size
     row_limits = decode_lengths(model, source_ids, max_length, extra_length)
-    limit = tf.reduce_max(row_limits)
+    limit = min(int(max_length), config.max_length) if static_shapes else tf.reduce_max(row_limits)
     batch = tf.shape(source_ids)[0]
     vocab = config.tgt_vocab_size
     eos = tf.constant(config.eos_id, tf.int32)
+    pad = tf.constant(config.pad_id, tf.int32)
 
-    # Every beam of a sentence attends to the same source: tile batch → batch·k.
-    tiled_source = tf.repeat(source_ids, k, axis=0)
-    memory = model.encode(tiled_source, training=False)
-    source_padding = padding_mask(tiled_source, config.pad_id)
-    cache = model.initial_cache(memory)
+    # Every beam of a sentence attends to the same source: encode once, then
+    # tile the encoder output batch → batch·k (cross K/V are projected once).
+    memory = tf.repeat(model.encode(source_ids, training=False), k, axis=0)
+    source_padding = padding_mask(tf.repeat(source_ids, k, axis=0), config.pad_id)
+    cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
+
+    if static_shapes:
+        # Sequences live in [batch, beams, limit + 1] buffers (BOS first), pad-filled.
+        def last_token(seq, t):
+            return tf.gather(seq, t, axis=2)
+
+        def append(seq, tokens, t):
+            at = tf.equal(tf.range(limit + 1), t + 1)[tf.newaxis, tf.newaxis, :]
+            return tf.where(at, tokens[:, :, tf.newaxis], seq)
+
+        def grow(seq):
+            return seq
+    else:
+        def last_token(seq, t):
+            return seq[:, :, -1]
+
+        def append(seq, tokens, t):
+            return tf.concat([seq, tokens[:, :, tf.newaxis]], axis=2)
+
+        def grow(seq):  # keep finished sequences as long as the candidates
+            return tf.concat([seq, tf.fill([batch, k, 1], pad)], axis=2)
 
     def reorder_self_cache(cache, parents):
         flat = tf.reshape(parents + tf.range(batch)[:, tf.newaxis] * k, [-1])
@@ -73,8 +100,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         ]
 
     def body(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
-        last = tf.reshape(alive_seq[:, :, -1], [-1, 1])
-        logits, cache = model.decode(last, cache, source_padding, training=False)
+        last = tf.reshape(last_token(alive_seq, t), [-1, 1])
+        logits, cache = model.decode(last, cache, source_padding,
+                                     cache_index=t if static_shapes else None, training=False)
         step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         log_probs = tf.reshape(step_log_probs, [batch, k, vocab])
         candidates = tf.reshape(alive_lp[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
@@ -82,8 +110,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
         parents = top_index // vocab
         tokens = top_index % vocab
-        candidate_seq = tf.concat(
-            [tf.gather(alive_seq, parents, batch_dims=1), tokens[:, :, tf.newaxis]], axis=2)
+        candidate_seq = append(tf.gather(alive_seq, parents, batch_dims=1), tokens, t)
         # A hypothesis ends with EOS, or when its sentence reaches its length limit.
         ended = tf.equal(tokens, eos) | (t + 1 >= row_limits)[:, tf.newaxis]
 
@@ -92,7 +119,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         cache = reorder_self_cache(cache, tf.gather(parents, keep, batch_dims=1))
 
         penalty = length_penalty(t + 1, alpha)
-        fin_seq = tf.concat([fin_seq, tf.fill([batch, k, 1], config.pad_id)], axis=2)
+        fin_seq = grow(fin_seq)
         pool_seq = tf.concat([fin_seq, candidate_seq], axis=1)
         pool_scores = tf.concat([fin_scores, tf.where(ended, top_lp / penalty, _NEG)], axis=1)
         pool_lp = tf.concat([fin_lp, top_lp], axis=1)
@@ -110,22 +137,27 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         return tf.logical_and(t < limit, tf.logical_not(settled))
 
     start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
+    width = limit + 1 if static_shapes else 1
+    start_seq = tf.concat([tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
+                           tf.fill([batch, k, width - 1], pad)], axis=2)
+    seq_shape = tf.TensorShape([None, k, width if static_shapes else None])
     loop_vars = (
         tf.constant(0),
-        tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
+        start_seq,
         start_lp,
         cache,
-        tf.zeros([batch, k, 1], tf.int32),
+        tf.fill([batch, k, width], pad),
         tf.fill([batch, k], _NEG),
         tf.fill([batch, k], _NEG),
         tf.zeros([batch, k], tf.bool),
     )
     invariants = (
         tf.TensorShape([]),
-        tf.TensorShape([None, k, None]),
+        seq_shape,
         tf.TensorShape([None, k]),
-        tf.nest.map_structure(_loose, cache),
-        tf.TensorShape([None, k, None]),
+        tf.nest.map_structure(
+            (lambda x: tf.TensorShape([None]) + x.shape[1:]) if static_shapes else _loose, cache),
+        seq_shape,
         tf.TensorShape([None, k]),
         tf.TensorShape([None, k]),
         tf.TensorShape([None, k]),

@@ -92,3 +92,19 @@ def test_stops_as_soon_as_eos_wins_everywhere(model):
 def test_invalid_beam_size():
     with pytest.raises(ValueError, match="beam_size"):
         beam_search(None, SOURCE, beam_size=0)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_static_shape_search_equals_the_growing_one(model, jit):
+    """Fixed-size buffers (the XLA/TPU form) give the same beams, padded to max_length."""
+    dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12)
+    static = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=0.6, max_length=12,
+                                               static_shapes=True), jit_compile=jit)(SOURCE)
+    width = dynamic.tokens.shape[2]
+    assert static.tokens.shape == (3, 3, 12)
+    np.testing.assert_array_equal(static.tokens.numpy()[:, :, :width], dynamic.tokens.numpy())
+    assert np.all(static.tokens.numpy()[:, :, width:] == kt.PAD_ID)
+    np.testing.assert_allclose(static.scores.numpy(), dynamic.scores.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(static.log_probs.numpy(), dynamic.log_probs.numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="max_length as a Python int"):
+        beam_search(model, SOURCE, static_shapes=True)
