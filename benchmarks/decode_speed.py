@@ -92,10 +92,11 @@ def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]
                 jit_compile=jit)
             rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
                          **timed(fetch(greedy), ids, repeats=repeats)})
-        if beam > 1 and not jit:  # the beam search has no static-shape (XLA) variant yet
+        if beam > 1:
             steps = 64 if 64 in steps_list else steps_list[0]
             search = tf.function(lambda s, n=steps: beam_search(model, s, beam_size=beam, max_length=n,
-                                                                min_length=n))
+                                                                min_length=n, static_shapes=jit),
+                                 jit_compile=jit)
             rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
                          **timed(fetch(search), ids, repeats=repeats)})
     return rows
