@@ -33,13 +33,14 @@ class ValidationBleu(keras.callbacks.Callback):
         self.writer = tf.summary.create_file_writer(str(summary_dir)) if summary_dir else None
 
     def on_epoch_end(self, epoch, logs=None):
+        started = time.time()
         hypotheses = self.translator.translate(self.sources, batch_size=128)
         scores = score_translations(hypotheses, self.references)
         if logs is not None:
             logs["val_bleu"] = scores["bleu"]
             logs["val_chrf"] = scores["chrf"]
-        log.info("epoch %d: validation BLEU %.2f chrF %.2f (%d sentences)", epoch + 1, scores["bleu"],
-                 scores["chrf"], len(self.references))
+        log.info("epoch %d: validation BLEU %.2f chrF %.2f (%d sentences, greedy, %.1fs)", epoch + 1,
+                 scores["bleu"], scores["chrf"], len(self.references), time.time() - started)
         if self.writer is not None:
             with self.writer.as_default():
                 tf.summary.scalar("val_bleu", scores["bleu"], step=epoch + 1)
