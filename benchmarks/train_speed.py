@@ -51,15 +51,12 @@ def peak_flops(dtype: str, size: int = 2048, repeats: int = 10) -> float:
     return 2 * size**3 / min(times)
 
 
-def run_one(precision: str, jit: bool, steps: int) -> dict:
-    import keras
+def training_batch():
+    """One fixed batch of the workload: ``(src, tgt_in, tgt)`` int32 ``[BATCH, LENGTH]``."""
     import numpy as np
-    import tensorflow as tf
 
     import keras_transformer as kt
 
-    keras.utils.set_random_seed(0)
-    keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     rng = np.random.default_rng(0)
 
     def ids(length_fraction_low):
@@ -70,11 +67,29 @@ def run_one(precision: str, jit: bool, steps: int) -> dict:
 
     src, tgt = ids(0.7), ids(0.7)
     tgt_in = np.concatenate([np.full((BATCH, 1), kt.BOS_ID, np.int32), tgt[:, :-1]], axis=1)
+    return src, tgt_in, tgt
+
+
+def compiled_workload(precision: str, jit: bool):
+    """The small workload model, compiled as ``training.train`` does, and its dataset."""
+    import keras
+    import tensorflow as tf
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
+    src, tgt_in, tgt = training_batch()
     config = kt.TransformerConfig.from_preset("small", vocab_size=VOCAB, share_embeddings=True)
     model = kt.Transformer(config)
     model.compile(optimizer=kt.paper_adam(d_model=D), loss=kt.MaskedLabelSmoothedCrossEntropy(),
                   jit_compile=jit)
     dataset = tf.data.Dataset.from_tensors(((src, tgt_in), tgt)).repeat()
+    return model, dataset, tgt
+
+
+def run_one(precision: str, jit: bool, steps: int) -> dict:
+    model, dataset, tgt = compiled_workload(precision, jit)
     model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
     times = []
     for _ in range(3):

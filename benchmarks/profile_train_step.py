@@ -1,0 +1,117 @@
+"""Where a training step's time goes: a per-op breakdown from the TF profiler.
+
+    python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--steps 5] [--top 25]
+
+Runs issue #7's small training workload (``benchmarks.train_speed``) under
+``tf.profiler``, reads the host trace (``*.xplane.pb``, parsed with the
+protobuf that ships in TensorFlow: no TensorBoard plugin needed) and sums the
+duration of every executed TF op by op type and by category (matmul,
+attention softmax, loss, normalization, dropout RNG, optimizer, embedding,
+layout, element-wise). Times are per step and per executor thread: ops that
+run concurrently on the inter-op threads each count in full, so the shares
+are of total op time, not of wall time (both are printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import json
+import re
+import sys
+import tempfile
+import time
+
+CATEGORIES = (  # first match wins; patterns are matched against the op type
+    ("matmul", r"MatMul|Einsum|Conv|_MklFused|FusedMatMul"),
+    ("softmax / log-softmax", r"Softmax"),
+    ("dropout RNG", r"Random|Stateless|RngSkip|RngReadAndSkip"),
+    ("normalization (LayerNorm)", r"Moments|Mean|Rsqrt|SquaredDifference|BatchNorm|LayerNorm"),
+    ("embedding gather/scatter", r"Gather|Scatter|UnsortedSegment|SparseSegment"),
+    ("optimizer update", r"ApplyAdam|AssignSub|AssignAdd|AssignVariable|ReadVariable|Sqrt"),
+    ("reductions", r"Sum|Max|Min|Prod|ArgMax|All|Any"),
+    ("layout (transpose/reshape/concat/pad/cast)", r"Transpose|Reshape|Concat|Pad|Cast|Slice|Tile|Pack|Unpack|Split|Squeeze|ExpandDims|Identity|Shape|Fill|Broadcast"),
+    ("element-wise", r".*"),
+)
+
+
+def op_breakdown(xplane_path: str) -> tuple[dict[str, float], dict[str, int]]:
+    """Total picoseconds and counts per op type on the host executor threads."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    with open(xplane_path, "rb") as handle:
+        space.ParseFromString(handle.read())
+    totals: dict[str, float] = collections.Counter()
+    counts: dict[str, int] = collections.Counter()
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            if not line.name.startswith("tf_Compute"):
+                continue
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                if ":" not in name or name.startswith(("ThreadpoolListener", "ExecutorState")):
+                    continue
+                op_type = name.rsplit(":", 1)[1]
+                totals[op_type] += event.duration_ps
+                counts[op_type] += 1
+    return dict(totals), dict(counts)
+
+
+def categorize(op_type: str) -> str:
+    for category, pattern in CATEGORIES:
+        if re.search(pattern, op_type):
+            return category
+    return "element-wise"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--jit", action="store_true", help="XLA: the trace then shows one cluster op")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import tensorflow as tf
+
+    from benchmarks.train_speed import compiled_workload
+
+    model, dataset, _ = compiled_workload(args.precision, args.jit)
+    model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
+    with tempfile.TemporaryDirectory() as logdir:
+        tf.profiler.experimental.start(logdir)
+        started = time.perf_counter()
+        model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
+        wall = (time.perf_counter() - started) / args.steps
+        tf.profiler.experimental.stop()
+        totals, counts = op_breakdown(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1])
+
+    per_step = {op: ps / 1e9 / args.steps for op, ps in totals.items()}  # ms
+    total = sum(per_step.values())
+    by_category: dict[str, float] = collections.Counter()
+    for op, ms in per_step.items():
+        by_category[categorize(op)] += ms
+    print(f"wall {1000 * wall:.1f} ms/step; op time {total:.1f} ms/step (summed over executor threads)")
+    print(f"\n{'category':<45} {'ms/step':>8} {'share':>6}")
+    for category, ms in sorted(by_category.items(), key=lambda kv: -kv[1]):
+        print(f"{category:<45} {ms:>8.1f} {ms / total:>6.1%}")
+    print(f"\n{'op type':<32} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
+    for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"{op:<32} {ms:>8.2f} {ms / total:>6.1%} {counts[op] / args.steps:>10.0f}")
+    report = {"benchmark": "profile_train_step", "precision": args.precision, "xla": args.jit,
+              "wall_ms_per_step": 1000 * wall, "op_ms_per_step": total,
+              "categories": dict(by_category), "ops": per_step}
+    print(json.dumps(report))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
