@@ -10,6 +10,50 @@ def _token_mask(y_true, pad_id):
     return tf.not_equal(y_true, pad_id)
 
 
+def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Tensor:
+    """Per-token ``-Σ_v q_v log p_v`` with ``q = (1 - ε)·onehot(label) + ε/V``.
+
+    Equal to ``(1 - ε)·sparse_softmax_cross_entropy + ε·(logsumexp - mean)``,
+    but with one exp pass over the ``[..., V]`` logits forward and a
+    hand-written gradient ``upstream · (softmax - q)`` backward: with an 8k
+    vocabulary the loss was ~20% of a training step's op time when written
+    as two separate cross-entropies (``benchmarks/profile_train_step.py``).
+
+    Args:
+        labels: int32 ``[...]`` target ids.
+        logits: float32 ``[..., V]``.
+        label_smoothing: ε in [0, 1).
+    """
+    eps = float(label_smoothing)
+    shape = tf.shape(labels)
+    vocab = tf.shape(logits)[-1]
+    flat_logits = tf.reshape(logits, [-1, vocab])
+    flat_labels = tf.reshape(labels, [-1])
+    rows = tf.range(tf.shape(flat_labels)[0])
+    label_index = tf.stack([rows, flat_labels], axis=1)
+
+    @tf.custom_gradient
+    def xent(z):
+        peak = tf.reduce_max(z, axis=-1, keepdims=True)
+        exp = tf.exp(z - peak)
+        total = tf.reduce_sum(exp, axis=-1, keepdims=True)
+        log_normalizer = tf.math.log(total[:, 0]) + peak[:, 0]
+        loss = log_normalizer - (1.0 - eps) * tf.gather_nd(z, label_index)
+        if eps:
+            loss -= eps * tf.reduce_mean(z, axis=-1)
+
+        def grad(upstream):
+            upstream = tf.cast(upstream, tf.float32)
+            dz = exp * (upstream[:, tf.newaxis] / total)  # upstream · softmax
+            if eps:
+                dz -= (upstream * (eps / tf.cast(vocab, tf.float32)))[:, tf.newaxis]
+            return tf.tensor_scatter_nd_sub(dz, label_index, (1.0 - eps) * upstream)
+
+        return loss, grad
+
+    return tf.reshape(xent(flat_logits), shape)
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
     """Cross-entropy against smoothed targets, averaged over non-pad tokens.
@@ -48,13 +92,7 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = tf.cast(y_true, tf.int32)
         logits = tf.cast(y_pred, tf.float32)
-        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-        if self.label_smoothing > 0:
-            # -mean_v log p_v = logsumexp(logits) - mean(logits): no log-prob tensor.
-            uniform = tf.reduce_logsumexp(logits, axis=-1) - tf.reduce_mean(logits, axis=-1)
-            loss = (1.0 - self.label_smoothing) * nll + self.label_smoothing * uniform
-        else:
-            loss = nll
+        loss = smoothed_cross_entropy(labels, logits, self.label_smoothing)
         mask = _token_mask(labels, self.pad_id)
         loss = tf.where(mask, loss, tf.zeros_like(loss))
         # A Keras mask on the per-token values makes Keras' own reduction
