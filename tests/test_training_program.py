@@ -94,6 +94,14 @@ def test_train_then_evaluate_end_to_end(tmp_path):
           "--ref", str(tmp_path / "test.tgt"), "--beam", "3", "--out", str(tmp_path / "beam.json")])
     assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
 
+    from training import tune_decoding
+
+    tune_decoding.main(["--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
+                        "--ref", str(tmp_path / "test.tgt"), "--beams", "1", "2", "--alphas", "0.6", "1.0"])
+    grid = json.loads((workdir / "decoding_grid.json").read_text())
+    assert [(row["beam"], row["alpha"]) for row in grid["grid"]].count((1, 0.0)) == 1 and len(grid["grid"]) == 3
+    assert grid["best"] == grid["grid"][0] and grid["best"]["bleu"] == max(row["bleu"] for row in grid["grid"])
+
 
 def test_mixed_precision_and_xla_switches(tmp_path):
     workdir = tmp_path / "bf16"

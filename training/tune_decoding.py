@@ -1,0 +1,64 @@
+"""Pick the beam size and length penalty on the validation set (never on test):
+
+    python -m training.tune_decoding --workdir runs/multi30k --src valid.src --ref valid.tgt \\
+        [--beams 1 4 6] [--alphas 0.6 1.0 1.4]
+
+Loads the trained model once, translates the sources with every combination
+(beam 1 = greedy, where α does not matter), prints BLEU/chrF per combination
+and writes them, best first, to ``WORKDIR/decoding_grid.json``. Pass the best
+``--beam``/``--alpha`` to ``python -m export.saved_model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from keras_transformer.data import read_text_file_pairs
+from keras_transformer.files import write_text_atomically
+from keras_transformer.translate import Translator
+from training.evaluate import load_workdir
+from training.scoring import score_translations
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, type=Path)
+    parser.add_argument("--src", required=True, type=Path, help="validation sources")
+    parser.add_argument("--ref", required=True, type=Path, help="validation references")
+    parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    args = parser.parse_args(argv)
+    if any(beam < 1 for beam in args.beams):
+        parser.error("--beams must be >= 1.")
+
+    text = read_text_file_pairs(args.src, args.ref)
+    model, src_tok, tgt_tok, config = load_workdir(args.workdir)
+    results = []
+    for beam in args.beams:
+        for alpha in ([0.0] if beam == 1 else args.alphas):
+            translator = Translator(model, src_tok, tgt_tok, max_src_length=config["training"]["max_src_length"],
+                                    beam_size=beam, alpha=alpha)
+            started = time.time()
+            hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size)
+            scores = score_translations(hypotheses, list(text.targets))
+            scores.update({"beam": beam, "alpha": alpha, "seconds": round(time.time() - started, 1)})
+            results.append(scores)
+            print(f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
+                  f"({scores['seconds']:.0f}s)", flush=True)
+    results.sort(key=lambda row: (-row["bleu"], -row["chrf"]))
+    report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results}
+    write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
+    best = results[0]
+    print(f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
