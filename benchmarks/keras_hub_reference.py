@@ -216,8 +216,14 @@ def build_model(workload: Workload = Workload(), seed: int = 0) -> KerasHubSeq2S
 
 
 def training_batch(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(source_ids, target_in_ids, target_out_ids)`` from ``decode_speed.sources`` (~15%
-    padding at the ends, EOS last); the shapes, hence the compute, equal train_speed's."""
+    """``(source_ids, target_in_ids, target_out_ids)``: train_speed's own batch for the
+    issue workload (same tokens, so tokens/s compare directly); otherwise drawn with
+    ``decode_speed.sources`` (~15% padding at the ends, EOS last)."""
+    if workload.is_issue_workload:
+        from benchmarks.train_speed import training_batch as issue_batch
+
+        source, target_in, target = issue_batch()
+        return source, target_in, target
     source = sources(workload.batch, workload.length, seed=0)
     target = sources(workload.batch, workload.length, seed=1)
     if workload.vocab != VOCAB:  # sources() draws ids below 8,192; fold into a smaller vocabulary

@@ -1,6 +1,7 @@
 """Training step speed and model FLOP utilisation (MFU) against this CPU's measured peak.
 
-    python -m benchmarks.train_speed [--precision fp32 bf16] [--jit off on] [--steps 10] [--json out.json]
+    python -m benchmarks.train_speed [--systems ours keras-hub] [--precision fp32 bf16] [--jit off on]
+                                     [--steps 10] [--json out.json]
 
 Workload: issue #7's small model (shared vocabulary 8,192, d_model 256, 4+4
 layers, 8 heads, d_ff 1,024, dropout 0.1, post-LN), batch 64 pairs of source
@@ -106,33 +107,50 @@ def run_one(precision: str, jit: bool, steps: int) -> dict:
     }
 
 
+SYSTEMS = ("ours", "keras-hub")
+
+
+def run_system(system: str, precision: str, jit: bool, steps: int) -> dict:
+    if system == "ours":
+        return {"system": "ours", **run_one(precision, jit, steps)}
+    if system == "keras-hub":
+        from benchmarks.keras_hub_reference import train_step_time
+
+        return train_step_time(jit, steps, precision)
+    raise ValueError(f"Unknown system {system!r}; choose from {SYSTEMS}.")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--jit", nargs="+", default=["off", "on"], choices=["off", "on"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--one", nargs=2, metavar=("PRECISION", "JIT"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=3, metavar=("SYSTEM", "PRECISION", "JIT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
-        print(json.dumps(run_one(args.one[0], args.one[1] == "on", args.steps)))
+        print(json.dumps(run_system(args.one[0], args.one[1], args.one[2] == "on", args.steps)))
         return 0
     rows = []
-    for precision in args.precision:
-        for jit in args.jit:
-            result = subprocess.run(
-                [sys.executable, "-m", "benchmarks.train_speed", "--one", precision, jit, "--steps", str(args.steps)],
-                capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-            if result.returncode != 0:
-                rows.append({"precision": precision, "xla": jit == "on", "error": result.stderr[-500:]})
-                continue
-            rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    print(f"{'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6}")
+    for system in args.systems:
+        for precision in args.precision:
+            for jit in args.jit:
+                result = subprocess.run(
+                    [sys.executable, "-m", "benchmarks.train_speed", "--one", system, precision, jit,
+                     "--steps", str(args.steps)],
+                    capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                if result.returncode != 0:
+                    rows.append({"system": system, "precision": precision, "xla": jit == "on",
+                                 "error": result.stderr[-500:]})
+                    continue
+                rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
+    print(f"{'system':<10} {'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6}")
     for row in rows:
         if "error" in row:
-            print(f"{row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}")
+            print(f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}")
             continue
-        print(f"{row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
+        print(f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
               f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%}")
     report = {"benchmark": "train_speed", "batch": BATCH, "length": LENGTH, "results": rows}
     print(json.dumps(report))
