@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import ban_early_eos, decode_lengths
+from keras_transformer.decoding import ban_early_eos, decode_limits
 from keras_transformer.layers import padding_mask
 
 _NEG = -1.0e9  # a finite "impossible" log-probability (no inf - inf = NaN)
@@ -38,7 +38,8 @@ def _loose(x: tf.Tensor) -> tf.TensorShape:
 
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
-                extra_length: int = 50, min_length: int = 0, static_shapes: bool = False) -> BeamSearchOutput:
+                extra_length: int = 50, min_length: int = 0, static_shapes: bool = False,
+                buffer_length: int | None = None) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     Stops when the longest allowed length is reached or when, for every
@@ -46,19 +47,17 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     beam still could (log-probabilities only fall as a sequence grows).
     ``min_length`` forbids EOS before that many tokens (benchmarks force the
     output length with it). ``static_shapes=True`` keeps every loop variable
-    at a fixed shape (fixed-size KV cache, sequence buffers of ``max_length``,
-    which must then be an int) so the search compiles with XLA (TPU,
-    ``tf.function(jit_compile=True)``); its tokens are padded to ``max_length``.
+    at a fixed shape (fixed-size KV cache, sequence buffers of an int
+    ``max_length`` or of ``buffer_length``, see ``decoding.decode_limits``) so
+    the search compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
+    tokens are padded to the buffer length.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    if static_shapes and not isinstance(max_length, int):
-        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size).")
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size
-    row_limits = decode_lengths(model, source_ids, max_length, extra_length)
-    limit = min(int(max_length), config.max_length) if static_shapes else tf.reduce_max(row_limits)
+    row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
     batch = tf.shape(source_ids)[0]
     vocab = config.tgt_vocab_size
     eos = tf.constant(config.eos_id, tf.int32)

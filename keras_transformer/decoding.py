@@ -38,8 +38,31 @@ def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -
     return tf.minimum(real + extra_length, model.config.max_length)
 
 
+def decode_limits(model, source_ids, max_length=None, extra_length: int = 50, static_shapes: bool = False,
+                  buffer_length: int | None = None):
+    """``(row_limits [batch], limit)`` for a decoder: the longest output of each
+    row and of the batch. With ``static_shapes`` the limit is a Python int, the
+    fixed buffer size: ``max_length`` (every row gets it), or ``buffer_length``
+    (each row keeps its own source length + ``extra_length``, capped by the
+    buffer: the same outputs as the dynamic decoder, at a fixed shape)."""
+    if not static_shapes:
+        if buffer_length is not None:
+            raise ValueError("buffer_length sets a fixed buffer: use it with static_shapes=True.")
+        rows = decode_lengths(model, source_ids, max_length, extra_length)
+        return rows, tf.reduce_max(rows)
+    if buffer_length is not None:
+        if max_length is not None:
+            raise ValueError("Pass max_length (one limit for every row) or buffer_length, not both.")
+        limit = min(int(buffer_length), model.config.max_length)
+        return tf.minimum(decode_lengths(model, source_ids, None, extra_length), limit), limit
+    if not isinstance(max_length, int):
+        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size) "
+                         "or buffer_length.")
+    return decode_lengths(model, source_ids, max_length, extra_length), min(max_length, model.config.max_length)
+
+
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
-                  static_shapes: bool = False, min_length: int = 0):
+                  static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
     Args:
@@ -47,7 +70,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
         max_length: output length limit (defaults to ``src_len + extra_length``).
         static_shapes: use a fixed-size KV cache and output buffer (every loop
-            variable keeps its shape: XLA/TPU/TFLite). Needs an int ``max_length``.
+            variable keeps its shape: XLA/TPU/TFLite). Needs an int
+            ``max_length`` or ``buffer_length`` (see ``decode_limits``).
         min_length: EOS is not allowed before this many tokens (benchmarks use
             it to force a fixed output length).
 
@@ -58,10 +82,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     """
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
-    if static_shapes and not isinstance(max_length, int):
-        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size).")
-    row_limits = decode_lengths(model, source_ids, max_length, extra_length)
-    limit = min(int(max_length), model.config.max_length) if static_shapes else tf.reduce_max(row_limits)
+    row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
     batch = tf.shape(source_ids)[0]
     memory = model.encode(source_ids, training=False)
     source_padding = padding_mask(source_ids, config.pad_id)

@@ -130,3 +130,31 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
         np.testing.assert_allclose(beams.scores.numpy()[1, 0], beams_alone.scores.numpy()[0, 0], rtol=1e-4)
     finally:
         bias.assign(saved)
+
+
+@pytest.mark.parametrize("beam", [1, 2])
+def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
+    """buffer_length: fixed shapes for XLA, yet each row still stops at its own
+    source length + extra_length, so outputs equal the dynamic decoder's."""
+    from keras_transformer.translate import best_ids
+
+    bias = model.output_projection.bias
+    saved = bias.numpy()
+    try:
+        bias.assign(saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # rows run to their limits
+        dynamic_tokens, dynamic_scores = best_ids(model, SOURCE, beam_size=beam, extra_length=5)
+        static = tf.function(lambda s: best_ids(model, s, beam_size=beam, extra_length=5, buffer_length=16),
+                             jit_compile=True)
+        tokens, scores = static(SOURCE)
+        assert tokens.shape == (3, 16)
+        width = dynamic_tokens.shape[1]  # 11: the longest row has 6 source tokens
+        np.testing.assert_array_equal(tokens.numpy()[:, :width], dynamic_tokens.numpy())
+        assert np.all(tokens.numpy()[:, width:] == kt.PAD_ID)
+        assert np.all(tokens.numpy()[1, 8:] == kt.PAD_ID)  # 3 source tokens + 5
+        np.testing.assert_allclose(scores.numpy(), dynamic_scores.numpy(), rtol=1e-4, atol=1e-4)
+    finally:
+        bias.assign(saved)
+    with pytest.raises(ValueError, match="not both"):
+        greedy_decode(model, SOURCE, max_length=8, static_shapes=True, buffer_length=16)
+    with pytest.raises(ValueError, match="static_shapes=True"):
+        greedy_decode(model, SOURCE, buffer_length=16)

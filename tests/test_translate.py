@@ -1,0 +1,23 @@
+"""Translator: strings in, strings out; the XLA path translates the same."""
+
+import pytest
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
+    from keras_transformer.translate import Translator
+    from training.evaluate import load_workdir
+
+    model, src_tok, tgt_tok, _ = load_workdir(tiny_workdir)
+    sentences = ["the hungry boy sees 3 red cats", "a dog sleeps",
+                 "yesterday a sad teacher gave an old book to the farmer because the farmer was happy", ""]
+    options = dict(max_src_length=64, beam_size=beam_size, alpha=0.6)
+    plain = Translator(model, src_tok, tgt_tok, **options).translate(sentences, batch_size=3)
+    xla = Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=16, **options)
+    assert xla.translate(sentences, batch_size=3) == plain
+    compiled = dict(xla._compiled)
+    assert compiled and all(length % 16 == 0 for length in compiled)  # one function per length bucket
+    assert xla.translate(sentences[:2], batch_size=3) == plain[:2]
+    assert xla._compiled == compiled  # a smaller batch reuses the padded shape: no new compilation
+    with pytest.raises(ValueError, match="length_bucket"):
+        Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=0)
