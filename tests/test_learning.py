@@ -34,6 +34,6 @@ def test_tiny_transformer_fits_copy_task():
         metrics=[kt.MaskedAccuracy()],
         steps_per_execution=32,
     )
-    model.fit(x, y, batch_size=64, epochs=4, verbose=0)
+    model.fit(x, y, batch_size=64, epochs=6, verbose=0)
     result = model.evaluate(x_valid, y_valid, verbose=0, return_dict=True)
     assert result["masked_accuracy"] >= 0.99, result
