@@ -3,7 +3,7 @@
 import pytest
 
 
-@pytest.mark.parametrize("beam_size", [1, 3])
+@pytest.mark.parametrize("beam_size", [1, pytest.param(3, marks=pytest.mark.slow)])  # XLA compiles are slow
 def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
     from keras_transformer.translate import Translator
     from training.evaluate import load_workdir
