@@ -29,6 +29,8 @@ from typing import Callable
 
 import numpy as np
 
+from benchmarks.report import emit
+
 VOCAB = 8192
 SYSTEMS = ("ours", "ours-xla", "ct2-fp32", "ct2-int8", "keras-hub", "keras-hub-xla")
 
@@ -222,10 +224,7 @@ def main(argv=None) -> int:
             continue
         print(f"{row['system']:<14} {row['decoder']:<7} {row['batch']:>5} {row['steps']:>5} "
               f"{row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['ms_per_step']:>8.2f}")
-    print(json.dumps(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    emit(report, args.json)
     return 0
 
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import collections
 import glob
-import json
 import re
 import sys
 import tempfile
 import time
+
+from benchmarks.report import emit
 
 CATEGORIES = (  # first match wins; patterns are matched against the op type
     ("matmul", r"MatMul|Einsum|Conv|_MklFused|FusedMatMul"),
@@ -106,10 +107,7 @@ def main(argv=None) -> int:
     report = {"benchmark": "profile_train_step", "precision": args.precision, "xla": args.jit,
               "wall_ms_per_step": 1000 * wall, "op_ms_per_step": total,
               "categories": dict(by_category), "ops": per_step}
-    print(json.dumps(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    emit(report, args.json)
     return 0
 
 

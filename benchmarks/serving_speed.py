@@ -16,7 +16,6 @@ SentencePiece model outside the timed region, as an app would on the device.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,8 @@ import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
+
+from benchmarks.report import emit
 
 
 def _spm_model(saved_model: Path) -> spm.SentencePieceProcessor:
@@ -104,10 +105,7 @@ def main(argv=None) -> int:
     for row in rows:
         print(f"{row['artifact']:<12} {row['decoder']:<7} {row['batch']:>5} {row['sentences']:>9} "
               f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>9.0f} {row['ms_per_sentence']:>8.1f}")
-    print(json.dumps(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    emit(report, args.json)
     return 0
 
 

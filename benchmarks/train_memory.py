@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import sys
 import time
+
+from benchmarks.report import emit
 
 
 def rss_mb() -> float:
@@ -88,10 +89,7 @@ def main(argv=None) -> int:
     print(f"peak RSS {report['peak_rss_mb']:.0f} MB; RSS after warm-up {warm:.0f} MB, after {args.steps} steps "
           f"{report['rss_end_mb']:.0f} MB (growth {report['growth_mb']:+.1f} MB, second half "
           f"{report['growth_second_half_mb']:+.1f} MB); {report['ms_per_step']:.0f} ms/step")
-    print(json.dumps(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    emit(report, args.json)
     return 0
 
 

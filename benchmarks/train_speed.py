@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks.report import emit
+
 LENGTH, BATCH, VOCAB, D, FF, LAYERS = 64, 64, 8192, 256, 1024, 4
 
 
@@ -153,10 +155,7 @@ def main(argv=None) -> int:
         print(f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
               f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%}")
     report = {"benchmark": "train_speed", "batch": BATCH, "length": LENGTH, "results": rows}
-    print(json.dumps(report))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    emit(report, args.json)
     return 0
 
 
