@@ -23,6 +23,7 @@ import tensorflow as tf
 from export.serving import ExportedTranslator
 from keras_transformer.files import write_text_atomically
 from keras_transformer.tokenization import tokenizer_paths
+from training.config import PRECISIONS
 from training.evaluate import load_workdir
 
 log = logging.getLogger("export")
@@ -31,9 +32,13 @@ WARMUP_SENTENCES = ("Hello world.", "")
 
 def export_saved_model(workdir: Path, out: Path, version: int | None = None, beam_size: int = 4,
                        alpha: float = 0.6, overwrite: bool = False,
-                       warmup_sentences: Sequence[str] = WARMUP_SENTENCES) -> Path:
-    """Export and return ``out/<version>``. ``version`` defaults to the next integer."""
-    model, src_tok, tgt_tok, config = load_workdir(workdir)
+                       warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32") -> Path:
+    """Export and return ``out/<version>``. ``version`` defaults to the next integer.
+
+    ``precision`` is the exported graph's compute precision: fp32 runs on every
+    server; bf16 is faster only on hardware with bf16 units (AVX512-BF16/AMX, TPU, GPU).
+    """
+    model, src_tok, tgt_tok, config = load_workdir(workdir, precision)
     out.mkdir(parents=True, exist_ok=True)
     if version is None:
         existing = [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()]
@@ -102,9 +107,12 @@ def main(argv=None) -> int:
     parser.add_argument("--beam", type=int, default=4, help="beam size fixed in the export (1 = greedy)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
+                        help="compute precision of the exported graph (weights are float32 either way)")
     args = parser.parse_args(argv)
     try:
-        path = export_saved_model(args.workdir, args.out, args.version, args.beam, args.alpha, args.overwrite)
+        path = export_saved_model(args.workdir, args.out, args.version, args.beam, args.alpha, args.overwrite,
+                                  precision=args.precision)
     except (FileExistsError, ValueError) as error:
         parser.error(str(error))
     print(path)

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-tgt-length", type=int, default=None,
                         help="default: training.max_tgt_length + 1 (room for EOS)")
     args = parser.parse_args(argv)
-    model, _, _, config = load_workdir(args.workdir)
+    model, _, _, config = load_workdir(args.workdir, "fp32")  # TFLite builtins: float32 graph
     max_src = args.max_src_length or config["training"]["max_src_length"]
     max_tgt = args.max_tgt_length or config["training"]["max_tgt_length"] + 1
     flatbuffer = convert(model, max_src, max_tgt, args.quantize)

@@ -110,3 +110,30 @@ def test_cli_writes_the_file(trained, tmp_path):
                             cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
+
+
+def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
+    """A workdir trained under mixed_bfloat16 loads as float32 by default (bf16 ops are not
+    TFLite builtins), with the same weights; ``precision=None`` keeps the training policy."""
+    import shutil
+
+    import keras_transformer as kt
+    from export.tflite import convert
+    from training.evaluate import load_workdir, with_precision
+
+    path, model, ids = trained
+    bf16_workdir = tmp_path / "bf16"
+    shutil.copytree(path, bf16_workdir, ignore=shutil.ignore_patterns("model.keras", "export*", "*.tflite"))
+    bf16_model = with_precision(model, "bf16")
+    assert bf16_model.dtype_policy.name == "mixed_bfloat16"
+    bf16_model.save(bf16_workdir / "model.keras")
+
+    kept, _, _, _ = load_workdir(bf16_workdir, precision=None)
+    assert kept.dtype_policy.name == "mixed_bfloat16"
+    loaded, _, _, _ = load_workdir(bf16_workdir)
+    assert loaded.dtype_policy.name == "float32"
+    for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(_run(convert(loaded, MAX_SRC, MAX_TGT), ids), _reference(model, ids))
+    with pytest.raises(ValueError, match="precision 'fp8'"):
+        with_precision(model, "fp8")

@@ -13,6 +13,8 @@ import yaml
 from keras_transformer.files import write_text_atomically
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+# training.mixed_precision / --precision names → Keras dtype policies.
+PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 def config_path(name_or_path: str) -> Path:

@@ -18,23 +18,46 @@ from pathlib import Path
 import keras
 import yaml
 
-import keras_transformer  # noqa: F401  (registers the classes load_model needs)
+import keras_transformer as kt
 from keras_transformer.data import read_text_file_pairs
 from keras_transformer.files import write_text_atomically
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
 from keras_transformer.translate import Translator
+from training.config import PRECISIONS
 from training.scoring import score_translations
 
 
-def load_workdir(workdir: Path):
-    """The trained model and its tokenizers from a ``training.train`` workdir."""
+def load_workdir(workdir: Path, precision: str | None = "fp32"):
+    """The trained model and its tokenizers from a ``training.train`` workdir.
+
+    ``precision`` is the compute precision of the returned model (``fp32``,
+    ``bf16``, ``fp16``; ``None`` keeps the one it was trained in). fp32 is the
+    default because a model trained under ``mixed_bfloat16`` keeps float32
+    weights and every runtime runs float32 (TFLite builtins, CPUs without bf16
+    units), while a bf16 graph would not convert to TFLite at all.
+    """
     model_path = workdir / "model.keras"
     if not model_path.exists():
         raise ValueError(f"{model_path} not found: train first (python -m training.train ...).")
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     src, tgt = tokenizer_paths(workdir / "tokenizer", config["tokenizer"].get("shared", True))
     model = keras.models.load_model(model_path)
+    if precision is not None:
+        model = with_precision(model, precision)
     return model, SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt), config
+
+
+def with_precision(model: kt.Transformer, precision: str) -> kt.Transformer:
+    """``model`` computing in ``precision``: the same weights in a rebuilt model."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: use one of {sorted(PRECISIONS)}.")
+    policy = PRECISIONS[precision]
+    if model.dtype_policy.name == policy:
+        return model
+    rebuilt = kt.Transformer(model.config, dtype=policy, name=model.name)
+    rebuilt.build()
+    rebuilt.set_weights(model.get_weights())
+    return rebuilt
 
 
 def translate_with_saved_model(export_dir: Path, sources: list[str], beam: int | None,
@@ -68,6 +91,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
+                        help="workdir: compute precision of the model (the SavedModel has its own)")
     args = parser.parse_args(argv)
 
     text = read_text_file_pairs(args.src, args.ref)
@@ -80,7 +105,7 @@ def main(argv=None) -> int:
             parser.error(str(error))
         out = args.out or args.saved_model.parent / "eval.json"
     else:
-        model, src_tok, tgt_tok, config = load_workdir(args.workdir)
+        model, src_tok, tgt_tok, config = load_workdir(args.workdir, args.precision)
         beam = args.beam or 1
         translator = Translator(model, src_tok, tgt_tok, max_src_length=config["training"]["max_src_length"],
                                 beam_size=beam, alpha=args.alpha)

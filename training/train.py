@@ -26,7 +26,7 @@ from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, tr
 from keras_transformer.translate import Translator
 from training.callbacks import KeepLastWeights, TimeBudget, ValidationBleu, average_weights
 from training.curves import plot_learning_curves
-from training.config import load_config, save_config
+from training.config import PRECISIONS, load_config, save_config
 from training.corpus import load_corpus
 from training.scoring import score_translations
 from training.loop import custom_fit, is_chief, optimizer_step
@@ -35,7 +35,6 @@ from training.strategy import STRATEGIES, make_strategy
 log = logging.getLogger("training")
 CHECKOUT = Path(__file__).resolve().parent.parent
 LOOPS = ("auto", "fit", "custom")
-PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -21,6 +21,7 @@ from pathlib import Path
 from keras_transformer.data import read_text_file_pairs
 from keras_transformer.files import write_text_atomically
 from keras_transformer.translate import Translator
+from training.config import PRECISIONS
 from training.evaluate import load_workdir
 from training.scoring import score_translations
 
@@ -34,12 +35,14 @@ def main(argv=None) -> int:
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
+                        help="compute precision; tune in the one you export (export default: fp32)")
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
         parser.error("--beams must be >= 1.")
 
     text = read_text_file_pairs(args.src, args.ref)
-    model, src_tok, tgt_tok, config = load_workdir(args.workdir)
+    model, src_tok, tgt_tok, config = load_workdir(args.workdir, args.precision)
     results = []
     for beam in args.beams:
         for alpha in ([0.0] if beam == 1 else args.alphas):
