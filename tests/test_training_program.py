@@ -284,6 +284,33 @@ def test_learning_curve_plot(tmp_path):
         plot_learning_curves({}, tmp_path / "none.png")
 
 
+def test_training_split_is_shuffled_whole_by_default(tmp_path):
+    """A corpus stored in length order (Tatoeba's is) must not reach the model short-first."""
+    import itertools
+
+    from training.corpus import load_corpus
+    from training.train import build_tokenizers, datasets
+
+    config = load_config("demo", ["data.synthetic={train: 600, valid: 10, test: 10, seed: 1}",
+                                  "tokenizer.vocab_size=200", "training.batch_tokens=256",
+                                  "training.shuffle_buffer=null"])
+    corpus = load_corpus(config["data"])
+    corpus["train"].sort(key=lambda pair: len(pair[0]))
+    src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path)
+
+    def longest_source_in_first_batches(shuffle_buffer):
+        config["training"]["shuffle_buffer"] = shuffle_buffer
+        train, _ = datasets(config, corpus, src_tok, tgt_tok)
+        return max(int((src.numpy() != 0).sum(axis=1).max())
+                   for (src, _), _ in itertools.islice(train, 4))
+
+    whole = longest_source_in_first_batches(None)
+    window = longest_source_in_first_batches(8)
+    lengths = sorted(len(src_tok.tokenize([s]).flat_values) + 1 for s, _ in corpus["train"])  # + EOS
+    # A small window yields the shortest pairs first; the whole split reaches the long tail at once.
+    assert whole >= lengths[3 * len(lengths) // 4] and whole > 1.5 * window, (window, whole, lengths[::60])
+
+
 def test_corpus_from_tsv_and_text_files(tmp_path):
     from training.corpus import load_corpus
 

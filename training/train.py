@@ -82,7 +82,13 @@ def datasets(config, corpus, src_tok, tgt_tok):
         batch_tokens=train_options.get("batch_tokens"),
         batch_size=train_options.get("batch_size"),
     )
+    # The whole split by default: the corpus is in memory, and a corpus sorted by length
+    # (Tatoeba's is) read through a smaller window trains on short, then long sentences.
+    shuffle_buffer = train_options.get("shuffle_buffer")
+    if shuffle_buffer is None:
+        shuffle_buffer = len(corpus["train"])
     train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
+                         shuffle_buffer=shuffle_buffer,
                          seed=train_options.get("seed", 0), repeat=True, training=True,
                          static_shapes=bool(train_options.get("static_shapes", False)))
     valid = None

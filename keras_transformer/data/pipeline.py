@@ -88,7 +88,9 @@ def make_dataset(
         bucket_boundaries: inclusive upper lengths of the buckets (length of a
             pair = its longer side); ``None`` picks ~1.1x-spaced bounds, ``()``
             puts everything in one bucket (no reordering).
-        shuffle_buffer: examples in the shuffle buffer; 0 disables shuffling.
+        shuffle_buffer: examples in the shuffle buffer; 0 disables shuffling. A
+            corpus stored in length order (Tatoeba's is) needs a buffer as large as
+            the corpus, or training sees short sentences first and long ones last.
         seed: shuffle seed; the same seed (and global TF seed) gives the same order.
         cache: cache tokenized examples in memory (``True``), in files at
             this path prefix (a path), or not at all (``False``).
