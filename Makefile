@@ -31,15 +31,20 @@ M30K ?= ../shared/corpora/multi30k_de_en
 M30K_RUN ?= runs/multi30k
 M30K_BEAM ?= 4
 M30K_ALPHA ?= 1.4
+# $(call export_and_score,RUN,DATA,SPLIT): export RUN with beam M30K_BEAM / M30K_ALPHA, then
+# score DATA/SPLIT.src against DATA/SPLIT.tgt through the SavedModel, beam and greedy.
+define export_and_score
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(1) --out $(1)/export \
+	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 \
+	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_beam.json
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 --beam 1 \
+	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_greedy.json
+endef
 multi30k: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(M30K_RUN) --out $(M30K_RUN)/export \
-	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_RUN)/export/1 \
-	  --src $(M30K)/test.src --ref $(M30K)/test.tgt --out $(M30K_RUN)/test_beam.json
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_RUN)/export/1 --beam 1 \
-	  --src $(M30K)/test.src --ref $(M30K)/test.tgt --out $(M30K_RUN)/test_greedy.json
+	$(call export_and_score,$(M30K_RUN),$(M30K),test)
 
 # The same recipe on Tatoeba French → English (160k short pairs, no test split; train is stored
 # sorted by length, so the whole split is shuffled, not a 10k window): valid is
@@ -50,12 +55,7 @@ tatoeba: $(STAMP)
 	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(TATOEBA_RUN) \
 	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(TATOEBA_RUN) --out $(TATOEBA_RUN)/export \
-	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(TATOEBA_RUN)/export/1 \
-	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(TATOEBA_RUN)/valid_beam.json
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(TATOEBA_RUN)/export/1 --beam 1 \
-	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(TATOEBA_RUN)/valid_greedy.json
+	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA),valid)
 
 # Default suite: tiny models, seconds per test (CI runs this).
 test: $(STAMP)
