@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from keras_transformer.fused_adam import FusedAdam
+
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -44,8 +46,8 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def paper_adam(learning_rate=None, *, d_model: int | None = None, warmup_steps: int = 4000,
-               **kwargs) -> keras.optimizers.Adam:
-    """Adam(β1=0.9, β2=0.98, ε=1e-9), the paper's optimizer.
+               **kwargs) -> FusedAdam:
+    """Adam(β1=0.9, β2=0.98, ε=1e-9), the paper's optimizer (as ``FusedAdam``).
 
     With no ``learning_rate``, uses ``TransformerSchedule(d_model, warmup_steps)``.
     Extra keyword arguments go to ``keras.optimizers.Adam`` (e.g. ``clipnorm``).
@@ -55,4 +57,4 @@ def paper_adam(learning_rate=None, *, d_model: int | None = None, warmup_steps: 
             raise ValueError("paper_adam needs d_model (for the schedule) or a learning_rate.")
         learning_rate = TransformerSchedule(d_model, warmup_steps)
     options = {"beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-9, **kwargs}
-    return keras.optimizers.Adam(learning_rate=learning_rate, **options)
+    return FusedAdam(learning_rate=learning_rate, **options)
