@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEmbedding, padding_mask
+from keras_transformer.layers.dense import Dense, project
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -77,7 +78,7 @@ class Transformer(keras.Model):
         self.decoder = Decoder(c.num_decoder_layers, name="decoder", **stack_kwargs)
         self.output_projection = None
         if not c.tie_embeddings:
-            self.output_projection = keras.layers.Dense(
+            self.output_projection = Dense(
                 c.tgt_vocab_size, dtype=self.dtype_policy, name="output_projection"
             )
 
@@ -131,7 +132,7 @@ class Transformer(keras.Model):
             logits = self.output_projection(hidden)
         else:
             embeddings = tf.cast(self.target_embedding.embeddings, hidden.dtype)
-            logits = tf.matmul(hidden, embeddings, transpose_b=True)
+            logits = project(hidden, embeddings, transpose_kernel=True)
         return tf.cast(logits, tf.float32)
 
     # --- incremental decoding -------------------------------------------------------

@@ -6,8 +6,11 @@ from keras_transformer.layers.attention import (
     scaled_dot_product_attention,
 )
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
+from keras_transformer.layers.dense import Dense, project
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
+from keras_transformer.layers.layer_norm import LayerNormalization
 from keras_transformer.layers.masks import (
     causal_mask,
     key_padding_mask,
@@ -19,9 +22,12 @@ from keras_transformer.layers.positional import PositionalEmbedding, sinusoidal_
 __all__ = [
     "Decoder",
     "DecoderLayer",
+    "Dense",
+    "Dropout",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LayerNormalization",
     "MultiHeadAttention",
     "PositionalEmbedding",
     "causal_mask",
@@ -29,6 +35,7 @@ __all__ = [
     "masked_score_value",
     "merge_masks",
     "padding_mask",
+    "project",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
 ]

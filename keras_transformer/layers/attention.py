@@ -8,6 +8,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
+from keras_transformer.layers.dense import Dense
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 
 # Score given to masked positions before the softmax. Scores are always
@@ -193,8 +195,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.supports_masking = True
 
-    def _dense(self, name: str) -> keras.layers.Dense:
-        return keras.layers.Dense(
+    def _dense(self, name: str) -> Dense:
+        return Dense(
             self.d_model,
             use_bias=self.use_bias,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -214,7 +216,7 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense.build(value_shape)
         self.output_dense = self._dense("output")
         self.output_dense.build(tuple(query_shape[:-1]) + (self.d_model,))
-        self.weights_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.weights_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     def initial_cache(self, batch_size, max_length: int | None = None, dtype=None) -> dict:

@@ -7,8 +7,10 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.attention import MultiHeadAttention
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.feed_forward import FeedForward, check_activation
 from keras_transformer.layers.initializers import clone_initializer
+from keras_transformer.layers.layer_norm import LayerNormalization
 
 
 class TransformerBlockBase(keras.layers.Layer):
@@ -118,14 +120,14 @@ class TransformerBlockBase(keras.layers.Layer):
         setattr(self, f"{name}_norm", norm)
         setattr(self, f"{name}_dropout", self._dropout())
 
-    def _layer_norm(self, name: str) -> keras.layers.LayerNormalization:
+    def _layer_norm(self, name: str) -> LayerNormalization:
         # float32 even under mixed precision (bf16/fp16 variance is too coarse).
-        return keras.layers.LayerNormalization(
+        return LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype="float32", name=name
         )
 
-    def _dropout(self) -> keras.layers.Dropout:
-        return keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+    def _dropout(self) -> Dropout:
+        return Dropout(self.dropout, dtype=self.dtype_policy)
 
     def compute_mask(self, inputs, mask=None):
         # Outputs are position-aligned with the first input: pass its mask on.
@@ -153,7 +155,7 @@ class TransformerBlockBase(keras.layers.Layer):
         return config
 
 
-def apply_layer_norm(norm: keras.layers.LayerNormalization, x: tf.Tensor) -> tf.Tensor:
+def apply_layer_norm(norm: LayerNormalization, x: tf.Tensor) -> tf.Tensor:
     """LayerNorm computed in float32, returned in ``x``'s dtype."""
     return tf.cast(norm(x), x.dtype)
 

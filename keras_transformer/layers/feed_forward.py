@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.layers.dense import Dense
+from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 
 ACTIVATIONS = ("relu", "gelu")
@@ -58,7 +60,7 @@ class FeedForward(keras.layers.Layer):
         self.supports_masking = True
 
     def _dense(self, units, activation, name):
-        return keras.layers.Dense(
+        return Dense(
             units,
             activation=activation,
             kernel_initializer=clone_initializer(self.kernel_initializer),
@@ -70,7 +72,7 @@ class FeedForward(keras.layers.Layer):
     def build(self, input_shape):
         self.inner_dense = self._dense(self.d_ff, self.activation, "inner")
         self.inner_dense.build(input_shape)
-        self.activation_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.activation_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.outer_dense = self._dense(self.d_model, None, "outer")
         self.outer_dense.build(tuple(input_shape[:-1]) + (self.d_ff,))
         self.built = True

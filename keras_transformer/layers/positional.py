@@ -8,6 +8,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.layers.dropout import Dropout
+
 
 def sinusoidal_positions(length: int, d_model: int) -> tf.Tensor:
     """The paper's fixed position table, ``[length, d_model]`` float32.
@@ -113,7 +115,7 @@ class PositionalEmbedding(keras.layers.Layer):
             # Kept as NumPy: a tensor made here would belong to whichever graph
             # happened to trigger the build.
             self.position_table = sinusoidal_table(self.max_length, self.d_model)
-        self.embedding_dropout = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        self.embedding_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
     @property

@@ -1,0 +1,72 @@
+"""Projections whose weight gradient is computed in the faster orientation."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+
+def _transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens).
+
+    oneDNN runs this product at ~175 GFLOP/s when ``p > q`` and ~275 when
+    ``p ≤ q`` on the benchmark CPU (``[4096, 8192]ᵀ [4096, 256]``: 98 against
+    63 ms), so the tall case is computed as ``(bᵀ a)ᵀ``: the extra transpose
+    is of a weight-sized tensor only. Elsewhere (GPU, TPU) it costs no more.
+    """
+    p, q = a.shape[-1], b.shape[-1]
+    if p is not None and q is not None and p > q:
+        return tf.transpose(tf.matmul(b, a, transpose_a=True))
+    return tf.matmul(a, b, transpose_a=True)
+
+
+def project(x: tf.Tensor, kernel: tf.Tensor, transpose_kernel: bool = False) -> tf.Tensor:
+    """``x [..., k] @ kernel [k, n]`` (``kernel [n, k]`` with ``transpose_kernel``).
+
+    A rank-2 product over the flattened leading axes, with a hand-written
+    gradient that takes the kernel gradient in the faster orientation
+    (``_transposed_product``); values and gradients are those of
+    ``tf.matmul``.
+    """
+    units = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
+    flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+
+    @tf.custom_gradient
+    def product(flat, kernel):
+        def grad(upstream):
+            d_flat = tf.matmul(upstream, kernel, transpose_b=not transpose_kernel)
+            if transpose_kernel:
+                return d_flat, _transposed_product(upstream, flat)
+            return d_flat, _transposed_product(flat, upstream)
+
+        return tf.matmul(flat, kernel, transpose_b=transpose_kernel), grad
+
+    y = product(flat, kernel)
+    y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [tf.shape(y)[-1]]], axis=0))
+    y.set_shape(x.shape[:-1].concatenate([units]))
+    return y
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class Dense(keras.layers.Dense):
+    """``keras.layers.Dense`` whose product is ``project``.
+
+    Same weights, config and results as ``keras.layers.Dense``; only the
+    kernel gradient is computed in the orientation oneDNN runs faster (the
+    FFN's ``d_ff → d_model`` projection: 11.4 → 8.4 ms on ``[4096, 1024]``).
+    Quantized layers keep Keras' own path.
+
+    Example:
+        >>> Dense(8)(tf.zeros([2, 3, 4])).shape
+        TensorShape([2, 3, 8])
+    """
+
+    def call(self, inputs, training=None):
+        if self.quantization_mode is not None:
+            return super().call(inputs, training=training)
+        x = project(inputs, tf.cast(self.kernel, self.compute_dtype))
+        if self.bias is not None:
+            x = tf.nn.bias_add(x, tf.cast(self.bias, self.compute_dtype))
+        if self.activation is not None:
+            x = self.activation(x)
+        return x
