@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import (
+    FusedAdam,
     MaskedAccuracy,
     MaskedLabelSmoothedCrossEntropy,
     TransformerSchedule,
@@ -43,6 +44,7 @@ def test_schedule_serializes_and_validates():
 
 def test_paper_adam():
     optimizer = paper_adam(d_model=512)
+    assert isinstance(optimizer, FusedAdam)
     assert (optimizer.beta_1, optimizer.beta_2, optimizer.epsilon) == (0.9, 0.98, 1e-9)
     assert isinstance(optimizer._learning_rate, TransformerSchedule)
     assert paper_adam(1e-3, clipnorm=1.0).clipnorm == 1.0
@@ -50,8 +52,32 @@ def test_paper_adam():
         paper_adam()
 
 
+def test_fused_adam_updates_like_keras_adam():
+    """Same weights and slots as Keras' Adam after several steps, dense and
+    sparse (embedding-style) gradients alike, and a config round trip."""
+    rng = np.random.default_rng(0)
+    init = [rng.normal(size=(5, 3)).astype("float32"), rng.normal(size=(7, 2)).astype("float32")]
+    grads = [[tf.constant(rng.normal(size=(5, 3)).astype("float32") * (i + 1)),
+              tf.IndexedSlices(tf.constant(rng.normal(size=(2, 2)).astype("float32")),
+                               tf.constant([1, 4]), tf.constant([7, 2]))] for i in range(4)]
+    results = []
+    for optimizer in (keras.optimizers.Adam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+                      FusedAdam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9)):
+        variables = [keras.Variable(value) for value in init]
+        step = tf.function(lambda step_grads: optimizer.apply(step_grads, variables))
+        for step_grads in grads:
+            step(step_grads)
+        results.append([v.numpy() for v in variables + list(optimizer.variables)])
+    for keras_value, fused_value in zip(*results):
+        np.testing.assert_allclose(fused_value, keras_value, rtol=1e-5, atol=1e-7)
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(
+        paper_adam(d_model=64)))
+    assert isinstance(clone, FusedAdam) and clone.beta_2 == 0.98
+
+
 def _numpy_smoothed_loss(labels, logits, eps, pad_id=0):
-    log_probs = np.log(reference.softmax(logits.astype(np.float64)))
+    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
     vocab = logits.shape[-1]
     target = np.full(logits.shape, eps / vocab)
     np.put_along_axis(target, labels[..., None], 1 - eps + eps / vocab, axis=-1)
@@ -75,6 +101,31 @@ def test_label_smoothed_loss_matches_numpy_and_ignores_padding(eps):
     padded_logits = np.pad(logits, [(0, 0), (0, 4), (0, 0)], constant_values=5.0)
     np.testing.assert_allclose(float(loss(padded_labels, padded_logits)), float(loss(labels, logits)),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("spread", [1.0, 300.0])
+def test_smoothed_loss_gradient_matches_numpy_even_for_extreme_logits(spread):
+    """The custom gradient is ``(softmax - q)·mask/count``; with logits 300
+    apart, fp32 probabilities of the labels underflow to 0, and the loss
+    must still be finite and right (the log-normaliser comes from the
+    arg-max entry, not the label's)."""
+    rng = np.random.default_rng(2)
+    logits = (rng.normal(size=(2, 5, 9)) * spread).astype("float32")
+    labels = rng.integers(1, 9, size=(2, 5))
+    labels[1, 3:] = 0
+    eps = 0.1
+    loss_fn = MaskedLabelSmoothedCrossEntropy(label_smoothing=eps)
+    logits_tensor = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(logits_tensor)
+        loss = loss_fn(labels, logits_tensor)
+    grad = tape.gradient(loss, logits_tensor).numpy()
+    np.testing.assert_allclose(float(loss), _numpy_smoothed_loss(labels, logits, eps), rtol=1e-5)
+    target = np.full(logits.shape, eps / 9)
+    np.put_along_axis(target, labels[..., None], 1 - eps + eps / 9, axis=-1)
+    mask = (labels != 0)[..., None]
+    expected = (reference.softmax(logits.astype(np.float64)) - target) * mask / mask.sum()
+    np.testing.assert_allclose(grad, expected, atol=1e-6)
 
 
 def test_loss_under_tf_function_with_sample_weight():
