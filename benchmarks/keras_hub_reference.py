@@ -31,7 +31,6 @@ import json
 import math
 import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import keras
@@ -42,6 +41,7 @@ from keras import ops
 
 import keras_transformer as kt
 from benchmarks.decode_speed import sources, timed
+from benchmarks.timing import fit_step_times
 from benchmarks.train_speed import BATCH, D, FF, LAYERS, LENGTH, VOCAB, matmul_flops_per_step, peak_flops
 
 SYSTEM = "keras-hub"
@@ -235,7 +235,7 @@ def training_batch(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Workload = Workload()) -> dict:
     """``model.fit`` ms/step (forward + backward + Adam), measured as train_speed.run_one does:
-    3 warm-up steps, then the median of 3 runs of ``steps`` steps.
+    3 warm-up steps, then the median of 3 runs of ``steps`` steps (``fit_step_times``).
 
     Loss and optimizer are ours (``MaskedLabelSmoothedCrossEntropy``, ``paper_adam``) so
     that only the model differs. MFU uses train_speed's analytic FLOPs and a matmul peak
@@ -250,11 +250,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
         source, target_in, target = training_batch(workload)
         dataset = tf.data.Dataset.from_tensors(((source, target_in), target)).repeat()
         model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
-        times = []
-        for _ in range(3):
-            started = time.perf_counter()
-            model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-            times.append((time.perf_counter() - started) / steps)
+        times = fit_step_times(model, dataset, steps)
     finally:
         keras.config.set_dtype_policy(previous_policy)
     step = statistics.median(times)

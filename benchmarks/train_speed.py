@@ -6,7 +6,8 @@
 Workload: issue #7's small model (shared vocabulary 8,192, d_model 256, 4+4
 layers, 8 heads, d_ff 1,024, dropout 0.1, post-LN), batch 64 pairs of source
 and target length 64 with ~15% padding at the ends; one optimizer step =
-forward, backward, Adam. MFU = analytic matmul FLOPs per step / step time /
+forward, backward, Adam, timed between the ends of the first and last step
+of each ``fit`` run (``benchmarks.timing``). MFU = analytic matmul FLOPs per step / step time /
 the peak of a large ``tf.matmul`` measured in the same process and precision.
 Each configuration runs in its own process (XLA and policies are global).
 """
@@ -22,6 +23,7 @@ import sys
 import time
 
 from benchmarks.report import emit
+from benchmarks.timing import fit_step_times
 
 LENGTH, BATCH, VOCAB, D, FF, LAYERS = 64, 64, 8192, 256, 1024, 4
 
@@ -94,11 +96,7 @@ def compiled_workload(precision: str, jit: bool):
 def run_one(precision: str, jit: bool, steps: int) -> dict:
     model, dataset, tgt = compiled_workload(precision, jit)
     model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
-    times = []
-    for _ in range(3):
-        started = time.perf_counter()
-        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0)
-        times.append((time.perf_counter() - started) / steps)
+    times = fit_step_times(model, dataset, steps)
     step = statistics.median(times)
     peak = peak_flops("bfloat16" if precision == "bf16" else "float32")
     flops = matmul_flops_per_step()
