@@ -10,6 +10,10 @@ def _token_mask(y_true, pad_id):
     return tf.not_equal(y_true, pad_id)
 
 
+# Below this a float32 probability has lost digits (fp32 normals end at 1.2e-38).
+_SMALLEST_ACCURATE_PROBABILITY = 1e-30
+
+
 def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Tensor:
     """Per-token ``-Σ_v q_v log p_v`` with ``q = (1 - ε)·onehot(label) + ε/V``.
 
@@ -18,13 +22,16 @@ def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing
     gradient ``upstream · (softmax - q)``: with an 8k vocabulary the
     ``[tokens, V]`` logits are the largest tensor of a step, and every pass
     over them counts. Two separate cross-entropies took ~20% of a training
-    step's op time; an exp/sum pass written out in TF ops took 93 ms fwd+bwd
-    on the benchmark's ``[4096, 8192]``, this takes 62
+    step's op time; max/exp/sum passes written out in TF ops took 93 ms
+    fwd+bwd on the benchmark's ``[4096, 8192]``, this takes ~50
     (``benchmarks/profile_train_step.py``).
 
-    The log-normaliser is ``max(z) - log(max(softmax(z)))``: the arg-max
-    entry's probability is at least ``1/V``, so its log never underflows
-    (the label's probability can).
+    The log-normaliser is ``z_y - log p_y`` from the label's own logit and
+    probability (two gathers). Where a label's probability is too small for
+    that (below 1e-30, near fp32's underflow), the batch uses
+    ``max(z) - log(max p)`` instead: the arg-max probability is at least
+    ``1/V``, so its log never underflows; it costs two passes over the
+    logits, which is why it is not the default.
 
     Args:
         labels: int32 ``[...]`` target ids.
@@ -42,10 +49,21 @@ def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing
     @tf.custom_gradient
     def xent(z):
         probabilities = tf.nn.softmax(z)
-        log_normalizer = tf.reduce_max(z, axis=-1) - tf.math.log(
-            tf.reduce_max(probabilities, axis=-1)
+        label_logit = tf.gather_nd(z, label_index)
+        label_probability = tf.gather_nd(probabilities, label_index)
+
+        def from_labels():  # log Z = z_y - log p_y: no pass over [tokens, V]
+            return label_logit - tf.math.log(label_probability)
+
+        def from_peaks():  # p_max ≥ 1/V: exact even where p_y underflows
+            return tf.reduce_max(z, axis=-1) - tf.math.log(tf.reduce_max(probabilities, axis=-1))
+
+        log_normalizer = tf.cond(
+            tf.reduce_all(label_probability > _SMALLEST_ACCURATE_PROBABILITY),
+            from_labels,
+            from_peaks,
         )
-        loss = log_normalizer - (1.0 - eps) * tf.gather_nd(z, label_index)
+        loss = log_normalizer - (1.0 - eps) * label_logit
         if eps:
             loss -= eps * tf.reduce_mean(z, axis=-1)
 

@@ -35,12 +35,15 @@ def _assert_same_as_keras(ours, theirs, x, atol):
         np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=atol)
 
 
-@pytest.mark.parametrize("shape,units", [((4, 6, 16), 8), ((4, 6, 8), 16), ((5, 8), 3)])
-def test_dense_matches_keras_dense(shape, units):
-    """Both orientations of the kernel gradient (wide and tall kernels)."""
+@pytest.mark.parametrize("shape,units,options", [
+    ((4, 6, 16), 8, {"activation": "relu"}),  # tall kernel: transposed gradient product
+    ((4, 6, 8), 16, {"activation": "relu"}),  # wide kernel
+    ((5, 8), 3, {}),
+    ((4, 6, 8), 5, {"activation": "gelu", "use_bias": False}),
+])
+def test_dense_matches_keras_dense(shape, units, options):
     x = np.random.default_rng(0).normal(size=shape).astype("float32")
-    _assert_same_as_keras(Dense(units, activation="relu"), keras.layers.Dense(units, activation="relu"),
-                          x, atol=1e-5)
+    _assert_same_as_keras(Dense(units, **options), keras.layers.Dense(units, **options), x, atol=1e-5)
 
 
 def test_project_with_a_transposed_kernel_is_a_matmul():
