@@ -20,9 +20,9 @@ import glob
 import re
 import sys
 import tempfile
-import time
 
 from benchmarks.report import emit
+from benchmarks.timing import fit_step_times
 
 CATEGORIES = (  # first match wins; patterns are matched against the op type
     ("matmul", r"MatMul|Einsum|Conv|_MklFused|FusedMatMul"),
@@ -86,13 +86,13 @@ def main(argv=None) -> int:
     model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
     with tempfile.TemporaryDirectory() as logdir:
         tf.profiler.experimental.start(logdir)
-        started = time.perf_counter()
-        model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0)
-        wall = (time.perf_counter() - started) / args.steps
+        # Wall time between step ends, as train_speed measures it (fit's tear-down excluded).
+        [wall] = fit_step_times(model, dataset, args.steps, repeats=1)
         tf.profiler.experimental.stop()
         totals, counts = op_breakdown(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1])
 
-    per_step = {op: ps / 1e9 / args.steps for op, ps in totals.items()}  # ms
+    traced_steps = args.steps + 1  # fit_step_times runs one step more than it times
+    per_step = {op: ps / 1e9 / traced_steps for op, ps in totals.items()}  # ms
     total = sum(per_step.values())
     by_category: dict[str, float] = collections.Counter()
     for op, ms in per_step.items():
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         print(f"{category:<45} {ms:>8.1f} {ms / total:>6.1%}")
     print(f"\n{'op type':<32} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
     for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[: args.top]:
-        print(f"{op:<32} {ms:>8.2f} {ms / total:>6.1%} {counts[op] / args.steps:>10.0f}")
+        print(f"{op:<32} {ms:>8.2f} {ms / total:>6.1%} {counts[op] / traced_steps:>10.0f}")
     report = {"benchmark": "profile_train_step", "precision": args.precision, "xla": args.jit,
               "wall_ms_per_step": 1000 * wall, "op_ms_per_step": total,
               "categories": dict(by_category), "ops": per_step}
