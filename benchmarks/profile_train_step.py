@@ -1,6 +1,6 @@
 """Where a training step's time goes: a per-op breakdown from the TF profiler.
 
-    python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--steps 5] [--top 25]
+    python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--serial] [--steps 5] [--top 25]
 
 Runs issue #7's small training workload (``benchmarks.train_speed``) under
 ``tf.profiler``, reads the host trace (``*.xplane.pb``, parsed with the
@@ -9,7 +9,10 @@ duration of every executed TF op by op type and by category (matmul,
 attention softmax, loss, normalization, dropout RNG, optimizer, embedding,
 layout, element-wise). Times are per step and per executor thread: ops that
 run concurrently on the inter-op threads each count in full, so the shares
-are of total op time, not of wall time (both are printed).
+are of total op time, not of wall time (both are printed). ``--serial`` runs
+one op at a time, so that the op times add up to the wall time and each is
+what that op costs alone: the breakdown to read for "what would removing
+this save".
 """
 
 from __future__ import annotations
@@ -73,6 +76,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     parser.add_argument("--jit", action="store_true", help="XLA: the trace then shows one cluster op")
+    parser.add_argument("--serial", action="store_true",
+                        help="one op at a time (inter-op threads = 1): op times then add up to the "
+                             "wall time and each is that op's cost alone")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--json", default=None)
@@ -80,6 +86,8 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
+    if args.serial:  # before the runtime starts: the setting is fixed at the first op
+        tf.config.threading.set_inter_op_parallelism_threads(1)
     from benchmarks.train_speed import compiled_workload
 
     model, dataset, _ = compiled_workload(args.precision, args.jit)
@@ -105,6 +113,7 @@ def main(argv=None) -> int:
     for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{op:<32} {ms:>8.2f} {ms / total:>6.1%} {counts[op] / traced_steps:>10.0f}")
     report = {"benchmark": "profile_train_step", "precision": args.precision, "xla": args.jit,
+              "serial": args.serial,
               "wall_ms_per_step": 1000 * wall, "op_ms_per_step": total,
               "categories": dict(by_category), "ops": per_step}
     emit(report, args.json)
