@@ -95,6 +95,11 @@ def datasets(config, corpus, src_tok, tgt_tok):
     if corpus["valid"]:
         valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
                              training=False, length_filter="truncate")
+        # Bucketing hides the batch count, and Keras ends the first validation pass over a
+        # dataset of unknown length with "Your input ran out of data; interrupting training".
+        # Counted once (the split is in memory), the warning is gone.
+        batches = int(valid.reduce(0, lambda count, _: count + 1))
+        valid = valid.apply(tf.data.experimental.assert_cardinality(batches))
     return train, valid
 
 
