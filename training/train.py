@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.data import make_dataset, pairs_from_list
+from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
 from keras_transformer.files import write_text_atomically
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
@@ -98,8 +98,7 @@ def datasets(config, corpus, src_tok, tgt_tok):
         # Bucketing hides the batch count, and Keras ends the first validation pass over a
         # dataset of unknown length with "Your input ran out of data; interrupting training".
         # Counted once (the split is in memory), the warning is gone.
-        batches = int(valid.reduce(0, lambda count, _: count + 1))
-        valid = valid.apply(tf.data.experimental.assert_cardinality(batches))
+        valid = valid.apply(tf.data.experimental.assert_cardinality(count_tokens(valid).batches))
     return train, valid
 
 
