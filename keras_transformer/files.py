@@ -6,6 +6,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
 def write_atomically(files: dict[Path, bytes]) -> None:
@@ -26,3 +27,17 @@ def write_atomically(files: dict[Path, bytes]) -> None:
 
 def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     write_atomically({Path(path): text.encode("utf-8")})
+
+
+def write_through_temp(path: str | os.PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write(temp)`` on a hidden sibling of ``path`` that keeps its suffix
+    (Keras checks ``.keras`` / ``.weights.h5``), then rename it over ``path``. A
+    process killed mid-write leaves the previous ``path`` intact."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(".tmp-" + path.name)
+    try:
+        write(temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)

@@ -211,6 +211,52 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     assert len(metrics["history"]["loss"]) < 20  # only the epochs after the restart ran
 
 
+def test_backup_killed_while_written_still_restores(tmp_path):
+    """A kill during the weights write must leave the previous backup loadable
+    (Keras' own BackupAndRestore truncates latest.weights.h5 in place; CI once
+    hit exactly that in the test above)."""
+    import keras
+    import numpy as np
+
+    from training.callbacks import AtomicBackupAndRestore
+
+    def tiny_model():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+        model.compile(optimizer="adam", loss="mse")
+        return model
+
+    x, y = np.ones((8, 3), "float32"), np.zeros((8, 2), "float32")
+    model = tiny_model()
+    backup = AtomicBackupAndRestore(str(tmp_path), delete_checkpoint=False)
+    model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    saved = [w.copy() for w in model.get_weights()]
+
+    class Killed(BaseException):
+        pass
+
+    def dies_halfway(filepath, overwrite=True):
+        Path(filepath).write_bytes(b"\x89HDF\r\n\x1a\n truncated")
+        raise Killed
+
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # the weights move on
+    model.save_weights = dies_halfway
+    with pytest.raises(Killed):
+        backup.on_epoch_end(2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.weights.h5", "training_metadata.json"]
+    assert json.loads((tmp_path / "training_metadata.json").read_text())["epoch"] == 2
+
+    resumed = tiny_model()
+    history = resumed.fit(x, y, batch_size=4, epochs=3, verbose=0,
+                          callbacks=[AtomicBackupAndRestore(str(tmp_path), delete_checkpoint=False)])
+    assert history.epoch == [2]  # epochs 1 and 2 were restored, not re-run
+    assert int(resumed.optimizer.iterations.numpy()) == 6
+    restored = tiny_model()
+    restored.build((None, 3))
+    restored.optimizer.build(restored.trainable_variables)
+    restored.load_weights(tmp_path / "latest.weights.h5")
+    assert not np.allclose(restored.get_weights()[0], saved[0])  # the third epoch's backup
+
+
 def test_average_weights_is_the_elementwise_mean(tmp_path):
     import io
 

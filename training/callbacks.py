@@ -1,10 +1,11 @@
-"""Per-epoch callbacks of the training program (used by ``model.fit`` and by
-``custom_fit`` alike): validation BLEU, the last-K weights for averaging and a
-wall-time budget."""
+"""Callbacks of the training program. The per-epoch ones (validation BLEU, the
+last-K weights for averaging, a wall-time budget) serve ``model.fit`` and
+``custom_fit`` alike; ``AtomicBackupAndRestore`` is ``model.fit``'s backup."""
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import time
 from pathlib import Path
@@ -14,10 +15,36 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.files import write_atomically
+from keras_transformer.files import write_atomically, write_text_atomically, write_through_temp
 from training.scoring import score_translations
 
 log = logging.getLogger("training")
+
+
+class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
+    """``keras.callbacks.BackupAndRestore`` whose backup survives being killed
+    while it is written.
+
+    Keras overwrites ``latest.weights.h5`` in place; a run killed during that
+    write (pre-emption, OOM killer, Ctrl-\\) leaves a truncated HDF5 file next to
+    the previous epoch's metadata, and the resumed run dies in ``h5py`` with
+    "bad object header version number". Here both files are written to temp
+    paths and renamed into place, weights first: a kill at any moment leaves a
+    loadable backup, at worst one save behind (that epoch is then re-run).
+
+    Args:
+        backup_dir: folder for ``latest.weights.h5`` and ``training_metadata.json``.
+        save_freq: ``"epoch"`` or a number of batches, as in Keras.
+        delete_checkpoint: remove the backup when training finishes (Keras' default).
+    """
+
+    def __init__(self, backup_dir: str, save_freq: str | int = "epoch", delete_checkpoint: bool = True):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
+
+    def _save_model(self):
+        write_through_temp(self._weights_path, lambda temp: self.model.save_weights(str(temp), overwrite=True))
+        write_text_atomically(self._training_metadata_path,
+                              json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen}))
 
 
 class ValidationBleu(keras.callbacks.Callback):

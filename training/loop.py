@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from pathlib import Path
 
 import keras
 import tensorflow as tf
+
+from keras_transformer.files import write_through_temp
 
 log = logging.getLogger("training")
 
@@ -128,7 +129,4 @@ def custom_fit(
 
 
 def _save_weights(model: keras.Model, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(".tmp-" + path.name)
-    model.save_weights(temp)
-    os.replace(temp, path)
+    write_through_temp(path, model.save_weights)

@@ -1,7 +1,8 @@
 """Train a Transformer: ``python -m training.train --config demo --workdir runs/demo``.
 
 Re-running the same command after an interruption resumes from the last
-backup (``keras.callbacks.BackupAndRestore``): step, optimizer state, epoch.
+backup (``AtomicBackupAndRestore``: Keras' ``BackupAndRestore``, written
+atomically): step, optimizer state, epoch.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,10 +20,11 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
-from keras_transformer.files import write_text_atomically
+from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
-from training.callbacks import KeepLastWeights, TimeBudget, ValidationBleu, average_weights
+from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
+                                average_weights)
 from training.curves import plot_learning_curves
 from training.config import PRECISIONS, load_config, save_config
 from training.corpus import load_corpus
@@ -113,12 +113,6 @@ def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
     return scores
 
 
-def save_model_atomically(model: keras.Model, path: Path) -> None:
-    temp = path.with_name(path.stem + ".tmp" + path.suffix)
-    model.save(temp)
-    os.replace(temp, path)
-
-
 def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path,
                 epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
     """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
@@ -146,7 +140,7 @@ def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], wo
         backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
         return history
     callbacks = [
-        keras.callbacks.BackupAndRestore(str(workdir / "backup"), save_freq=every),
+        AtomicBackupAndRestore(str(workdir / "backup"), save_freq=every),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(str(workdir / "logs"), update_freq=100),
         *epoch_callbacks,
@@ -232,7 +226,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         model.set_weights(average_weights(kept))
         metrics["averaged_checkpoints"] = [path.name for path in kept]
         log.info("averaged the weights of %s", ", ".join(path.name for path in kept))
-    save_model_atomically(model, workdir / "model.keras")
+    write_through_temp(workdir / "model.keras", model.save)
     if pairs:
         metrics[eval_split] = score_split(translator, pairs, show=5)
     metrics["total_seconds"] = round(time.time() - started, 1)
