@@ -229,3 +229,41 @@ def test_save_and_load_in_a_fresh_process(tmp_path):
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "identical" in result.stdout
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_fused_training_step_equals_keras_step(tied):
+    """``Transformer.train_step`` fuses the output projection into the loss;
+    loss, metrics and updated weights must be those of Keras' own step."""
+    src, tgt = batch(9)
+    out = np.concatenate([tgt[:, 1:], np.zeros((3, 1), "int32")], 1)
+    sample_weight = np.array([1.0, 0.5, 2.0], "float32")
+    config = tiny(tie_embeddings=tied)
+    results = []
+    for fused in (True, False):
+        keras.utils.set_random_seed(0)
+        model = kt.Transformer(config)
+        # SGD: Adam would turn rounding noise in gradients that are zero in
+        # exact arithmetic (attention key biases) into full-size steps.
+        model.compile(optimizer=keras.optimizers.SGD(0.5),
+                      loss=kt.MaskedLabelSmoothedCrossEntropy(), metrics=[kt.MaskedAccuracy()])
+        if not fused:
+            model._fuses_output_and_loss = lambda: False
+        assert model._fuses_output_and_loss() is fused
+        history = model.fit((src, tgt), out, sample_weight=sample_weight, batch_size=3, epochs=3,
+                            verbose=0, shuffle=False)
+        results.append((history.history, model.get_weights()))
+    (fused_history, fused_weights), (keras_history, keras_weights) = results
+    for name in ("loss", "masked_accuracy"):
+        np.testing.assert_allclose(fused_history[name], keras_history[name], rtol=1e-5)
+    for got, expected in zip(fused_weights, keras_weights):
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_other_losses_take_keras_training_step():
+    model = kt.Transformer(tiny())
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert not model._fuses_output_and_loss()
+    src, tgt = batch(10)
+    history = model.fit((src, tgt), np.roll(tgt, -1, axis=1), batch_size=3, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])

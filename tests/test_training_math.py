@@ -165,3 +165,37 @@ def test_masked_accuracy_function_and_metric():
     assert float(metric.result()) == 0.0
     clone = MaskedAccuracy.from_config(MaskedAccuracy(pad_id=7).get_config())
     assert clone.pad_id == 7
+
+
+@pytest.mark.parametrize("vocab_major, with_bias", [(True, False), (False, True)])
+@pytest.mark.parametrize("eps, spread", [(0.1, 1.0), (0.0, 1.0), (0.1, 60.0)])
+def test_projected_loss_equals_projection_then_loss(vocab_major, with_bias, eps, spread):
+    """The fused output projection + loss gives the values and gradients
+    (hidden, kernel, bias) of ``project`` followed by the loss, also where
+    label probabilities underflow (spread 60: logits hundreds apart)."""
+    from keras_transformer.layers.dense import project
+    from keras_transformer.losses import projected_smoothed_cross_entropy, smoothed_cross_entropy
+
+    rng = np.random.default_rng(3)
+    hidden = tf.constant(rng.normal(size=(2, 5, 8)).astype("float32") * spread)
+    shape = (13, 8) if vocab_major else (8, 13)
+    kernel = tf.constant(rng.normal(size=shape).astype("float32"))
+    bias = tf.constant(rng.normal(size=13).astype("float32")) if with_bias else None
+    labels = rng.integers(1, 13, size=(2, 5)).astype("int32")
+    labels[1, 3:] = 0
+    weight = tf.constant((labels != 0) / (labels != 0).sum(), tf.float32)
+    sources = [hidden, kernel] + ([bias] if with_bias else [])
+
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(sources)
+        logits = tf.cast(project(hidden, kernel, bias, transpose_kernel=vocab_major), tf.float32)
+        unfused = tf.reduce_sum(smoothed_cross_entropy(labels, logits, eps) * weight)
+        token_losses, fused_logits = projected_smoothed_cross_entropy(
+            hidden, kernel, labels, eps, bias=bias, vocab_major=vocab_major)
+        fused = tf.reduce_sum(token_losses * weight)
+    assert np.isfinite(float(fused))
+    np.testing.assert_allclose(float(fused), float(unfused), rtol=1e-5)
+    np.testing.assert_allclose(fused_logits.numpy(), logits.numpy(), rtol=1e-6)
+    scale = 1e-5 * max(1.0, spread)
+    for expected, got in zip(tape.gradient(unfused, sources), tape.gradient(fused, sources)):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=scale)

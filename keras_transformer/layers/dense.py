@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 
-def _transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens).
 
     oneDNN runs this product at ~175 GFLOP/s when ``p > q`` and ~275 when
@@ -31,7 +31,7 @@ def project(
 
     A rank-2 product over the flattened leading axes, with a hand-written
     gradient that takes the kernel gradient in the faster orientation
-    (``_transposed_product``). The bias and ReLU sit right after the
+    (``transposed_product``). The bias and ReLU sit right after the
     product, inside the same function, so that TensorFlow's graph optimiser
     can fuse all three into one oneDNN matmul. Values and gradients are
     those of ``tf.matmul`` / ``tf.nn.bias_add`` / ``tf.nn.relu``.
@@ -52,9 +52,9 @@ def project(
                 upstream = tf.raw_ops.ReluGrad(gradients=upstream, features=y)
             d_flat = tf.matmul(upstream, kernel, transpose_b=not transpose_kernel)
             if transpose_kernel:
-                d_kernel = _transposed_product(upstream, flat)
+                d_kernel = transposed_product(upstream, flat)
             else:
-                d_kernel = _transposed_product(flat, upstream)
+                d_kernel = transposed_product(flat, upstream)
             if maybe_bias:
                 return d_flat, d_kernel, tf.raw_ops.BiasAddGrad(out_backprop=upstream)
             return d_flat, d_kernel
