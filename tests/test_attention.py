@@ -50,6 +50,18 @@ def test_attention_without_mask_and_with_broadcast_mask():
     assert np.all(np.triu(weights.numpy()[0], 1) == 0.0)
 
 
+def test_explicit_scale_for_queries_that_carry_it():
+    """``scale=1.0`` on queries already multiplied by 1/√d_k (how
+    MultiHeadAttention calls it) equals the default; other scales apply."""
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.normal(size=(2, 5, 16)).astype("float32") for _ in range(3))
+    default, _ = scaled_dot_product_attention(q, k, v)
+    prescaled, _ = scaled_dot_product_attention(q / 4.0, k, v, scale=1.0)
+    np.testing.assert_allclose(prescaled.numpy(), default.numpy(), rtol=1e-6, atol=1e-6)
+    doubled, _ = scaled_dot_product_attention(q / 2.0, k, v, scale=0.5)
+    np.testing.assert_allclose(doubled.numpy(), default.numpy(), rtol=1e-6, atol=1e-6)
+
+
 def test_causal_mask_with_offset():
     np.testing.assert_array_equal(causal_mask(3).numpy(), np.tril(np.ones((3, 3), bool)))
     # Two new queries at positions 3 and 4 against 5 keys.
