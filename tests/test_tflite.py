@@ -1,5 +1,5 @@
 """TFLite export: builtin ops only, and the LiteRT interpreter gives the same
-ids as our greedy decoder (float) or nearly so (dynamic-range int8)."""
+ids as our greedy decoder (float) or differs only at near-ties (dynamic-range int8)."""
 
 import os
 import subprocess
@@ -91,15 +91,31 @@ def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_m
         np.testing.assert_array_equal(row_lite[:stop], row_served[:stop])
 
 
-def test_dynamic_range_quantization_agrees_mostly(trained, float_model):
+def test_dynamic_range_quantization_differs_only_at_near_ties(trained, float_model):
     from export.tflite import convert
 
     _, model, ids = trained
     quantized = convert(model, MAX_SRC, MAX_TGT, quantize="dynamic")
     assert not _op_names(quantized)[1]
     assert len(quantized) < 0.5 * len(float_model)
-    agreement = np.mean([np.array_equal(a, b) for a, b in zip(_run(quantized, ids), _reference(model, ids))])
-    assert agreement >= 0.6, agreement
+    # The fixture's model is trained for 60 steps: its next-token distributions
+    # are flat, so int8 rounding may flip near-ties and whole greedy outputs
+    # differ from float32 (2 of 5 agreed after the last training-step change,
+    # 3+ before). What quantization must not do is pick a token the float
+    # model finds clearly worse: at each sentence's first divergence, the
+    # float model's log-probability of the int8 choice is within 0.05 nats of
+    # its own choice (measured: ≤ 0.01).
+    import keras_transformer as kt
+
+    float_ids, int8_ids = _reference(model, ids), _run(quantized, ids)
+    for source, want, got in zip(ids, float_ids, int8_ids):
+        differ = np.flatnonzero(want != got)
+        if not differ.size:
+            continue
+        t = differ[0]
+        prefix = np.concatenate([[kt.BOS_ID], want[:t]])[np.newaxis].astype("int32")
+        log_probs = tf.nn.log_softmax(model((source[np.newaxis], prefix), training=False)[0, -1]).numpy()
+        assert log_probs[want[t]] - log_probs[got[t]] <= 0.05, (t, want[t], got[t], log_probs[want[t]], log_probs[got[t]])
 
 
 def test_cli_writes_the_file(trained, tmp_path):
