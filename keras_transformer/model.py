@@ -157,10 +157,11 @@ class Transformer(keras.Model):
 
         ``projected_smoothed_cross_entropy`` back-propagates through the
         projection without writing the ``[tokens, vocab]`` logits gradient:
-        ~35 ms less per step on the speed benchmark (``benchmarks/README.md``).
-        Loss value, gradients, loss tracking, loss scaling, metrics and
-        distribution behave as in Keras' step (``tests/test_model.py``); any
-        other loss, loss weights or a quantized output layer take Keras' step.
+        ~28 ms less per step on the speed benchmark, fp32 and bf16
+        (``benchmarks/README.md``). Loss, metrics and updated weights match
+        Keras' step (``tests/test_model.py``); loss scaling and replica
+        scaling go through the same calls as in Keras' step. Any other loss,
+        loss weights or a quantized output layer take Keras' step.
         """
         if not self._fuses_output_and_loss():
             return super().train_step(data)
