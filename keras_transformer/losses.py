@@ -132,7 +132,6 @@ def projected_smoothed_cross_entropy(
         through them).
     """
     eps = float(label_smoothing)
-    vocab = kernel.shape[0] if vocab_major else kernel.shape[-1]
     depth = tf.shape(hidden)[-1]
     flat_labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
     label_index = _label_index(flat_labels)
@@ -155,8 +154,7 @@ def projected_smoothed_cross_entropy(
     def losses_of(hidden, kernel, *maybe_bias):
         def grad(upstream):
             u = tf.cast(upstream, tf.float32)
-            v = tf.cast(vocab if vocab is not None else tf.shape(z)[-1], tf.float32)
-            h = tf.reshape(hidden, [-1, depth])
+            v = tf.cast(tf.shape(z)[-1], tf.float32)
             kernel32 = tf.cast(kernel, tf.float32)
             rows = kernel32 if vocab_major else tf.transpose(kernel32)  # [V, d]
             p = tf.cast(probabilities, kernel.dtype)
@@ -167,7 +165,7 @@ def projected_smoothed_cross_entropy(
                 - (1.0 - eps) * tf.gather(rows, flat_labels)
             )
             # Kernel: Pᵀ·diag(u)·H − (ε/V)·1·(uᵀH) − (1−ε)·segment_sum(u·H by y)
-            scaled = u[:, tf.newaxis] * tf.cast(h, tf.float32)
+            scaled = u[:, tf.newaxis] * tf.cast(flat_hidden, tf.float32)
             correction = (eps / v) * tf.reduce_sum(scaled, axis=0) + (1.0 - eps) * tf.math.unsorted_segment_sum(
                 scaled, flat_labels, tf.shape(rows)[0])  # [V, d]
             scaled = tf.cast(scaled, kernel.dtype)
