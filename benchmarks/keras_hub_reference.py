@@ -41,8 +41,17 @@ from keras import ops
 
 import keras_transformer as kt
 from benchmarks.decode_speed import sources, timed
-from benchmarks.timing import fit_step_times
-from benchmarks.train_speed import BATCH, D, FF, LAYERS, LENGTH, VOCAB, matmul_flops_per_step, peak_flops
+from benchmarks.train_speed import (
+    BATCH,
+    D,
+    FF,
+    LAYERS,
+    LENGTH,
+    VOCAB,
+    matmul_flops_per_step,
+    mfu_figures,
+    timed_steps_and_peaks,
+)
 
 SYSTEM = "keras-hub"
 
@@ -235,7 +244,8 @@ def training_batch(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Workload = Workload()) -> dict:
     """``model.fit`` ms/step (forward + backward + Adam), measured as train_speed.run_one does:
-    3 warm-up steps, then the median of 3 runs of ``steps`` steps (``fit_step_times``).
+    3 warm-up steps, then the median of 5 runs of ``steps`` steps with the matmul peak
+    measured around each (``timed_steps_and_peaks``).
 
     Loss and optimizer are ours (``MaskedLabelSmoothedCrossEntropy``, ``paper_adam``) so
     that only the model differs. MFU uses train_speed's analytic FLOPs and a matmul peak
@@ -250,7 +260,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
         source, target_in, target = training_batch(workload)
         dataset = tf.data.Dataset.from_tensors(((source, target_in), target)).repeat()
         model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
-        times = fit_step_times(model, dataset, steps)
+        times, peaks = timed_steps_and_peaks(model, dataset, steps, "bfloat16" if precision == "bf16" else "float32")
     finally:
         keras.config.set_dtype_policy(previous_policy)
     step = statistics.median(times)
@@ -259,9 +269,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
            "min_ms_per_step": 1000 * min(times), "target_tokens": target_tokens,
            "target_tokens_per_s": target_tokens / step}
     if workload.is_issue_workload:
-        peak = peak_flops("bfloat16" if precision == "bf16" else "float32")
-        flops = matmul_flops_per_step()
-        row.update(matmul_gflop_per_step=flops / 1e9, peak_gflops=peak / 1e9, mfu=flops / step / peak)
+        row.update(mfu_figures(matmul_flops_per_step(), times, peaks))
     return row
 
 

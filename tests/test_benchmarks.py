@@ -1,0 +1,27 @@
+"""train_speed's MFU bookkeeping: each timed run is divided by the peaks measured
+right before and after it, so that a peak measured in a fast or slow moment of the
+shared VM does not move every run's figure."""
+
+import pytest
+
+from benchmarks.train_speed import mfu_figures
+
+
+def test_each_run_is_divided_by_the_higher_of_its_two_neighbouring_peaks():
+    flops = 600.0
+    times = [2.0, 3.0, 1.0]
+    peaks = [100.0, 200.0, 50.0, 150.0]  # before run 1, after runs 1, 2, 3
+    figures = mfu_figures(flops, times, peaks)
+    assert figures["mfu_per_run"] == pytest.approx([600 / 2 / 200, 600 / 3 / 200, 600 / 1 / 150])
+    assert figures["mfu"] == pytest.approx(1.5)  # median of 1.5, 1.0, 4.0
+    # The median step (2 s) against the best peak of the whole process (200).
+    assert figures["mfu_vs_best_peak"] == pytest.approx(600 / 2 / 200)
+    assert figures["peak_gflops"] == pytest.approx(200 / 1e9)
+    assert figures["peak_gflops_samples"] == pytest.approx([p / 1e9 for p in peaks])
+    assert figures["matmul_gflop_per_step"] == pytest.approx(600 / 1e9)
+
+
+def test_a_steady_machine_gives_the_single_peak_figure():
+    figures = mfu_figures(250e9, [1.25, 1.25, 1.25], [400e9] * 4)
+    assert figures["mfu"] == pytest.approx(0.5)
+    assert figures["mfu_vs_best_peak"] == pytest.approx(0.5)
