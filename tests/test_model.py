@@ -260,6 +260,24 @@ def test_fused_training_step_equals_keras_step(tied):
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_loss_weights_take_keras_training_step():
+    """The fused step reads loss weights from a Keras internal
+    (``_compile_loss._user_loss_weights``); were it renamed, the fused step would
+    drop them silently. Pins the check and its effect: the weighted loss is half
+    the fused step's unweighted one (dropout 0, learning rate 0: same forward)."""
+    src, tgt = batch(10)
+    labels = np.roll(tgt, -1, axis=1)
+    model = kt.Transformer(tiny())
+    losses = {}
+    for weights in (None, 0.5):
+        model.compile(optimizer=keras.optimizers.SGD(0.0), loss=kt.MaskedLabelSmoothedCrossEntropy(),
+                      loss_weights=weights)
+        assert model._fuses_output_and_loss() == (weights is None)
+        history = model.fit((src, tgt), labels, batch_size=3, epochs=1, verbose=0, shuffle=False)
+        losses[weights] = history.history["loss"][0]
+    assert losses[0.5] == pytest.approx(0.5 * losses[None], rel=1e-5)
+
+
 def test_other_losses_take_keras_training_step():
     model = kt.Transformer(tiny())
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
