@@ -141,3 +141,15 @@ def test_library_is_keyed_on_what_it_was_built_against(monkeypatch):
     assert native.library_path() != path
     monkeypatch.setattr(native.tf, "__version__", "0.0.0")
     assert native.library_path() != path
+
+
+def test_hung_compiler_times_out_and_falls_back(monkeypatch, fresh_loader, tmp_path, caplog):
+    compiler = tmp_path / "hung-c++"
+    compiler.write_text("#!/bin/sh\nexec sleep 30\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(compiler))
+    monkeypatch.setattr(native, "_BUILD_TIMEOUT_S", 0.3)
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+        assert native.load() is None
+    assert "timed out" in caplog.text

@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("layer_norm.cc")
 _DISABLE_VARIABLE = "KERAS_TRANSFORMER_NATIVE_OPS"
 _CACHE_VARIABLE = "KERAS_TRANSFORMER_CACHE"
+_BUILD_TIMEOUT_S = 300  # the build takes ~8 s; a hung compiler must not hang training
 _lock = threading.Lock()
 
 
@@ -104,7 +105,7 @@ def _build(path: Path) -> None:
         output = Path(build) / path.name
         errors = []
         for command in _compile_commands(output):
-            result = subprocess.run(command, capture_output=True, text=True)
+            result = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
             if result.returncode == 0:
                 write_atomically({path: output.read_bytes()})
                 return
@@ -130,7 +131,7 @@ def _load_once() -> ModuleType | None:
                 logger.info("Building keras_transformer's native LayerNorm op into %s (once; ~10 s).", path)
                 _build(path)
             return tf.load_op_library(str(path))
-        except (OSError, RuntimeError, tf.errors.OpError) as error:
+        except (OSError, RuntimeError, subprocess.SubprocessError, tf.errors.OpError) as error:
             logger.warning(
                 "keras_transformer's native LayerNorm op is unavailable (%s); training uses "
                 "TensorFlow's ops, a few percent slower on CPU. Install a C++ compiler (or set CXX) "
