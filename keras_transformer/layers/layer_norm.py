@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import keras
 import tensorflow as tf
 
@@ -9,7 +11,7 @@ from keras_transformer import native
 
 
 def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
-               native_ops=None) -> tf.Tensor:
+               native_ops: ModuleType | None = None) -> tf.Tensor:
     """``γ·(x − μ)/√(σ² + ε) + β`` over the last axis of a float32 ``x``.
 
     With ``native_ops`` (``keras_transformer.native.usable()``), forward and
@@ -32,7 +34,7 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
     return y
 
 
-def _native_normalize(ops, epsilon: float):
+def _native_normalize(ops: ModuleType, epsilon: float):
     @tf.custom_gradient
     def normalize(flat, gamma, beta):
         y, mean, inverse_std = ops.keras_transformer_layer_norm(flat, gamma, beta, epsilon=epsilon)
