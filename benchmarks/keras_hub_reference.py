@@ -260,7 +260,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
         source, target_in, target = training_batch(workload)
         dataset = tf.data.Dataset.from_tensors(((source, target_in), target)).repeat()
         model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
-        times, peaks = timed_steps_and_peaks(model, dataset, steps, "bfloat16" if precision == "bf16" else "float32")
+        times, peaks = timed_steps_and_peaks(model, dataset, steps, precision)
     finally:
         keras.config.set_dtype_policy(previous_policy)
     step = statistics.median(times)

@@ -96,9 +96,10 @@ def compiled_workload(precision: str, jit: bool):
     return model, dataset, tgt
 
 
-def timed_steps_and_peaks(model, dataset, steps: int, dtype: str, repeats: int = REPEATS):
+def timed_steps_and_peaks(model, dataset, steps: int, precision: str, repeats: int = REPEATS):
     """Seconds per step of ``repeats`` ``fit`` runs (``fit_step_times``), and the
-    matmul peak (``peak_flops``) measured before the first run and after each.
+    matmul peak (``peak_flops``, in ``precision``'s matmul dtype) measured before
+    the first run and after each.
 
     This shared VM's speed drifts within minutes: ten fp32 processes of one
     half-hour measured peaks of 318–377 GFLOP/s, one process 280–315 between
@@ -107,6 +108,7 @@ def timed_steps_and_peaks(model, dataset, steps: int, dtype: str, repeats: int =
     compared with the peaks measured right before and after it instead
     (``mfu_figures``).
     """
+    dtype = "bfloat16" if precision == "bf16" else "float32"
     peaks = [peak_flops(dtype)]
     times = []
     for _ in range(repeats):
@@ -134,7 +136,7 @@ def mfu_figures(flops: float, times: list[float], peaks: list[float]) -> dict:
 def run_one(precision: str, jit: bool, steps: int) -> dict:
     model, dataset, tgt = compiled_workload(precision, jit)
     model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
-    times, peaks = timed_steps_and_peaks(model, dataset, steps, "bfloat16" if precision == "bf16" else "float32")
+    times, peaks = timed_steps_and_peaks(model, dataset, steps, precision)
     step = statistics.median(times)
     return {
         "precision": precision, "xla": jit, "ms_per_step": 1000 * step, "min_ms_per_step": 1000 * min(times),
