@@ -157,7 +157,7 @@ def _in_xla_context() -> bool:
 
 def usable() -> ModuleType | None:
     """The ops module when the op being traced can run it: a CPU-only process,
-    outside XLA, with the ops built. ``None`` otherwise."""
-    if not enabled() or not _cpu_only_process() or _in_xla_context():
+    outside XLA, with the ops enabled and built (``load``). ``None`` otherwise."""
+    if not _cpu_only_process() or _in_xla_context():
         return None
     return load()
