@@ -89,8 +89,8 @@ def _compile_commands(output: Path) -> list[list[str]]:
 def library_path() -> Path:
     """Where the built library for this source, TensorFlow, compiler and CPU lives."""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), tf.__version__.encode(), _compiler().encode(),
-                 " ".join(_compile_commands(Path("out"))[0]).encode(),
+    for part in (SOURCE.read_bytes(), tf.__version__.encode(),
+                 " ".join(_compile_commands(Path("out"))[0]).encode(),  # compiler, flags, TF's headers
                  platform.machine().encode(), _cpu_features().encode()):
         key.update(part)
         key.update(b"\0")
