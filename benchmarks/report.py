@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 
+from keras_transformer.hardware import cpu_record
+
 
 def emit(report: dict, path: str | None) -> None:
+    """Print ``report`` (with the CPU it ran on under ``"cpu"``) and write it to ``path``."""
+    report = {**report, "cpu": cpu_record()}
     print(json.dumps(report))
     if path:
         with open(path, "w", encoding="utf-8") as handle:

@@ -17,6 +17,18 @@ SentencePiece model(s) are copied into the directory::
                                         max_decoding_length=128, min_decoding_length=0)
     print(sp.decode(result[0].hypotheses[0]))
 
+int8 (``--quantization int8``) stores each weight row as int8 with one
+scale; CTranslate2 quantizes each input row of a product the same way at run
+time. How exactly the products are summed depends on the CPU: Intel MKL
+(CTranslate2's choice on Intel CPUs) and oneDNN on CPUs with VNNI sum them
+exactly, and the int8 model is then within ~0.01 nats per token of float32.
+On other CPUs without VNNI (e.g. AVX2-only AMD EPYC) CTranslate2 uses oneDNN,
+whose AVX2 kernels add pairs of products in saturating 16-bit integers: the
+same int8 model moves each token's log-probability ~15× more (0.13-0.19 nats
+on average on the test models) and changes more greedy outputs. There, run it
+with ``CT2_USE_MKL=1`` (MKL also runs on AMD CPUs and sums exactly) or keep
+float32. ``CT2_VERBOSE=1`` prints the backend CTranslate2 picked.
+
 Lengths: the position table has ``model.max_length`` rows (128 in the demo)
 and CTranslate2 raises an error for a position beyond it, so pass
 ``max_input_length <= max_length`` (it counts the added ``</s>``: like

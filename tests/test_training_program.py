@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from keras_transformer.hardware import cpu_record
 from training.config import apply_override, config_path, load_config, save_config
 from training.strategy import make_strategy
 
@@ -82,6 +83,7 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     assert "bleu" in metrics["test_last_checkpoint"]
     assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
     assert (workdir / "learning_curves.png").stat().st_size > 0
+    assert metrics["cpu"] == cpu_record()  # its seconds are this CPU's
 
     from keras_transformer.data import demo_splits, write_parallel_files
 
@@ -90,7 +92,7 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
           "--ref", str(tmp_path / "test.tgt")])
     scores = json.loads((workdir / "eval.json").read_text())
-    assert scores["sentences"] == 20 and scores["decoding"] == "greedy"
+    assert scores["sentences"] == 20 and scores["decoding"] == "greedy" and scores["cpu"]["model"]
     _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
           "--ref", str(tmp_path / "test.tgt"), "--beam", "3", "--out", str(tmp_path / "beam.json")])
     assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"

@@ -21,6 +21,7 @@ import yaml
 import keras_transformer as kt
 from keras_transformer.data import read_text_file_pairs
 from keras_transformer.files import write_text_atomically
+from keras_transformer.hardware import cpu_record
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
 from keras_transformer.translate import Translator
 from training.config import PRECISIONS
@@ -113,7 +114,7 @@ def main(argv=None) -> int:
         decoding = "greedy" if beam == 1 else f"beam{beam}"
         out = args.out or args.workdir / "eval.json"
     scores = score_translations(hypotheses, list(text.targets))
-    scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": decoding})
+    scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": decoding, "cpu": cpu_record()})
     write_text_atomically(out, json.dumps(scores, indent=2))
     print(json.dumps(scores, indent=2))
     return 0

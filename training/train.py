@@ -21,6 +21,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
 from keras_transformer.files import write_text_atomically, write_through_temp
+from keras_transformer.hardware import cpu_record
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
 from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
@@ -230,6 +231,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     if pairs:
         metrics[eval_split] = score_split(translator, pairs, show=5)
     metrics["total_seconds"] = round(time.time() - started, 1)
+    metrics["cpu"] = cpu_record()  # the seconds (and a bf16 run's speed) depend on it
     write_text_atomically(workdir / "metrics.json", json.dumps(metrics, indent=2))
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
     return metrics

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from keras_transformer.data import read_text_file_pairs
 from keras_transformer.files import write_text_atomically
+from keras_transformer.hardware import cpu_record
 from keras_transformer.translate import Translator
 from training.config import PRECISIONS
 from training.evaluate import load_workdir
@@ -56,7 +57,8 @@ def main(argv=None) -> int:
             print(f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
                   f"({scores['seconds']:.0f}s)", flush=True)
     results.sort(key=lambda row: (-row["bleu"], -row["chrf"]))
-    report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results}
+    report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results,
+              "cpu": cpu_record()}
     write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
     best = results[0]
     print(f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})")

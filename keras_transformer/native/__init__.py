@@ -37,6 +37,7 @@ from types import ModuleType
 
 import tensorflow as tf
 
+from keras_transformer import hardware
 from keras_transformer.files import write_atomically
 
 logger = logging.getLogger(__name__)
@@ -63,13 +64,7 @@ def cache_dir() -> Path:
 def _cpu_features() -> str:
     """The CPU's feature flags: a library built with ``-march=native`` is only
     valid on CPUs that have them (a cache on a shared home directory)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
+    return hardware.flags_line()
 
 
 def _compiler() -> str:
