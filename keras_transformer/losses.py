@@ -257,8 +257,13 @@ class _PrecomputedTokenLosses(MaskedLabelSmoothedCrossEntropy):
         return _masked_token_losses(tf.cast(y_true, tf.int32), tf.cast(y_pred, tf.float32), self.pad_id)
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
 def masked_accuracy(y_true, y_pred, pad_id: int = 0) -> tf.Tensor:
-    """Fraction of non-pad target tokens whose arg-max prediction is right."""
+    """Fraction of non-pad target tokens whose arg-max prediction is right.
+
+    As a compiled metric (``metrics=[masked_accuracy]``) Keras averages the
+    per-batch fractions; ``MaskedAccuracy`` weights batches by their tokens.
+    Registered, so a model compiled with it reloads from a ``.keras`` file."""
     correct, count = _correct_and_count(y_true, y_pred, pad_id)
     return tf.math.divide_no_nan(tf.reduce_sum(correct), tf.reduce_sum(count))
 

@@ -29,6 +29,11 @@ class Transformer(keras.Model):
         cache = model.initial_cache(memory)                 # growing cache
         logits, cache = model.decode(step_ids, cache, source_padding)
 
+    ``model.save("model.keras")`` keeps the optimizer state, schedule, loss and
+    metrics, and ``keras.models.load_model`` restores them (safe mode on) once
+    ``keras_transformer`` is imported; ``model.export`` writes a SavedModel
+    that serves the logits (see ``export`` for decoding endpoints).
+
     Args:
         config: a ``TransformerConfig`` (or its dict).
 
@@ -83,6 +88,12 @@ class Transformer(keras.Model):
                 c.tgt_vocab_size, dtype=self.dtype_policy, name="output_projection"
             )
 
+    @property
+    def input_dtype(self):
+        """Token ids are int32 under every dtype policy (Keras would otherwise
+        take the compute dtype, e.g. float32 or bfloat16, for exported inputs)."""
+        return "int32"
+
     def build(self, input_shape=None):
         # Every weight is determined by the config: build without data so that
         # `load_model` and checkpoint restore find all variables.
@@ -96,6 +107,21 @@ class Transformer(keras.Model):
         if self.output_projection is not None:
             self.output_projection.build(hidden_shape)
         self.built = True
+
+    def _post_build(self):
+        # Keras records the arguments `build` received as the model's input
+        # shapes, which `model.export`, `get_build_config` and `summary` read:
+        # nothing at all for `build()`, the first batch's lengths when built by
+        # its first call. The model takes token ids of any batch size and
+        # length, as a pair or a dict: record that, whatever built it.
+        super()._post_build()
+        self._build_shapes_dict = {"input_shape": _ids_structure(self._build_shapes_dict)}
+
+    def build_from_config(self, config):
+        # Keras' version would keep the JSON lists of the saved config as the
+        # recorded shapes (and an exported signature would take a list).
+        if not self.built:
+            self.build((config or {}).get("input_shape"))
 
     def _build_if_needed(self):
         # Decoders may call encode/initial_cache on a fresh model before any __call__.
@@ -229,7 +255,56 @@ class Transformer(keras.Model):
         )
         return self.logits(hidden), cache
 
-    # --- serialization --------------------------------------------------------------
+    # --- export and serialization -----------------------------------------------------
+
+    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+        """``keras.Model.export``: a SavedModel whose ``serve`` endpoint returns the logits.
+
+        ``model.export("exports/logits")`` writes it; after
+        ``serving = tf.saved_model.load("exports/logits")``,
+        ``serving.serve((source_ids, target_ids))`` is ``model((source_ids,
+        target_ids))``. With no ``input_signature`` the endpoint takes int32
+        token ids of any batch size and length (named ``source_ids`` and
+        ``target_ids``; a dict if the model was built from one), whether the
+        model was built by ``build()``, by its first call, by ``fit`` or by
+        ``load_model``. (Keras alone needs a call after the build, then fixes
+        the lengths of that call's inputs and takes floats.)
+
+        Decoding endpoints (ids in, ids out) are functions of the model added
+        to a ``keras.export.ExportArchive``. For strings in and out with the
+        tokenizer inside, beam size and length penalty fixed at export, and TF
+        Serving's warm-up requests, use ``python -m export.saved_model``.
+
+        Example:
+            >>> from keras_transformer.beam_search import beam_search
+            >>> from keras_transformer.decoding import greedy_decode
+            >>> model = Transformer(TransformerConfig.from_preset("tiny", num_layers=1))  # or a trained one
+            >>> model.build()
+            >>> def greedy(source_ids):
+            ...     target_ids, scores = greedy_decode(model, source_ids, max_length=20)
+            ...     return {"target_ids": target_ids, "scores": scores}
+            >>> def beam(source_ids):
+            ...     best = beam_search(model, source_ids, beam_size=4, alpha=0.6, max_length=20)
+            ...     return {"target_ids": best.tokens[:, 0], "scores": best.scores[:, 0]}
+            >>> archive = keras.export.ExportArchive()
+            >>> archive.track(model)
+            >>> source_ids = keras.InputSpec(shape=(None, None), dtype="int32", name="source_ids")
+            >>> for name, function in [("greedy", greedy), ("beam", beam)]:
+            ...     _ = archive.add_endpoint(name, function, input_signature=[source_ids])
+            >>> archive.write_out("exports/decoders", verbose=False)
+            >>> decoders = tf.saved_model.load("exports/decoders")
+            >>> decoders.greedy(tf.constant([[5, 6, 3], [7, 3, 0]]))["target_ids"].dtype
+            tf.int32
+            >>> sorted(decoders.beam(tf.constant([[5, 6, 3]])))
+            ['scores', 'target_ids']
+        """
+        if input_signature is None:
+            self._build_if_needed()
+            input_signature = [_ids_structure(
+                self._build_shapes_dict,
+                lambda name: keras.InputSpec(shape=(None, None), dtype=self.input_dtype, name=name),
+            )]
+        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
 
     def get_config(self):
         return {
@@ -245,6 +320,17 @@ class Transformer(keras.Model):
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
         return cls(**config)
+
+
+def _ids_structure(recorded, leaf=lambda name: (None, None)) -> tuple | dict:
+    """The model's inputs from the arguments its ``build`` was called with:
+    ``{"source_ids": …, "target_ids": …}`` when built from a dict, else the
+    pair; each ``leaf(name)``, by default the shape of ids of any batch size
+    and length."""
+    names = ("source_ids", "target_ids")
+    if isinstance((recorded or {}).get("input_shape"), dict):
+        return {name: leaf(name) for name in names}
+    return tuple(leaf(name) for name in names)
 
 
 def _unpack_inputs(inputs):

@@ -1,10 +1,5 @@
 """The Transformer model: masking semantics, caches, sizes, compilation,
-mixed precision and saving."""
-
-import os
-import subprocess
-import sys
-import textwrap
+mixed precision and its config (saving and export: test_keras_round_trips.py)."""
 
 import keras
 import numpy as np
@@ -203,32 +198,6 @@ def test_config_round_trip():
     assert clone.config == model.config
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(model))
     assert restored.config == model.config
-
-
-def test_save_and_load_in_a_fresh_process(tmp_path):
-    model = kt.Transformer(tiny(norm_first=True, share_embeddings=True))
-    _fit_once(model, jit_compile=False)  # optimizer state and schedule are saved too
-    src, tgt = batch(9)
-    expected = model((src, tgt), training=False).numpy()
-    path = tmp_path / "model.keras"
-    model.save(path)
-    np.save(tmp_path / "src.npy", src)
-    np.save(tmp_path / "tgt.npy", tgt)
-    np.save(tmp_path / "expected.npy", expected)
-    script = textwrap.dedent(f"""
-        import numpy as np, keras
-        import keras_transformer  # registers the classes
-        model = keras.models.load_model({str(path)!r})
-        d = {str(tmp_path)!r}
-        out = model((np.load(d + "/src.npy"), np.load(d + "/tgt.npy")), training=False)
-        np.testing.assert_array_equal(np.asarray(out), np.load(d + "/expected.npy"))
-        assert type(model.optimizer.learning_rate).__name__ != "" and int(model.optimizer.iterations) == 2
-        print("identical")
-    """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "identical" in result.stdout
 
 
 @pytest.mark.parametrize("tied", [True, False])
