@@ -25,9 +25,10 @@ exactly, and the int8 model is then within ~0.01 nats per token of float32.
 On other CPUs without VNNI (e.g. AVX2-only AMD EPYC) CTranslate2 uses oneDNN,
 whose AVX2 kernels add pairs of products in saturating 16-bit integers: the
 same int8 model moves each token's log-probability ~15× more (0.13-0.19 nats
-on average on the test models) and changes more greedy outputs. There, run it
-with ``CT2_USE_MKL=1`` (MKL also runs on AMD CPUs and sums exactly) or keep
-float32. ``CT2_VERBOSE=1`` prints the backend CTranslate2 picked.
+on average on the test models) and changes more greedy outputs. There, prefer
+float32: int8 is only slightly faster on such a CPU, and ``CT2_USE_MKL=1``
+(MKL runs on AMD CPUs too, and sums exactly) makes int8 several times slower
+than oneDNN's. ``CT2_VERBOSE=1`` prints the backend CTranslate2 picked.
 
 Lengths: the position table has ``model.max_length`` rows (128 in the demo)
 and CTranslate2 raises an error for a position beyond it, so pass
