@@ -82,9 +82,8 @@ def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, *, ar
 def emulated_int8(model, arithmetic: str):
     """Run ``model`` as CTranslate2's int8 model would: int8 embedding rows and
     int8 products (restored on exit)."""
-    tables = {id(layer.embeddings): layer.embeddings for layer in model._flatten_layers()
-              if isinstance(layer, keras.layers.Embedding)}.values()  # a shared table once
-    tables = list(tables)
+    tables = list({id(layer.embeddings): layer.embeddings for layer in model._flatten_layers()
+                   if isinstance(layer, keras.layers.Embedding)}.values())  # a shared table once
     saved = [table.numpy() for table in tables]
     calls = []
 

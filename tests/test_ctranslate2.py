@@ -216,14 +216,9 @@ def test_greedy_matches_token_for_token(case):
 
 def test_teacher_forced_log_probs_match(case, test_pairs):
     """Every reference token's log-probability, through both stacks at every position."""
-    src_tok, tgt_tok, model = case["src_tok"], case["tgt_tok"], case["model"]
-    source_ids = encode_sources(src_tok, tf.constant([s for s, _ in test_pairs])).to_tensor()
-    target_in, target_out = target_ids(tgt_tok.tokenize(tf.constant([t for _, t in test_pairs])))
-    log_probs = tf.nn.log_softmax(model((source_ids, target_in.to_tensor()), training=False)).numpy()
-    theirs = _teacher_forced(case["out"], case, test_pairs)
-    for i, their_log_probs in enumerate(theirs):
-        labels = target_out[i].numpy()
-        np.testing.assert_allclose(their_log_probs, log_probs[i, np.arange(len(labels)), labels], atol=1e-4)
+    ours = _our_teacher_forced(case["model"], case, test_pairs)
+    for their_log_probs, our_log_probs in zip(_teacher_forced(case["out"], case, test_pairs), ours):
+        np.testing.assert_allclose(their_log_probs, our_log_probs, atol=1e-4)
 
 
 @pytest.fixture(scope="module")
@@ -295,21 +290,30 @@ def test_int8_mostly_agrees_with_float32(case, int8_case, test_pairs):
         assert sum(a == b for a, b in zip(ours, theirs)) / len(ours) >= THRESHOLD_INT8_AGREEMENT
 
 
-@pytest.mark.parametrize("corruption", ["kernel_scaled_by_2", "square_kernel_transposed"])
-def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, test_pairs, tmp_path, corruption,
-                                                                     capsys):
-    """The tolerance above is not loose: an int8 model converted with one
-    layer's kernel at twice its scale, or one square kernel transposed, is
-    far outside it against the emulation of the correct model."""
-    model, src_tok, tgt_tok, config = load_workdir(workdir)
+@pytest.fixture(scope="module")
+def correct_int8(workdir, test_pairs, tmp_path_factory):
+    """The trained model converted to int8 without a converter's fault, the
+    emulation of its int8 arithmetic on this CPU, and the distance between them."""
+    model, src_tok, tgt_tok, _ = load_workdir(workdir)
     case = dict(src_tok=src_tok, tgt_tok=tgt_tok)
-    out = tmp_path / "int8"
+    out = tmp_path_factory.mktemp("correct_int8") / "int8"
     ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(str(out), quantization="int8")
     arithmetic, _ = int8_reference.ctranslate2_arithmetic(out)
     with int8_reference.emulated_int8(model, arithmetic):
         expected = _our_teacher_forced(model, case, test_pairs)
-    correct = int8_reference.absolute_differences(_teacher_forced(out, case, test_pairs), expected)
+    errors = int8_reference.absolute_differences(_teacher_forced(out, case, test_pairs), expected)
+    return dict(case=case, expected=expected, errors=errors)
+
+
+@pytest.mark.parametrize("corruption", ["kernel_scaled_by_2", "square_kernel_transposed"])
+def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, test_pairs, tmp_path, corruption,
+                                                                     correct_int8, capsys):
+    """The tolerance above is not loose: an int8 model converted with one
+    layer's kernel at twice its scale, or one square kernel transposed, is
+    far outside it against the emulation of the correct model."""
+    correct, case, expected = correct_int8["errors"], correct_int8["case"], correct_int8["expected"]
     assert correct.mean() < EMULATION_MEAN and correct.max() < EMULATION_MAX
+    model, src_tok, tgt_tok, _ = load_workdir(workdir)
     if corruption == "kernel_scaled_by_2":
         kernel = model.decoder.layer_stack[-1].feed_forward.outer_dense.kernel
         kernel.assign(2.0 * kernel)
