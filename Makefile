@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba test test-all test-slow clean
+.PHONY: install demo multi30k tatoeba test test-all test-slow test-install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -59,11 +59,16 @@ tatoeba: $(STAMP)
 
 # Default suite: tiny models, seconds per test (CI runs this).
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow" -q
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q
+
+# The package as users install it: a fresh clone, `pip install` without extras into a clean venv,
+# used from outside the checkout (tests/test_install.py; .ci/run runs it after `make test`).
+test-install: $(STAMP)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m install -q
 
 # Slow or data-heavy checks (real corpora in ../shared/corpora), opt-in.
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m slow -q
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -q

@@ -1,1 +1,2 @@
-"""Export programs: ``python -m export.saved_model``, ``python -m export.translate``."""
+"""Export programs over ``keras_transformer.exporters``: ``python -m export.saved_model``,
+``export.translate``, ``export.tflite``, ``export.ctranslate2`` and ``export.client``."""

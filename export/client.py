@@ -5,11 +5,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
+import socket
 import sys
+import urllib.error
 import urllib.request
 from typing import Sequence
+
+from programs import ArgumentParser, run, setup_logging
+
+PROG = "python -m export.client"
 
 SIGNATURE = "serving_default"
 INPUT_KEY = "inputs"
@@ -21,15 +26,13 @@ def rest_payload(sentences: Sequence[str]) -> dict:
 
 
 def predict_request(sentences: Sequence[str], model_name: str):
-    """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for the gRPC API."""
-    import tensorflow as tf
+    """A ``tensorflow_serving.apis.predict_pb2.PredictRequest`` for the gRPC API: the
+    request the exporter writes as TF Serving's warm-up (one encoder of it)."""
     from tensorflow_serving.apis import predict_pb2
 
-    request = predict_pb2.PredictRequest()
-    request.model_spec.name = model_name
-    request.model_spec.signature_name = SIGNATURE
-    request.inputs[INPUT_KEY].CopyFrom(tf.make_tensor_proto(list(sentences), dtype=tf.string))
-    return request
+    from keras_transformer.exporters.saved_model import predict_request_bytes
+
+    return predict_pb2.PredictRequest.FromString(predict_request_bytes(sentences, model_name, SIGNATURE))
 
 
 def translate_rest(url: str, model_name: str, sentences: Sequence[str], timeout: float = 60.0) -> list[str]:
@@ -51,20 +54,47 @@ def translate_grpc(target: str, model_name: str, sentences: Sequence[str], timeo
     return [value.decode("utf-8") for value in response.outputs["translations"].string_val]
 
 
+class ServerError(Exception):
+    """The server could not be reached, or answered with an error."""
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    setup_logging()
+    parser = ArgumentParser(PROG, __doc__)
     server = parser.add_mutually_exclusive_group(required=True)
     server.add_argument("--rest", help="REST base URL, e.g. http://localhost:8501")
-    server.add_argument("--grpc", help="gRPC host:port, e.g. localhost:8500")
+    server.add_argument("--grpc", help="gRPC host:port, e.g. localhost:8500 (needs tensorflow-serving-api)")
     parser.add_argument("--model", required=True, help="model name in TF Serving")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server")
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args(argv)
-    if args.rest:
-        translations = translate_rest(args.rest, args.model, args.sentences)
-    else:
-        translations = translate_grpc(args.grpc, args.model, args.sentences)
-    print("\n".join(translations))
-    return 0
+
+    def request() -> int:
+        if args.rest:
+            try:
+                translations = translate_rest(args.rest, args.model, args.sentences, args.timeout)
+            except urllib.error.HTTPError as error:
+                detail = error.read().decode("utf-8", "replace").strip()
+                raise ServerError(f"{args.rest} answered HTTP {error.code}: {detail or error.reason}") from error
+            except (urllib.error.URLError, socket.timeout, ConnectionError) as error:
+                reason = getattr(error, "reason", error)
+                raise ServerError(f"cannot reach TF Serving at {args.rest} ({reason}); is the server "
+                                  "running and the REST port right?") from error
+        else:
+            try:
+                import grpc
+            except ImportError as error:
+                raise ServerError("--grpc needs tensorflow-serving-api: "
+                                  "pip install 'keras-transformer-nmt[serving]'.") from error
+            try:
+                translations = translate_grpc(args.grpc, args.model, args.sentences, args.timeout)
+            except grpc.RpcError as error:
+                raise ServerError(f"gRPC call to {args.grpc} failed: {error.code().name}: "
+                                  f"{error.details()}") from error
+        print("\n".join(translations))
+        return 0
+
+    return run(PROG, request, expected=(ServerError, ValueError), library=False)
 
 
 if __name__ == "__main__":

@@ -1,56 +1,41 @@
-"""Translate with an exported SavedModel (only TensorFlow and TF Text needed):
+"""Translate with an exported SavedModel (only TensorFlow and TF Text run):
 
-    python -m export.translate --model exports/demo/1 [--beam 4] < input.txt > output.txt
+    python -m export.translate --model exports/demo/1 [--beam 1] < input.txt > output.txt
+    python -m export.translate --model exports/demo "a sentence"          # the newest version
     python -m export.translate --model exports/demo/1 --plot-attention sentence.png "a sentence"
 
-``--beam`` must be 1 (greedy) or the beam size fixed at export time.
+``--beam`` must be 1 (greedy) or the beam size fixed at export time. The
+library call is ``keras_transformer.Translator.from_saved_model``.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-from tqdm import tqdm
+from programs import ArgumentParser, existing_saved_model, fail, run, setup_logging
 
-
-def _batches(lines: Sequence[str], size: int) -> Iterator[list[str]]:
-    for start in range(0, len(lines), size):
-        yield list(lines[start:start + size])
+PROG = "python -m export.translate"
 
 
-def translate_lines(model, lines: Sequence[str], greedy: bool = False, batch_size: int = 32,
-                    progress: bool = True) -> Iterable[str]:
-    signature = model.signatures["translate_greedy" if greedy else "serving_default"]
-    with tqdm(total=len(lines), unit="sent", disable=not progress, file=sys.stderr) as bar:
-        for batch in _batches(lines, batch_size):
-            for text in signature(inputs=tf.constant(batch))["translations"].numpy():
-                yield text.decode("utf-8")
-            bar.update(len(batch))
-
-
-def plot_attention(model, sentence: str, path: Path) -> str:
-    """Heatmap of the last decoder layer's cross-attention (mean over heads)."""
-    import matplotlib
-
+def plot_attention(translator, sentence: str, path: Path) -> str:
+    """Heatmap of the last decoder layer's cross-attention (mean over heads); needs matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        fail(PROG, "--plot-attention needs matplotlib: pip install 'keras-transformer-nmt[plots]'.")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out = model.signatures["cross_attention"](sentence=tf.constant(sentence))
-    weights = out["weights"].numpy()
-    source = [p.decode("utf-8") for p in out["source_pieces"].numpy()]
-    target = [p.decode("utf-8") for p in out["target_pieces"].numpy()]
+    out = translator.cross_attention(sentence)
+    source, target, weights = out["source_pieces"], out["target_pieces"], out["weights"]
     figure, axes = plt.subplots(figsize=(max(4, 0.45 * len(source) + 2), max(3, 0.4 * len(target) + 1.5)))
     image = axes.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0)
     axes.set_xticks(range(len(source)), source, rotation=60, ha="right")
     axes.set_yticks(range(len(target)), target)
     axes.set_xlabel("source pieces")
     axes.set_ylabel("target pieces")
-    translation = out["translation"].numpy().decode("utf-8")
+    translation = out["translation"]
     axes.set_title(translation if len(translation) < 70 else translation[:67] + "...", fontsize=9)
     figure.colorbar(image, ax=axes, fraction=0.046)
     figure.tight_layout()
@@ -61,31 +46,41 @@ def plot_attention(model, sentence: str, path: Path) -> str:
     return translation
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, type=Path, help="an export version folder, e.g. exports/demo/1")
+def parse_args(argv=None):
+    parser = ArgumentParser(PROG, __doc__)
+    parser.add_argument("--model", required=True, type=Path,
+                        help="an export version folder (exports/demo/1) or the folder above it")
     parser.add_argument("--beam", type=int, default=None, help="1 = greedy; default: the exported beam")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--plot-attention", type=Path, default=None, metavar="PNG",
                         help="draw the cross-attention of the (first) sentence given as argument")
     parser.add_argument("sentences", nargs="*", help="sentences to translate (default: stdin lines)")
     args = parser.parse_args(argv)
+    if args.plot_attention is not None and not args.sentences:
+        parser.error("--plot-attention needs the sentence as an argument")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    existing_saved_model(PROG, args.model)
+    return args
 
-    model = tf.saved_model.load(str(args.model))
-    exported_beam = int(model.beam_size_tensor.numpy())
-    if args.beam not in (None, 1) and args.beam != exported_beam:
-        parser.error(f"--beam {args.beam}: this export decodes with beam {exported_beam}; use --beam 1 "
-                     f"(greedy) or re-export with python -m export.saved_model --beam {args.beam}.")
-    if args.plot_attention is not None:
-        if not args.sentences:
-            parser.error("--plot-attention needs the sentence as an argument.")
-        print(plot_attention(model, args.sentences[0], args.plot_attention))
+
+def main(argv=None) -> int:
+    setup_logging()
+    args = parse_args(argv)
+
+    def translate() -> int:
+        from keras_transformer.translate import SavedModelTranslator
+
+        translator = SavedModelTranslator(args.model, beam_size=args.beam)
+        if args.plot_attention is not None:
+            print(plot_attention(translator, args.sentences[0], args.plot_attention))
+            return 0
+        lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
+        for translation in translator.translate(lines, batch_size=args.batch_size, progress=not args.sentences):
+            print(translation)
         return 0
-    lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-    for translation in translate_lines(model, lines, greedy=args.beam == 1, batch_size=args.batch_size,
-                                       progress=not args.sentences):
-        print(translation)
-    return 0
+
+    return run(PROG, translate, expected=(ValueError,))
 
 
 if __name__ == "__main__":

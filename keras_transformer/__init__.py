@@ -1,13 +1,23 @@
-"""keras-transformer: the original encoder–decoder Transformer in Keras 3."""
+"""keras-transformer: the original encoder–decoder Transformer in Keras 3.
 
-from keras_transformer import decoding, layers
+The model and its training pieces (``Transformer``, ``TransformerConfig``,
+``paper_adam``, the loss and metric), a training run's directory
+(``Workdir``, ``TrainedModel``), translation (``Translator``) and the
+exporters (``keras_transformer.exporters``).
+"""
+
+from keras_transformer import decoding, exporters, layers
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, PRESETS, UNK_ID, TransformerConfig
 from keras_transformer.fused_adam import FusedAdam
 from keras_transformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, masked_accuracy
 from keras_transformer.model import Transformer
+from keras_transformer.precision import PRECISIONS, with_precision
 from keras_transformer.schedule import TransformerSchedule, paper_adam
+from keras_transformer.tokenization import SubwordTokenizer
+from keras_transformer.translate import SavedModelTranslator, Translator
+from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "BOS_ID",
@@ -16,13 +26,22 @@ __all__ = [
     "MaskedAccuracy",
     "MaskedLabelSmoothedCrossEntropy",
     "PAD_ID",
+    "PRECISIONS",
     "PRESETS",
+    "SavedModelTranslator",
+    "SubwordTokenizer",
+    "TrainedModel",
     "Transformer",
     "TransformerConfig",
     "TransformerSchedule",
+    "Translator",
     "UNK_ID",
+    "Workdir",
+    "WorkdirError",
     "decoding",
+    "exporters",
     "layers",
     "masked_accuracy",
     "paper_adam",
+    "with_precision",
 ]

@@ -32,6 +32,7 @@ from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.files import write_atomically
+from keras_transformer.progress import progress_bar
 
 MODEL_TYPES = ("unigram", "bpe")
 RESERVED_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
@@ -106,6 +107,7 @@ def train_sentencepiece(
     user_defined_symbols: Sequence[str] = (),
     input_sentence_size: int = 0,
     seed: int = 0,
+    progress: bool = False,
 ) -> Path:
     """Train a SentencePiece model and return the path of ``{model_prefix}.model``.
 
@@ -116,6 +118,7 @@ def train_sentencepiece(
     digit. Training is deterministic for a given corpus, options and ``seed``
     (which only matters when ``input_sentence_size`` subsamples the corpus).
     ``{model_prefix}.vocab`` (piece and score per line) is written alongside.
+    ``progress`` shows the sentences read (needs ``tqdm``).
     """
     _check_model_type(model_type)
     if not isinstance(vocab_size, int) or vocab_size <= len(RESERVED_PIECES):
@@ -128,12 +131,17 @@ def train_sentencepiece(
 
     sentences = _iter_sentences(texts)
     count = 0
+    bar = progress_bar(progress, desc=f"SentencePiece {prefix.name}", unit="sent")
 
     def counted() -> Iterator[str]:
         nonlocal count
         for sentence in sentences:
             count += 1
+            if count % 4096 == 0:
+                bar.update(4096)
             yield sentence
+        bar.update(count % 4096)
+        bar.set_postfix_str("read; training the model")
 
     buffer = io.BytesIO()
     spm.set_random_generator_seed(seed)
@@ -156,7 +164,9 @@ def train_sentencepiece(
             bos_piece=RESERVED_PIECES[BOS_ID], eos_piece=RESERVED_PIECES[EOS_ID],
             minloglevel=2,
         )
+        bar.close()
     except RuntimeError as error:
+        bar.close()
         if count == 0:
             raise ValueError("No training text: pass a non-empty list of sentences or file(s).") from error
         raise ValueError(f"SentencePiece training failed: {error}") from error

@@ -1,8 +1,18 @@
-"""Strings in, strings out with a trained model: tokenize, decode (greedy or
-beam search), detokenize."""
+"""Strings in, strings out: tokenize, decode (greedy or beam search), detokenize.
+
+``Translator`` runs a Keras model in this process (``Translator.from_workdir``
+loads a training run); ``Translator.from_saved_model`` runs an exported
+SavedModel's signatures instead, the graph TF Serving runs::
+
+    translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
+    translator = Translator.from_saved_model("exports/demo")   # the newest version
+    translator.translate(["the boy sees 3 cats"])
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Sequence
 
 import tensorflow as tf
@@ -10,6 +20,7 @@ import tensorflow as tf
 from keras_transformer.beam_search import beam_search
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.progress import progress_bar
 
 
 def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_length: int = 50,
@@ -56,6 +67,43 @@ class Translator(tf.Module):
         self._decode_dynamic = tf.function(
             lambda ids: best_ids(model, ids, **self._options), reduce_retracing=True)
 
+    @property
+    def beam_size(self) -> int:
+        return self._options["beam_size"]
+
+    @classmethod
+    def from_workdir(cls, path: str | os.PathLike, beam_size: int = 1, alpha: float = 0.6,
+                     precision: str = "fp32", **options) -> "Translator":
+        """A translator for the model a training run ended with (``WORKDIR/model.keras``).
+
+        Args:
+            path: the ``--workdir`` of ``python -m training.train``.
+            beam_size: 1 = greedy, else beam search with length penalty ``alpha``.
+            precision: compute precision (``fp32``, ``bf16``, ``fp16``).
+            **options: ``Translator``'s other arguments (``jit_compile``, ...).
+        """
+        from keras_transformer.workdir import Workdir
+
+        trained = Workdir(path).load(precision)
+        return cls.from_trained_model(trained, beam_size=beam_size, alpha=alpha, **options)
+
+    @classmethod
+    def from_trained_model(cls, trained, beam_size: int = 1, alpha: float = 0.6, **options) -> "Translator":
+        """A translator for a ``keras_transformer.TrainedModel``."""
+        return cls(trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
+                   max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, **options)
+
+    @staticmethod
+    def from_saved_model(path: str | os.PathLike, beam_size: int | None = None) -> "SavedModelTranslator":
+        """A translator that runs an exported SavedModel (``export_saved_model``).
+
+        Args:
+            path: a version folder (``exports/demo/1``) or the model folder
+                above it (``exports/demo``: its highest version).
+            beam_size: ``None`` for the beam fixed at export, or 1 for greedy.
+        """
+        return SavedModelTranslator(path, beam_size=beam_size)
+
     def _decode(self, ids: tf.Tensor, batch_size: int):
         if not self.jit_compile:
             return self._decode_dynamic(ids)
@@ -70,12 +118,73 @@ class Translator(tf.Module):
         tokens, scores = self._compiled[bucket](padded)
         return tokens[:rows], scores[:rows]
 
-    def translate(self, sentences: Sequence[str], batch_size: int = 64) -> list[str]:
+    def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
+        """Translations of ``sentences``, in order, ``batch_size`` at a time."""
         outputs: list[str] = []
-        for start in range(0, len(sentences), batch_size):
-            chunk = tf.constant(list(sentences[start:start + batch_size]))
-            ids = encode_sources(self.src_tokenizer, chunk, self.max_src_length).to_tensor()
-            tokens, _ = self._decode(ids, batch_size)
-            texts = self.tgt_tokenizer.detokenize(tokens).numpy()
-            outputs.extend(text.decode("utf-8") for text in texts)
+        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
+            for start in range(0, len(sentences), batch_size):
+                chunk = tf.constant(list(sentences[start:start + batch_size]))
+                ids = encode_sources(self.src_tokenizer, chunk, self.max_src_length).to_tensor()
+                tokens, _ = self._decode(ids, batch_size)
+                texts = self.tgt_tokenizer.detokenize(tokens).numpy()
+                outputs.extend(text.decode("utf-8") for text in texts)
+                bar.update(len(texts))
         return outputs
+
+
+def saved_model_version(path: str | os.PathLike) -> Path:
+    """``path`` if it holds a SavedModel, else its highest numbered version folder."""
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"No SavedModel at {path}: the path does not exist.")
+    versions = [p for p in path.iterdir() if p.name.isdigit() and (p / "saved_model.pb").is_file()]
+    if not versions:
+        raise FileNotFoundError(f"No SavedModel at {path}: no saved_model.pb in it or in a version folder "
+                                "below it (export one with python -m export.saved_model).")
+    return max(versions, key=lambda p: int(p.name))
+
+
+class SavedModelTranslator:
+    """Translation through an exported SavedModel's signatures: the graph that TF
+    Serving runs, with tokenization inside it (only TensorFlow and TF Text run).
+
+    ``beam_size`` is the export's (``serving_default``) unless 1 is asked
+    for (``translate_greedy``); other beam sizes need a new export.
+    """
+
+    def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
+        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
+
+        self.path = saved_model_version(path)
+        self.saved_model = tf.saved_model.load(str(self.path))
+        self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())
+        if beam_size not in (None, 1, self.exported_beam_size):
+            raise ValueError(f"beam size {beam_size}: {self.path} decodes with beam {self.exported_beam_size}; "
+                             f"use 1 (greedy) or {self.exported_beam_size}, or re-export with beam {beam_size}.")
+        self.beam_size = self.exported_beam_size if beam_size is None else beam_size
+        name = "translate_greedy" if self.beam_size == 1 else "serving_default"
+        self._signature = self.saved_model.signatures[name]
+
+    def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
+        """Translations of ``sentences``, in order, ``batch_size`` at a time."""
+        outputs: list[str] = []
+        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
+            for start in range(0, len(sentences), batch_size):
+                batch = list(sentences[start:start + batch_size])
+                texts = self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"].numpy()
+                outputs.extend(text.decode("utf-8") for text in texts)
+                bar.update(len(batch))
+        return outputs
+
+    def cross_attention(self, sentence: str) -> dict:
+        """The ``cross_attention`` signature's outputs for one sentence, as Python values:
+        ``translation``, ``source_pieces``, ``target_pieces`` and ``weights`` ``[target, source]``."""
+        out = self.saved_model.signatures["cross_attention"](sentence=tf.constant(sentence))
+        return {
+            "translation": out["translation"].numpy().decode("utf-8"),
+            "source_pieces": [p.decode("utf-8") for p in out["source_pieces"].numpy()],
+            "target_pieces": [p.decode("utf-8") for p in out["target_pieces"].numpy()],
+            "weights": out["weights"].numpy(),
+        }

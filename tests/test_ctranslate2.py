@@ -27,9 +27,10 @@ from keras_transformer.data import encode_sources, target_ids  # noqa: E402
 from keras_transformer.decoding import greedy_decode  # noqa: E402
 from keras_transformer.tokenization import train_sentencepiece  # noqa: E402
 from training.corpus import load_corpus  # noqa: E402
-from training.evaluate import load_workdir  # noqa: E402
+from keras_transformer.workdir import Workdir  # noqa: E402
 
-import export.ctranslate2 as ct2_export  # noqa: E402
+import export.ctranslate2 as ct2_program  # noqa: E402
+import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 import int8_reference  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -73,7 +74,8 @@ def _randomized_workdir(base: Path, dest: Path, model_overrides: dict, separate_
     weights: every bias and LayerNorm scale/offset moved off its initial 0/1
     so that a weight mapped to the wrong place (or dropped) shows."""
     config = yaml.safe_load((base / "config.yaml").read_text())
-    base_model, src_tok, tgt_tok, _ = load_workdir(base)
+    base = Workdir(base).load()
+    base_model, src_tok, tgt_tok = base.model, base.src_tokenizer, base.tgt_tokenizer
     model_options = {**base_model.config.to_dict(), **model_overrides}
     (dest / "tokenizer").mkdir(parents=True)
     if separate_vocab:
@@ -123,8 +125,10 @@ def case(request, workdir, test_pairs, tmp_path_factory):
         assert result.stdout.strip() == str(out)
     else:
         source = _randomized_workdir(workdir, root / "run", variant["model"], variant["separate_vocab"])
-        out = ct2_export.convert_workdir(source, root / "ct2")
-    model, src_tok, tgt_tok, config = load_workdir(source)
+        out = ct2_export.export_ctranslate2(source, root / "ct2")
+    trained = Workdir(source).load()
+    model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
+    config = Workdir(source).config
     case = dict(name=request.param, workdir=source, out=out, model=model, src_tok=src_tok,
                 tgt_tok=tgt_tok, config=config)
     case["greedy"] = _ours(case, [s for s, _ in test_pairs])  # once per case: the slow part
@@ -227,7 +231,7 @@ def int8_case(case, test_pairs):
     log-probabilities from CTranslate2 (int8 and float32), from our model in
     float32, and from our model under each emulated int8 arithmetic."""
     out = case["out"].parent / "ct2_int8"
-    assert ct2_export.main(["--workdir", str(case["workdir"]), "--out", str(out), "--quantization", "int8"]) == 0
+    assert ct2_program.main(["--workdir", str(case["workdir"]), "--out", str(out), "--quantization", "int8"]) == 0
     arithmetic, reason = int8_reference.ctranslate2_arithmetic(out)
     model = case["model"]
     emulated = {}
@@ -294,7 +298,8 @@ def test_int8_mostly_agrees_with_float32(case, int8_case, test_pairs):
 def correct_int8(workdir, test_pairs, tmp_path_factory):
     """The trained model converted to int8 without a converter's fault, the
     emulation of its int8 arithmetic on this CPU, and the distance between them."""
-    model, src_tok, tgt_tok, _ = load_workdir(workdir)
+    trained = Workdir(workdir).load()
+    model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     case = dict(src_tok=src_tok, tgt_tok=tgt_tok)
     out = tmp_path_factory.mktemp("correct_int8") / "int8"
     ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(str(out), quantization="int8")
@@ -313,7 +318,8 @@ def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, te
     far outside it against the emulation of the correct model."""
     correct, case, expected = correct_int8["errors"], correct_int8["case"], correct_int8["expected"]
     assert correct.mean() < EMULATION_MEAN and correct.max() < EMULATION_MAX
-    model, src_tok, tgt_tok, _ = load_workdir(workdir)
+    trained = Workdir(workdir).load()
+    model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     if corruption == "kernel_scaled_by_2":
         kernel = model.decoder.layer_stack[-1].feed_forward.outer_dense.kernel
         kernel.assign(2.0 * kernel)
@@ -333,18 +339,22 @@ def test_refuses_to_overwrite_without_force(workdir, tmp_path):
     out = tmp_path / "existing"
     out.mkdir()
     (out / "keep.txt").write_text("precious")
-    assert ct2_export.main(["--workdir", str(workdir), "--out", str(out)]) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        ct2_program.main(["--workdir", str(workdir), "--out", str(out)])
+    assert exit_info.value.code == 2
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    with pytest.raises(FileExistsError, match="--force"):
-        ct2_export.convert_workdir(workdir, out)
+    with pytest.raises(FileExistsError, match="force"):
+        ct2_export.export_ctranslate2(workdir, out)
     # --force replaces it with a complete model and leaves no staging dirs.
-    assert ct2_export.main(["--workdir", str(workdir), "--out", str(out), "--force"]) == 0
+    assert ct2_program.main(["--workdir", str(workdir), "--out", str(out), "--force"]) == 0
     assert {"model.bin", "config.json", "shared_vocabulary.json"} <= {p.name for p in out.iterdir()}
     assert not (out / "keep.txt").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["existing"]
 
 
 def test_missing_workdir_is_an_error(tmp_path):
-    assert ct2_export.main(["--workdir", str(tmp_path / "nope"), "--out", str(tmp_path / "out")]) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        ct2_program.main(["--workdir", str(tmp_path / "nope"), "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == []

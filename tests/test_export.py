@@ -35,20 +35,22 @@ def workdir(tiny_workdir):
 
 @pytest.fixture(scope="module")
 def export_dir(workdir, tmp_path_factory):
-    from export.saved_model import export_saved_model
+    from keras_transformer.exporters import export_saved_model
 
     out = tmp_path_factory.mktemp("exports") / "demo"
     return export_saved_model(workdir, out, beam_size=3)
 
 
 def test_layout_and_atomic_versions(workdir, export_dir):
-    from export.saved_model import export_saved_model
+    from keras_transformer.exporters import export_saved_model
 
     assert export_dir.name == "1"
     for name in ("saved_model.pb", "variables", "assets/spm_shared.model",
                  "assets.extra/tf_serving_warmup_requests"):
         assert (export_dir / name).exists(), name
-    assert 'base_path: "/models/demo"' in (export_dir.parent / "models.config").read_text()
+    models_config = (export_dir.parent / "models.config").read_text()
+    assert 'base_path: "/models/demo"' in models_config
+    assert str(export_dir.parent.parent) not in models_config  # no path of this machine in the artifact
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".tmp")]
     with pytest.raises(FileExistsError, match="overwrite"):
         export_saved_model(workdir, export_dir.parent, version=1)
@@ -58,12 +60,12 @@ def test_layout_and_atomic_versions(workdir, export_dir):
 
 
 def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
-    from export.serving import ExportedTranslator
-    from training.evaluate import load_workdir
+    from keras_transformer import Workdir
+    from keras_transformer.exporters import ExportedTranslator
 
-    model, src_tok, tgt_tok, config = load_workdir(workdir)
-    module = ExportedTranslator(model, src_tok, tgt_tok, beam_size=3,
-                                max_src_length=config["training"]["max_src_length"])
+    trained = Workdir(workdir).load()
+    module = ExportedTranslator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, beam_size=3,
+                                max_src_length=trained.max_src_length)
     expected = [t.decode() for t in module.translate(tf.constant(SENTENCES))["translations"].numpy()]
 
     stdout = _python(f"""
@@ -151,6 +153,24 @@ def test_warmup_request_and_client_formats_match_the_signature(export_dir):
     request = predict_request(["x", "y"], "demo")
     assert set(request.inputs) == {input_name} and request.model_spec.signature_name == "serving_default"
     assert tf.make_ndarray(request.inputs[input_name]).tolist() == [b"x", b"y"]
+    assert warmup.model_spec.name == "demo"  # the model folder's name, not the staging folder's
+
+
+def test_hand_encoded_warmup_record_equals_tensorflow_serving_apis():
+    """The exporter writes PredictionLog protos without tensorflow-serving-api; the bytes
+    are the ones that package's own classes give."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    from keras_transformer.exporters.saved_model import warmup_record
+
+    sentences = ["Hello world.", "", "é" * 300]  # a payload longer than 127 bytes: multi-byte lengths
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(name="demo", signature_name="serving_default"))
+    request.inputs["inputs"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
+    expected = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+    ours = warmup_record(sentences, "demo")
+    assert prediction_log_pb2.PredictionLog.FromString(ours) == expected
+    assert ours == expected.SerializeToString(deterministic=True)
 
 
 def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path):

@@ -20,9 +20,10 @@ SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", "the teacher gave a 
 @pytest.fixture(scope="module")
 def trained(tiny_workdir):
     path = tiny_workdir
-    from training.evaluate import load_workdir
+    from keras_transformer import Workdir
 
-    model, src_tok, _, _ = load_workdir(path)
+    loaded = Workdir(path).load()
+    model, src_tok = loaded.model, loaded.src_tokenizer
     from keras_transformer.data import encode_sources
 
     ids = encode_sources(src_tok, tf.constant(SENTENCES), MAX_SRC).to_tensor(shape=[len(SENTENCES), MAX_SRC])
@@ -61,7 +62,7 @@ def _reference(model, ids):
 
 @pytest.fixture(scope="module")
 def float_model(trained):
-    from export.tflite import convert
+    from keras_transformer.exporters.tflite import convert
 
     _, model, _ = trained
     return convert(model, MAX_SRC, MAX_TGT)
@@ -79,7 +80,7 @@ def test_litert_interpreter_matches_our_greedy_decoder(trained, float_model):
 
 
 def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_model, tmp_path):
-    from export.saved_model import export_saved_model
+    from keras_transformer.exporters import export_saved_model
 
     path, _, ids = trained
     exported = export_saved_model(path, tmp_path / "exports", beam_size=1)
@@ -92,7 +93,7 @@ def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_m
 
 
 def test_dynamic_range_quantization_differs_only_at_near_ties(trained, float_model):
-    from export.tflite import convert
+    from keras_transformer.exporters.tflite import convert
 
     _, model, ids = trained
     quantized = convert(model, MAX_SRC, MAX_TGT, quantize="dynamic")
@@ -135,8 +136,8 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
     import shutil
 
     import keras_transformer as kt
-    from export.tflite import convert
-    from training.evaluate import load_workdir, with_precision
+    from keras_transformer import Workdir, with_precision
+    from keras_transformer.exporters.tflite import convert
 
     path, model, ids = trained
     bf16_workdir = tmp_path / "bf16"
@@ -145,9 +146,9 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
     assert bf16_model.dtype_policy.name == "mixed_bfloat16"
     bf16_model.save(bf16_workdir / "model.keras")
 
-    kept, _, _, _ = load_workdir(bf16_workdir, precision=None)
+    kept = Workdir(bf16_workdir).load_model(precision=None)
     assert kept.dtype_policy.name == "mixed_bfloat16"
-    loaded, _, _, _ = load_workdir(bf16_workdir)
+    loaded = Workdir(bf16_workdir).load_model()
     assert loaded.dtype_policy.name == "float32"
     for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(ours, theirs)

@@ -124,11 +124,11 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from pathlib import Path
 from training.config import load_config
-from training import train
+from training import trainer
 config = load_config("demo", {MICRO[1::2]!r} + ["training.strategy=mirrored"])
-strategy = train.make_strategy("mirrored")
+strategy = trainer.make_strategy("mirrored")
 assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
-metrics = train.run(config, Path({str(tmp_path / 'mirrored')!r}))
+metrics = trainer.run(config, Path({str(tmp_path / 'mirrored')!r}))
 print("replicas", strategy.num_replicas_in_sync, "loss", metrics["history"]["loss"])
 """
     result = _run(["-c", script])
@@ -338,7 +338,7 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     import itertools
 
     from training.corpus import load_corpus
-    from training.train import build_tokenizers, datasets
+    from training.trainer import build_tokenizers, datasets
 
     config = load_config("demo", ["data.synthetic={train: 600, valid: 10, test: 10, seed: 1}",
                                   "tokenizer.vocab_size=200", "training.batch_tokens=256",

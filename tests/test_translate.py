@@ -6,9 +6,10 @@ import pytest
 @pytest.mark.parametrize("beam_size", [1, pytest.param(3, marks=pytest.mark.slow)])  # XLA compiles are slow
 def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
     from keras_transformer.translate import Translator
-    from training.evaluate import load_workdir
+    from keras_transformer import Workdir
 
-    model, src_tok, tgt_tok, _ = load_workdir(tiny_workdir)
+    trained = Workdir(tiny_workdir).load()
+    model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     sentences = ["the hungry boy sees 3 red cats", "a dog sleeps",
                  "yesterday a sad teacher gave an old book to the farmer because the farmer was happy", ""]
     options = dict(max_src_length=64, beam_size=beam_size, alpha=0.6)

@@ -10,11 +10,7 @@ from typing import Any
 
 import yaml
 
-from keras_transformer.files import write_text_atomically
-
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-# training.mixed_precision / --precision names → Keras dtype policies.
-PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
 def config_path(name_or_path: str) -> Path:
@@ -39,8 +35,14 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
     keys under a ``model`` section are free (they are TransformerConfig fields,
     validated there).
     """
-    with open(config_path(name_or_path), encoding="utf-8") as handle:
-        config = yaml.safe_load(handle) or {}
+    path = config_path(name_or_path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = yaml.safe_load(handle) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path} is not valid YAML: {error}") from error
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} must hold a mapping of sections (data, tokenizer, model, training, ...).")
     for override in overrides:
         apply_override(config, override)
     return config
@@ -62,9 +64,14 @@ def apply_override(config: dict[str, Any], override: str) -> None:
             f"Override {override!r}: no key {last!r} in section {'.'.join(keys[:-1]) or '<root>'!r}; "
             f"known keys: {sorted(node)}."
         )
-    node[last] = yaml.safe_load(raw)
+    try:
+        node[last] = yaml.safe_load(raw)
+    except yaml.YAMLError as error:
+        raise ValueError(f"Override {override!r}: the value is not valid YAML ({error}).") from error
 
 
 def save_config(config: dict[str, Any], path: str | os.PathLike) -> None:
     """Write the resolved config atomically (temp file, then rename)."""
+    from keras_transformer.files import write_text_atomically
+
     write_text_atomically(path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))

@@ -11,58 +11,72 @@ and writes them, best first, to ``WORKDIR/decoding_grid.json``. Pass the best
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 import time
 from pathlib import Path
 
-from keras_transformer.data import read_text_file_pairs
-from keras_transformer.files import write_text_atomically
-from keras_transformer.hardware import cpu_record
-from keras_transformer.translate import Translator
-from training.config import PRECISIONS
-from training.evaluate import load_workdir
-from training.scoring import score_translations
+from programs import PRECISION_NAMES, ArgumentParser, existing_file, existing_workdir, run, setup_logging
+
+PROG = "python -m training.tune_decoding"
+log = logging.getLogger("training")
 
 
-def main(argv=None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv=None):
+    parser = ArgumentParser(PROG, __doc__)
     parser.add_argument("--workdir", required=True, type=Path)
     parser.add_argument("--src", required=True, type=Path, help="validation sources")
     parser.add_argument("--ref", required=True, type=Path, help="validation references")
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="fp32",
+    parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
                         help="compute precision; tune in the one you export (export default: fp32)")
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
-        parser.error("--beams must be >= 1.")
+        parser.error("--beams must be >= 1")
+    existing_workdir(PROG, args.workdir)
+    existing_file(PROG, args.src, "--src")
+    existing_file(PROG, args.ref, "--ref")
+    return args
 
-    text = read_text_file_pairs(args.src, args.ref)
-    model, src_tok, tgt_tok, config = load_workdir(args.workdir, args.precision)
-    results = []
-    for beam in args.beams:
-        for alpha in ([0.0] if beam == 1 else args.alphas):
-            translator = Translator(model, src_tok, tgt_tok, max_src_length=config["training"]["max_src_length"],
-                                    beam_size=beam, alpha=alpha)
+
+def main(argv=None) -> int:
+    setup_logging()
+    args = parse_args(argv)
+
+    def tune() -> int:
+        from keras_transformer.data import read_text_file_pairs
+        from keras_transformer.files import write_text_atomically
+        from keras_transformer.hardware import cpu_record
+        from keras_transformer.translate import Translator
+        from keras_transformer.workdir import Workdir
+        from training.scoring import score_translations
+
+        text = read_text_file_pairs(args.src, args.ref)
+        trained = Workdir(args.workdir).load(args.precision)
+        grid = [(beam, alpha) for beam in args.beams for alpha in ([0.0] if beam == 1 else args.alphas)]
+        results = []
+        for number, (beam, alpha) in enumerate(grid, 1):
+            translator = Translator.from_trained_model(trained, beam_size=beam, alpha=alpha)
             started = time.time()
-            hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size)
+            log.info("decoding %d of %d: beam %d, alpha %.2f", number, len(grid), beam, alpha)
+            hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size, progress=True)
             scores = score_translations(hypotheses, list(text.targets))
             scores.update({"beam": beam, "alpha": alpha, "seconds": round(time.time() - started, 1)})
             results.append(scores)
             print(f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
                   f"({scores['seconds']:.0f}s)", flush=True)
-    results.sort(key=lambda row: (-row["bleu"], -row["chrf"]))
-    report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results,
-              "cpu": cpu_record()}
-    write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
-    best = results[0]
-    print(f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})")
-    return 0
+        results.sort(key=lambda row: (-row["bleu"], -row["chrf"]))
+        report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results,
+                  "cpu": cpu_record()}
+        write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
+        best = results[0]
+        print(f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})")
+        return 0
+
+    return run(PROG, tune, expected=(ValueError,))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,30 @@
+"""Exporters: a trained model (``TrainedModel``, ``Workdir`` or a workdir path)
+to what serves it.
+
+- ``export_saved_model``: a TF Serving model version, strings in and out
+  (loads with ``tensorflow`` + ``tensorflow_text`` only);
+- ``export_tflite``: a builtins-only TFLite translator over token ids;
+- ``export_ctranslate2``: a CTranslate2 model directory (``[ct2]`` extra),
+  imported on first use.
+"""
+
+from keras_transformer.exporters.saved_model import ExportedTranslator, export_saved_model
+from keras_transformer.exporters.tflite import TFLiteTranslator, export_tflite
+
+
+def __getattr__(name):
+    if name in ("export_ctranslate2", "KerasTransformerConverter"):
+        from keras_transformer.exporters import ctranslate2
+
+        return getattr(ctranslate2, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ExportedTranslator",
+    "KerasTransformerConverter",
+    "TFLiteTranslator",
+    "export_ctranslate2",
+    "export_saved_model",
+    "export_tflite",
+]

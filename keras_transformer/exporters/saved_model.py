@@ -1,0 +1,284 @@
+"""The translator as a TF Serving SavedModel: strings in, translations out,
+SentencePiece inside the graph, only core TensorFlow and TF Text ops.
+
+``export_saved_model(source, out)`` writes ``out/<version>/``, the layout TF
+Serving watches, atomically: the model is saved to a hidden folder beside it
+and renamed in; an existing version is replaced only with ``overwrite=True``,
+and then the old folder is moved aside before the new one is renamed in, so a
+watching server never sees the version missing. Each version carries
+``assets.extra/tf_serving_warmup_requests``; ``out/models.config`` is an
+example ``--model_config_file``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import tensorflow as tf
+
+from keras_transformer.data.normalize import normalize_whitespace_tf
+from keras_transformer.data.sequences import encode_sources
+from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
+from keras_transformer.progress import progress_bar
+from keras_transformer.translate import best_ids
+from keras_transformer.workdir import TrainedModel, as_trained_model
+
+log = logging.getLogger(__name__)
+
+WARMUP_SENTENCES = ("Hello world.", "")
+SIGNATURE = "serving_default"
+INPUT_KEY = "inputs"
+
+
+def raw_variables(model) -> list[tf.Variable]:
+    """The tf.Variables behind a Keras 3 model's variables, for a module to track.
+
+    Without such a list a SavedModel restores under ``tf.saved_model.load`` but
+    not under the session-based loader of TF Serving and saved_model_cli
+    ("Could not find variable ..."), and the TFLite converter cannot freeze the
+    variables read inside a while loop: Keras 3 variables wrap the tf.Variable.
+    """
+    return [variable.value for variable in model.variables]
+
+
+class ExportedTranslator(tf.Module):
+    """What ``export_saved_model`` saves.
+
+    Signatures:
+        ``serving_default``: ``inputs`` string ``[batch]`` → ``translations``
+            string ``[batch]`` and ``scores`` float32 ``[batch]`` (length-penalised
+            log-probability with beam search, log-probability with greedy).
+        ``translate_greedy``: as ``serving_default`` with greedy decoding.
+        ``translate_ids``: ``source_ids`` int32 ``[batch, len]`` (subword ids +
+            EOS, padded with 0, as ``keras_transformer.data.encode_sources``
+            makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then 0) and
+            ``scores``.
+        ``cross_attention``: one sentence (string scalar) → its translation,
+            ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
+            source]``: the last decoder layer's cross-attention, averaged over
+            heads (for plotting alignments).
+
+    Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
+    as in training; an empty sentence translates to ""; sources longer than
+    ``max_src_length`` subwords are truncated (EOS kept).
+    """
+
+    def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
+                 beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
+                 src_model_path: Path | None = None, tgt_model_path: Path | None = None):
+        super().__init__(name="translator")
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+        self.model = model
+        self.model_variables = raw_variables(model)
+        self.src_tokenizer = src_tokenizer
+        self.tgt_tokenizer = tgt_tokenizer
+        self.max_src_length = int(max_src_length)
+        self.beam_size = int(beam_size)
+        self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
+        self.alpha = float(alpha)
+        self.extra_length = int(extra_length)
+        # The SentencePiece models also ship as assets, for clients that tokenize themselves.
+        if src_model_path is not None:
+            self.source_spm = tf.saved_model.Asset(str(src_model_path))
+        if tgt_model_path is not None and tgt_model_path != src_model_path:
+            self.target_spm = tf.saved_model.Asset(str(tgt_model_path))
+
+    def _decode(self, source_ids, beam_size=None):
+        beam_size = self.beam_size if beam_size is None else beam_size
+        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    def translate_ids(self, source_ids):
+        target_ids, scores = self._decode(source_ids)
+        return {"target_ids": target_ids, "scores": scores}
+
+    def _source_ids(self, inputs):
+        text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
+                                            replacement_char=0xFFFD)
+        text = normalize_whitespace_tf(text)
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        return text, tf.cast(ids, tf.int32)
+
+    def _translate(self, inputs, beam_size=None):
+        text, source_ids = self._source_ids(inputs)
+        target_ids, scores = self._decode(source_ids, beam_size)
+        translations = self.tgt_tokenizer.detokenize(target_ids)
+        empty = tf.equal(tf.strings.length(text), 0)
+        return {
+            "translations": tf.where(empty, tf.constant(""), translations),
+            "scores": tf.where(empty, tf.zeros_like(scores), scores),
+        }
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate(self, inputs):
+        return self._translate(inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def translate_greedy(self, inputs):
+        return self._translate(inputs, beam_size=1)
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="sentence")])
+    def cross_attention(self, sentence):
+        _, source_ids = self._source_ids(sentence[tf.newaxis])
+        target_ids, _ = self._decode(source_ids)
+        config = self.model.config
+        # Keep the target up to and including EOS; feed BOS + all but the last token.
+        length = tf.reduce_sum(tf.cast(tf.not_equal(target_ids[0], config.pad_id), tf.int32))
+        target = target_ids[:, :length]
+        target_in = tf.concat([tf.fill([1, 1], config.bos_id), target[:, :-1]], axis=1)
+        memory = self.model.encode(source_ids, training=False)
+        _, weights = self.model.decoder(
+            self.model.target_embedding(target_in, training=False), memory,
+            memory_padding_mask=tf.not_equal(source_ids, config.pad_id),
+            return_attention_weights=True, training=False)
+        return {
+            "translation": self.tgt_tokenizer.detokenize(target)[0],
+            "source_pieces": self.src_tokenizer.id_to_piece(source_ids[0]),
+            "target_pieces": self.tgt_tokenizer.id_to_piece(target[0]),
+            "weights": tf.reduce_mean(weights[-1]["cross"][0], axis=0),
+        }
+
+    def signatures(self) -> dict:
+        return {
+            SIGNATURE: self.translate,
+            "translate_greedy": self.translate_greedy,
+            "translate_ids": self.translate_ids,
+            "cross_attention": self.cross_attention,
+        }
+
+
+def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path, Path]:
+    """The (source, target) SentencePiece models as files in ``directory``, named as
+    in a workdir: ``spm_shared.model`` once for a shared vocabulary, else
+    ``spm_src.model`` and ``spm_tgt.model``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if trained.shared_vocabulary:
+        path = directory / "spm_shared.model"
+        path.write_bytes(trained.src_tokenizer.model_bytes)
+        return path, path
+    src, tgt = directory / "spm_src.model", directory / "spm_tgt.model"
+    src.write_bytes(trained.src_tokenizer.model_bytes)
+    tgt.write_bytes(trained.tgt_tokenizer.model_bytes)
+    return src, tgt
+
+
+def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
+                       alpha: float = 0.6, overwrite: bool = False,
+                       warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
+                       progress: bool = False) -> Path:
+    """Export ``source`` as a TF Serving model version and return ``out/<version>``.
+
+    Args:
+        source: a ``TrainedModel`` (a model and its tokenizers, e.g. after
+            ``model.fit`` in a notebook), a ``Workdir`` or a workdir path.
+        out: the model folder; versions go below it (``out/1``, ``out/2``, ...).
+        version: the version number (default: the next free integer).
+        beam_size, alpha: the beam search of ``serving_default``, fixed in
+            the graph (``beam_size=1``: greedy).
+        overwrite: replace an existing version (atomically).
+        warmup_sentences: the request TF Serving replays when it loads the model.
+        precision: the graph's compute precision. fp32 runs on every server;
+            bf16 is faster only on hardware with bf16 units (AVX512-BF16/AMX,
+            TPU, recent GPUs). Weights are float32 either way.
+        progress: show a progress bar (needs ``tqdm``).
+    """
+    out = Path(out)
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    with progress_bar(progress, total=4, desc="SavedModel", unit="step") as bar:
+        bar.set_postfix_str("loading")
+        trained = as_trained_model(source, precision)
+        bar.update()
+        out.mkdir(parents=True, exist_ok=True)
+        if version is None:
+            existing = [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()]
+            version = max(existing, default=0) + 1
+        if version < 1:
+            raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
+        target = out / str(version)
+        if target.exists() and not overwrite:
+            raise FileExistsError(f"{target} exists; pass overwrite (--overwrite) or another version.")
+        staging = staging_directory(target)
+        try:
+            with tempfile.TemporaryDirectory(prefix="keras_transformer_spm_") as spm_dir:
+                src_path, tgt_path = write_tokenizer_files(trained, Path(spm_dir))
+                module = ExportedTranslator(
+                    trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
+                    max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha,
+                    src_model_path=src_path, tgt_model_path=tgt_path)
+                bar.set_postfix_str("tracing and saving")
+                tf.saved_model.save(module, str(staging), signatures=module.signatures())
+                bar.update()
+            write_warmup_requests(staging, warmup_sentences, model_name=out.name)
+            bar.update()
+            replace_directory(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_text_atomically(out / "models.config", models_config(out.name))
+        bar.update()
+    log.info("exported %s", target)
+    return target
+
+
+# TF Serving's warm-up file holds PredictionLog protos. They are encoded here
+# from their field numbers (tensorflow_serving/apis/*.proto), so that an export
+# needs no tensorflow-serving-api, which would pull the plain tensorflow
+# distribution onto a TPU machine. tests/test_export.py checks the bytes
+# against tensorflow-serving-api's own classes.
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2): strings, bytes, messages."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def predict_request_bytes(sentences: Sequence[str], model_name: str, signature_name: str = SIGNATURE) -> bytes:
+    """A serialized ``tensorflow.serving.PredictRequest`` for ``serving_default``."""
+    model_spec = _field(1, model_name.encode("utf-8")) + _field(3, signature_name.encode("utf-8"))
+    tensor = tf.make_tensor_proto(list(sentences), dtype=tf.string).SerializeToString()
+    inputs_entry = _field(1, INPUT_KEY.encode("utf-8")) + _field(2, tensor)  # map<string, TensorProto>
+    return _field(1, model_spec) + _field(2, inputs_entry)
+
+
+def warmup_record(sentences: Sequence[str], model_name: str) -> bytes:
+    """A serialized ``PredictionLog`` whose ``predict_log.request`` is the request above."""
+    predict_log = _field(1, predict_request_bytes(sentences, model_name))
+    return _field(6, predict_log)
+
+
+def write_warmup_requests(export_dir: Path, sentences: Sequence[str], model_name: str) -> None:
+    """TF Serving replays these at load time, so the first user request does not pay for tracing."""
+    extra = Path(export_dir) / "assets.extra"
+    extra.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(extra / "tf_serving_warmup_requests")) as writer:
+        writer.write(warmup_record(sentences, model_name))
+
+
+def models_config(name: str) -> str:
+    """A ``--model_config_file`` for tensorflow_model_server, with the model folder
+    mounted at ``/models/NAME`` in the container."""
+    return (
+        "model_config_list {\n"
+        "  config {\n"
+        f"    name: \"{name}\"\n"
+        f"    base_path: \"/models/{name}\"  # this folder, mounted into the server's container\n"
+        "    model_platform: \"tensorflow\"\n"
+        "  }\n"
+        "}\n"
+    )

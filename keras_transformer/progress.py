@@ -1,0 +1,37 @@
+"""Progress bars for long library calls, shown only when asked for and when
+``tqdm`` is installed (the ``[train]`` extra); otherwise a silent stand-in."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "_Silent":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: str = "it"):
+    """A ``tqdm`` bar on stderr, or a stand-in with the same ``update`` /
+    ``set_postfix_str`` / ``close`` methods when ``enabled`` is false or tqdm
+    is missing. Use it as a context manager."""
+    if enabled:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            return _Silent()
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+    return _Silent()

@@ -1,0 +1,223 @@
+"""A training run's directory, and a trained model with what it needs to translate.
+
+``python -m training.train --workdir W`` writes a workdir; everything that
+reads one (evaluation, decoding, the exporters, ``Translator.from_workdir``)
+goes through ``Workdir``, the one place that knows its layout::
+
+    W/config.yaml          the resolved training config
+    W/tokenizer/           spm_shared.model, or spm_src.model + spm_tgt.model
+    W/model.keras          the final (averaged) model
+    W/metrics.json         history and scores of the run
+    W/backup/              the resumable state while training runs
+    W/checkpoints/         the last epochs' weights, for averaging
+    W/logs/                TensorBoard summaries
+
+``TrainedModel`` is a model with its tokenizers and length limits: what the
+translators and exporters take, whether it came from a workdir or from a
+model trained in a notebook.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import keras
+import yaml
+
+from keras_transformer.files import write_text_atomically
+from keras_transformer.precision import PRECISIONS, with_precision
+from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
+
+PathLike = str | os.PathLike
+
+
+class WorkdirError(ValueError):
+    """A path that is not (yet) a usable workdir; the message says what is missing."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedModel:
+    """A ``Transformer`` with its tokenizers and the lengths it was trained for.
+
+    Args:
+        model: the trained, built ``keras_transformer.Transformer``.
+        src_tokenizer, tgt_tokenizer: its ``SubwordTokenizer``s (the same
+            object twice for a shared vocabulary).
+        max_src_length: sources are truncated to this many subwords
+            (default: the model's ``max_length``).
+        max_tgt_length: the longest target trained on (default: the model's
+            ``max_length`` minus one, for EOS).
+
+    Example (after ``model.fit`` in a notebook)::
+
+        trained = kt.TrainedModel(model, src_tok, tgt_tok, max_src_length=64)
+        kt.exporters.export_saved_model(trained, "exports/mine")
+    """
+
+    model: Any
+    src_tokenizer: SubwordTokenizer
+    tgt_tokenizer: SubwordTokenizer
+    max_src_length: int | None = None
+    max_tgt_length: int | None = None
+
+    def __post_init__(self):
+        limit = self.model.config.max_length
+        if self.max_src_length is None:
+            object.__setattr__(self, "max_src_length", limit)
+        if self.max_tgt_length is None:
+            object.__setattr__(self, "max_tgt_length", limit - 1)
+        for name in ("max_src_length", "max_tgt_length"):
+            value = getattr(self, name)
+            if not 1 <= int(value) <= limit:
+                raise ValueError(f"{name}={value} must be between 1 and the model's max_length ({limit}).")
+            object.__setattr__(self, name, int(value))
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        return self.src_tokenizer.model_bytes == self.tgt_tokenizer.model_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Workdir:
+    """The layout of a training run's directory.
+
+    ``Workdir(path)`` does not touch the disk; ``load`` checks that the run
+    finished and raises ``WorkdirError`` naming what is missing.
+
+    Example:
+        >>> run = Workdir("runs/demo")
+        >>> run.model_path.as_posix()
+        'runs/demo/model.keras'
+    """
+
+    path: Path
+
+    def __init__(self, path: PathLike):
+        object.__setattr__(self, "path", Path(path))
+
+    # The files and folders of a run.
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def model_path(self) -> Path:
+        return self.path / "model.keras"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / "tokenizer"
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / "metrics.json"
+
+    @property
+    def backup_dir(self) -> Path:
+        return self.path / "backup"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    def worker(self, task_id: int) -> "Workdir":
+        """Where a non-chief worker of a multi-worker run writes (its outputs are not the run's)."""
+        return Workdir(self.path / f"worker_{task_id}")
+
+    # The resolved config.
+    def save_config(self, config: dict[str, Any]) -> None:
+        """Write the resolved training config atomically."""
+        write_text_atomically(self.config_path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        if not self.config_path.is_file():
+            raise WorkdirError(f"{self.path} is not a training workdir: {self.config_path} not found "
+                               "(train one with python -m training.train --config C --workdir W).")
+        config = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
+        if not isinstance(config, dict):
+            raise WorkdirError(f"{self.config_path} does not hold a config (a YAML mapping).")
+        return config
+
+    @property
+    def shared_vocabulary(self) -> bool:
+        return bool(self.config.get("tokenizer", {}).get("shared", True))
+
+    @property
+    def tokenizer_paths(self) -> tuple[Path, Path]:
+        """The (source, target) SentencePiece models; the same path twice when shared."""
+        return tokenizer_paths(self.tokenizer_dir, self.shared_vocabulary)
+
+    @property
+    def max_lengths(self) -> tuple[int | None, int | None]:
+        """``training.max_src_length`` and ``max_tgt_length`` (``None`` where unset)."""
+        training = self.config.get("training", {})
+        return training.get("max_src_length"), training.get("max_tgt_length")
+
+    @property
+    def precision(self) -> str:
+        """The precision the run trained in (``fp32``, ``bf16``, ``fp16``)."""
+        return str(self.config.get("training", {}).get("mixed_precision", "fp32"))
+
+    # Loading.
+    def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+        src_path, tgt_path = self.tokenizer_paths
+        for path in {src_path, tgt_path}:
+            if not path.is_file():
+                raise WorkdirError(f"{path} not found: the workdir has no trained tokenizer.")
+        src = SubwordTokenizer.from_file(src_path)
+        return src, src if tgt_path == src_path else SubwordTokenizer.from_file(tgt_path)
+
+    def load_model(self, precision: str | None = "fp32"):
+        """The trained ``Transformer`` computing in ``precision``.
+
+        ``fp32`` is the default whatever the training precision: a model
+        trained under ``mixed_bfloat16`` keeps float32 weights, and every
+        runtime runs float32 (TFLite builtins, CPUs without bf16 units).
+        ``None`` keeps the training precision.
+        """
+        if precision is not None and precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: use one of {sorted(PRECISIONS)}.")
+        if not self.model_path.is_file():
+            raise WorkdirError(f"{self.model_path} not found: train first "
+                               "(python -m training.train --config C --workdir W), or wait for the run to end.")
+        model = keras.models.load_model(self.model_path)
+        return model if precision is None else with_precision(model, precision)
+
+    def load(self, precision: str | None = "fp32") -> TrainedModel:
+        """The trained model with its tokenizers and length limits."""
+        self.check()
+        model = self.load_model(precision)
+        src, tgt = self.load_tokenizers()
+        max_src, max_tgt = self.max_lengths
+        return TrainedModel(model, src, tgt, max_src_length=max_src, max_tgt_length=max_tgt)
+
+    def check(self) -> "Workdir":
+        """Raise ``WorkdirError`` unless the run has a config, tokenizers and a final model."""
+        if not self.path.is_dir():
+            raise WorkdirError(f"workdir {self.path} does not exist.")
+        _ = self.config
+        for path in {*self.tokenizer_paths, self.model_path}:
+            if not path.is_file():
+                raise WorkdirError(f"{path} not found: {self.path} holds no finished training run.")
+        return self
+
+
+def as_trained_model(source, precision: str | None = "fp32") -> TrainedModel:
+    """A ``TrainedModel`` from itself, a ``Workdir`` or a workdir path."""
+    if isinstance(source, TrainedModel):
+        return source if precision is None else dataclasses.replace(
+            source, model=with_precision(source.model, precision))
+    if isinstance(source, (str, os.PathLike)):
+        source = Workdir(source)
+    if isinstance(source, Workdir):
+        return source.load(precision)
+    raise TypeError(f"Expected a TrainedModel, a Workdir or a workdir path, got {type(source).__name__}.")

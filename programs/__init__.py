@@ -1,0 +1,143 @@
+"""What the checkout's command-line programs (``training.*``, ``export.*``) share.
+
+Nothing here imports TensorFlow or ``keras_transformer``: a program parses
+its arguments and checks its paths with this module first, so ``--help`` and
+a bad invocation answer in a fraction of a second, as one line
+(``prog: error: ...``, exit status 2), before TensorFlow is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, NoReturn
+
+# keras_transformer.precision.PRECISIONS' names, for --precision before TensorFlow is
+# imported (tests/test_programs.py keeps the two equal).
+PRECISION_NAMES = ("bf16", "fp16", "fp32")
+LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one ``prog: error: ...`` line, exit status 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse`` whose errors are one line on stderr (no usage block), exit status 2."""
+
+    def __init__(self, prog: str, description: str | None = None, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(prog=prog, description=description, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        fail(self.prog, f"{message} (see {self.prog} --help)")
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Print ``prog: error: message`` on one line of stderr and exit with status 2."""
+    message = " ".join(str(message).split())  # one line, whatever the exception's text held
+    print(f"{prog}: error: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(USAGE_ERROR)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Every program logs to stderr in one format; results go to stdout.
+
+    TensorFlow's C++ start-up notices are hidden unless ``TF_CPP_MIN_LOG_LEVEL``
+    is set (warnings and errors still show).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+
+
+# What TensorFlow's C++ runtime prints on import whatever TF_CPP_MIN_LOG_LEVEL says
+# (absl logs before its initialisation): notices, not problems.
+_IMPORT_NOTICES = re.compile(
+    r"All log messages before absl::InitializeLog|oneDNN custom operations are on|"
+    r"Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) factory|"
+    r"computation placer already registered|TensorFlow binary is optimized to use|"
+    r"rebuild TensorFlow with the appropriate compiler flags")
+
+
+@contextlib.contextmanager
+def _stderr_filtered(pattern: re.Pattern):
+    """Collect what the process writes to file descriptor 2 and replay it
+    afterwards, less the lines that match ``pattern``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
+                    if not pattern.search(line)]
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
+
+
+def import_library():
+    """Import TensorFlow and ``keras_transformer`` without TensorFlow's start-up
+    notices; anything else it prints (a real warning, an error) still shows."""
+    with _stderr_filtered(_IMPORT_NOTICES):
+        import tensorflow  # noqa: F401
+        import keras_transformer
+    return keras_transformer
+
+
+def existing_file(prog: str, path: Path | None, what: str) -> None:
+    if path is not None and not Path(path).is_file():
+        fail(prog, f"{what} {path} does not exist.")
+
+
+def existing_workdir(prog: str, path: Path) -> None:
+    """A finished training run: the config and the final model are there."""
+    path = Path(path)
+    if not path.is_dir():
+        fail(prog, f"workdir {path} does not exist (train one with python -m training.train "
+                   "--config C --workdir W).")
+    for name in ("config.yaml", "model.keras"):
+        if not (path / name).is_file():
+            fail(prog, f"{path / name} not found: {path} holds no finished training run.")
+
+
+def existing_saved_model(prog: str, path: Path) -> None:
+    """A SavedModel version folder, or a model folder with version folders below it."""
+    path = Path(path)
+    if (path / "saved_model.pb").is_file():
+        return
+    if not path.is_dir():
+        fail(prog, f"no SavedModel at {path}: the path does not exist.")
+    if not any((p / "saved_model.pb").is_file() for p in path.iterdir() if p.name.isdigit()):
+        fail(prog, f"no SavedModel at {path}: no saved_model.pb in it or in a version folder below it.")
+
+
+def run(prog: str, main: Callable[[], int | None], expected: tuple[type[BaseException], ...] = (),
+        library: bool = True) -> int:
+    """Run ``main``; ``UsageError``, missing files and ``expected`` exceptions become one
+    ``prog: error: ...`` line and exit status 2, Ctrl-C exit status 130. Any other
+    exception is a bug and keeps its traceback (``KERAS_TRANSFORMER_TRACEBACK=1``
+    shows one for these too). ``library``: import TensorFlow and the library first,
+    quietly (``import_library``)."""
+    try:
+        if library:
+            import_library()
+        return int(main() or 0)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except (UsageError, FileNotFoundError, FileExistsError, *expected) as error:
+        if os.environ.get("KERAS_TRANSFORMER_TRACEBACK"):
+            raise
+        fail(prog, str(error) or type(error).__name__)

@@ -1,0 +1,143 @@
+"""The command-line programs: one-line errors with exit status 2 for bad
+invocations, --help before TensorFlow is imported, and the import boundary
+(training/ and export/ are programs over the library and do not import each other)."""
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+PROGRAMS = ["training.train", "training.evaluate", "training.tune_decoding", "export.saved_model",
+            "export.translate", "export.tflite", "export.ctranslate2", "export.client"]
+# What a user's shell has: no TF_CPP_MIN_LOG_LEVEL, so TensorFlow's start-up notices would show.
+USER_ENV = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+
+MISSING = "/nonexistent/keras-transformer"
+BAD_INVOCATIONS = {
+    "unknown config": ["training.train", "--config", "no_such_config", "--workdir", "W"],
+    "unknown --set key": ["training.train", "--config", "demo", "--workdir", "W",
+                          "--set", "training.no_such_key=1"],
+    "evaluate a missing workdir": ["training.evaluate", "--workdir", MISSING, "--src", f"{MISSING}.src",
+                                   "--ref", f"{MISSING}.tgt"],
+    "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],
+    "translate with a missing model": ["export.translate", "--model", MISSING, "hello"],
+    "tflite from a missing workdir": ["export.tflite", "--workdir", MISSING, "--out", "m.tflite"],
+    "ctranslate2 from a missing workdir": ["export.ctranslate2", "--workdir", MISSING, "--out", "O"],
+    "client with no server": ["export.client", "--rest", "http://127.0.0.1:9", "--model", "demo", "hello"],
+    "unknown option": ["export.saved_model", "--wrokdir", "W", "--out", "O"],
+    "tune on a missing validation file": ["training.tune_decoding", "--workdir", MISSING, "--src", "v.src",
+                                          "--ref", "v.tgt"],
+}
+
+
+def _program(args, cwd, timeout=120):
+    return subprocess.run([sys.executable, "-m", *args], cwd=CHECKOUT if cwd is None else cwd, env=USER_ENV,
+                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def _assert_one_line_error(result, program):
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"python -m {program}: error: "), lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", BAD_INVOCATIONS.values(), ids=BAD_INVOCATIONS.keys())
+def test_bad_invocations_print_one_line_and_exit_2(args, tmp_path):
+    result = _program(args, cwd=None)
+    _assert_one_line_error(result, args[0])
+    assert not (CHECKOUT / "W").exists() and not (CHECKOUT / "O").exists()
+
+
+def test_errors_name_the_problem():
+    assert "use one of ['base', 'big', 'demo', 'multi30k']" in _program(BAD_INVOCATIONS["unknown config"],
+                                                                         None).stderr
+    assert "no key 'no_such_key'" in _program(BAD_INVOCATIONS["unknown --set key"], None).stderr
+    assert "cannot reach TF Serving at http://127.0.0.1:9" in _program(BAD_INVOCATIONS["client with no server"],
+                                                                       None).stderr
+
+
+def test_strategy_tpu_without_tpu_support_is_one_line(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("libtpu") is not None:
+        pytest.skip("this TensorFlow has libtpu: the TPU is looked for, not refused")
+    result = _program(["training.train", "--config", "demo", "--workdir", str(tmp_path / "w"),
+                       "--strategy", "tpu"], cwd=None, timeout=300)
+    _assert_one_line_error(result, "training.train")
+    assert "has no TPU support" in result.stderr
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_help_answers_before_tensorflow_is_imported(program):
+    code = (
+        "import runpy, sys\n"
+        f"sys.argv = [{program!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({program!r}, run_name='__main__')\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules)\n"
+        "print('imported:', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=CHECKOUT, env=USER_ENV, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "usage: python -m " + program in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "imported: []"
+
+
+def _imports(path: Path, top_level_only: bool = False) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in (tree.body if top_level_only else ast.walk(tree)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("package, forbidden, top_level_only", [
+    ("export", {"training"}, False),
+    ("training", {"export"}, False),
+    ("keras_transformer", {"training", "export", "programs", "benchmarks"}, False),
+    # programs/ imports TensorFlow and the library only inside import_library().
+    ("programs", {"training", "export", "keras_transformer", "tensorflow", "keras"}, True),
+])
+def test_import_boundaries(package, forbidden, top_level_only):
+    offenders = {}
+    for path in (CHECKOUT / package).rglob("*.py"):
+        found = _imports(path, top_level_only) & forbidden
+        if found:
+            offenders[str(path.relative_to(CHECKOUT))] = sorted(found)
+    assert not offenders, offenders
+
+
+def test_program_precision_names_are_the_librarys():
+    import keras_transformer as kt
+    from programs import PRECISION_NAMES
+
+    assert tuple(sorted(kt.PRECISIONS)) == PRECISION_NAMES
+
+
+def test_ctranslate2_program_knows_ctranslate2s_weight_types():
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from export.ctranslate2 import QUANTIZATIONS
+
+    assert set(QUANTIZATIONS) == set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
+
+
+def test_tensorflow_start_up_notices_are_filtered_but_real_output_kept(capfd):
+    import programs
+
+    with programs._stderr_filtered(programs._IMPORT_NOTICES):
+        os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see...\n")
+        os.write(2, b"a real warning\n")
+    captured = capfd.readouterr()
+    assert captured.err == "a real warning\n"

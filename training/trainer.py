@@ -1,0 +1,232 @@
+"""The training program's work, behind ``python -m training.train``: corpus,
+tokenizers, datasets, the model, ``model.fit`` or the custom loop, averaging,
+scoring, and the workdir's files (``keras_transformer.Workdir``).
+
+Re-running the same command after an interruption resumes from the last
+backup (``AtomicBackupAndRestore``: Keras' ``BackupAndRestore``, written
+atomically): step, optimizer state, epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
+from keras_transformer.files import write_text_atomically, write_through_temp
+from keras_transformer.hardware import cpu_record
+from keras_transformer.precision import dtype_policy
+from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
+from keras_transformer.translate import Translator
+from keras_transformer.workdir import Workdir
+from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
+                                average_weights)
+from training.curves import plot_learning_curves
+from training.corpus import load_corpus
+from training.scoring import score_translations
+from training.loop import custom_fit, is_chief, optimizer_step
+from training.strategy import make_strategy
+
+log = logging.getLogger("training")
+CHECKOUT = Path(__file__).resolve().parent.parent
+LOOPS = ("auto", "fit", "custom")
+
+
+def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
+    """Train SentencePiece on the training split only (once; reused on resume)."""
+    options = config["tokenizer"]
+    directory = Workdir(workdir).tokenizer_dir
+    shared = bool(options.get("shared", True))
+    src_path, tgt_path = tokenizer_paths(directory, shared)
+    if not (src_path.exists() and tgt_path.exists()):
+        started = time.time()
+        log.info("training the SentencePiece model(s) on %d sentence pairs", len(corpus["train"]))
+        train_tokenizers(
+            [s for s, _ in corpus["train"]], [t for _, t in corpus["train"]], directory,
+            vocab_size=options["vocab_size"], shared=shared,
+            model_type=options.get("model_type", "unigram"), progress=True,
+        )
+        log.info("trained tokenizers in %.1fs", time.time() - started)
+    return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
+
+
+def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConfig:
+    options = dict(config["model"])
+    preset = options.pop("preset", "base")
+    options.setdefault("src_vocab_size", src_tok.vocab_size)
+    options.setdefault("tgt_vocab_size", tgt_tok.vocab_size)
+    return kt.TransformerConfig.from_preset(preset, **options)
+
+
+def datasets(config, corpus, src_tok, tgt_tok):
+    train_options = config["training"]
+    common = dict(
+        max_src_length=train_options["max_src_length"],
+        max_tgt_length=train_options["max_tgt_length"],
+        batch_tokens=train_options.get("batch_tokens"),
+        batch_size=train_options.get("batch_size"),
+    )
+    # The whole split by default: the corpus is in memory, and a corpus sorted by length
+    # (Tatoeba's is) read through a smaller window trains on short, then long sentences.
+    shuffle_buffer = train_options.get("shuffle_buffer")
+    if shuffle_buffer is None:
+        shuffle_buffer = len(corpus["train"])
+    train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
+                         shuffle_buffer=shuffle_buffer,
+                         seed=train_options.get("seed", 0), repeat=True, training=True,
+                         static_shapes=bool(train_options.get("static_shapes", False)))
+    valid = None
+    if corpus["valid"]:
+        valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
+                             training=False, length_filter="truncate")
+        # Bucketing hides the batch count, and Keras ends the first validation pass over a
+        # dataset of unknown length with "Your input ran out of data; interrupting training".
+        # Counted once (the split is in memory), the warning is gone.
+        valid = valid.apply(tf.data.experimental.assert_cardinality(count_tokens(valid).batches))
+    return train, valid
+
+
+def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
+    """Greedy-translate ``pairs`` and score them; log the first ``show`` examples."""
+    started = time.time()
+    hypotheses = translator.translate([source for source, _ in pairs], batch_size=128)
+    scores = score_translations(hypotheses, [target for _, target in pairs])
+    scores["decode_seconds"] = round(time.time() - started, 1)
+    for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:show]:
+        log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
+    return scores
+
+
+def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path,
+                epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
+    """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
+    or ``training.loop: custom``); both run ``model.train_step`` and the same
+    per-epoch callbacks. Returns the per-epoch history."""
+    loop = options.get("loop", "auto")
+    if loop not in LOOPS:
+        raise ValueError(f"training.loop must be one of {LOOPS}, got {loop!r}.")
+    if loop == "auto":
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        loop = "custom" if multi_worker else "fit"
+    every = options.get("backup_every_steps", "epoch")
+    if loop == "custom":
+        backup = Workdir(workdir).backup_dir / "custom_loop.weights.h5"
+        history = custom_fit(
+            model, strategy, train_ds,
+            epochs=options["epochs"],
+            steps_per_epoch=options["steps_per_epoch"],
+            backup_path=backup,
+            backup_every_steps=None if every == "epoch" else int(every),
+            steps_per_execution=options.get("steps_per_execution", 1),
+            summary_dir=Workdir(workdir).logs_dir,
+            callbacks=epoch_callbacks,
+        )
+        backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
+        return history
+    callbacks = [
+        AtomicBackupAndRestore(str(Workdir(workdir).backup_dir), save_freq=every),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.TensorBoard(str(Workdir(workdir).logs_dir), update_freq=100),
+        *epoch_callbacks,
+    ]
+    if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
+        # Keras 3.15's evaluate() builds its metrics symbolically from one
+        # distributed batch and fails on uneven per-replica splits (AddN of
+        # [3, T] and [2, T]); validate after training instead.
+        log.warning("validation during fit is off with %d replicas", strategy.num_replicas_in_sync)
+        valid_ds = None
+    return model.fit(
+        train_ds,
+        validation_data=valid_ds,
+        epochs=options["epochs"],
+        steps_per_epoch=options["steps_per_epoch"],
+        callbacks=callbacks,
+        shuffle=False,
+        verbose=options.get("verbose", 2),
+    ).history
+
+
+def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
+    started = time.time()
+    train_options = config["training"]
+    # First: MultiWorkerMirroredStrategy must exist before other TF ops run.
+    strategy = make_strategy(train_options.get("strategy", "auto"))
+    if not is_chief(strategy):
+        # Every worker trains; only the chief's outputs are the run's.
+        workdir = Workdir(workdir).worker(strategy.cluster_resolver.task_id).path
+    keras.utils.set_random_seed(train_options.get("seed", 0))
+    keras.config.set_dtype_policy(dtype_policy(train_options.get("mixed_precision", "fp32")))
+    workdir.mkdir(parents=True, exist_ok=True)
+    run_dir = Workdir(workdir)
+    run_dir.save_config(config)
+
+    corpus = load_corpus(config["data"], base_dir=CHECKOUT)
+    log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})
+    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
+    train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok)
+
+    with strategy.scope():
+        model = kt.Transformer(model_config(config, src_tok, tgt_tok))
+        model.build()
+        schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
+                                          scale=train_options.get("learning_rate_scale", 1.0))
+        model.compile(
+            optimizer=kt.paper_adam(schedule),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(train_options.get("label_smoothing", 0.1),
+                                                   pad_id=model.config.pad_id),
+            metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
+            jit_compile=bool(train_options.get("jit", False)),
+            steps_per_execution=train_options.get("steps_per_execution", 1),
+        )
+    write_text_atomically(workdir / "model_config.json", model.config.to_json())
+    log.info("model: %s parameters", f"{model.count_params():,}")
+
+    evaluation = config.get("evaluation", {})
+    translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
+    keeper = KeepLastWeights(run_dir.checkpoints_dir, keep=train_options.get("average_last", 1))
+    epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
+    bleu_sentences = evaluation.get("bleu_sentences", 0)
+    if bleu_sentences and corpus["valid"]:
+        epoch_callbacks.append(ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir))
+    if train_options.get("max_minutes"):
+        epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
+
+    fit_started = time.time()
+    history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir, epoch_callbacks)
+    train_seconds = time.time() - fit_started
+
+    metrics: dict[str, Any] = {
+        "train_seconds": round(train_seconds, 1),
+        "optimizer_steps": optimizer_step(model),
+        "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
+    }
+    if is_chief(strategy) and history.get("loss"):
+        try:
+            plot_learning_curves(history, workdir / "learning_curves.png", title=f"{workdir.name}")
+        except ImportError:
+            log.info("learning_curves.png not drawn: install matplotlib (the [plots] extra) for it")
+    eval_split = "test" if corpus["test"] else "valid"
+    pairs = corpus[eval_split][: evaluation.get("max_sentences", len(corpus[eval_split]))]
+    kept = keeper.paths()
+    if len(kept) > 1:
+        if pairs:
+            metrics[f"{eval_split}_last_checkpoint"] = score_split(translator, pairs)
+        model.set_weights(average_weights(kept))
+        metrics["averaged_checkpoints"] = [path.name for path in kept]
+        log.info("averaged the weights of %s", ", ".join(path.name for path in kept))
+    write_through_temp(run_dir.model_path, model.save)
+    if pairs:
+        metrics[eval_split] = score_split(translator, pairs, show=5)
+    metrics["total_seconds"] = round(time.time() - started, 1)
+    metrics["cpu"] = cpu_record()  # the seconds (and a bf16 run's speed) depend on it
+    write_text_atomically(run_dir.metrics_path, json.dumps(metrics, indent=2))
+    log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
+    return metrics
