@@ -118,7 +118,7 @@ class _IdPieces:
 def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int) -> list[dict]:
     import ctranslate2
 
-    from export.ctranslate2 import KerasTransformerConverter
+    from keras_transformer.exporters.ctranslate2 import KerasTransformerConverter
 
     model = workload_model(max(steps_list))
     pieces = _IdPieces()

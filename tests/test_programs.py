@@ -107,6 +107,7 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     ("export", {"training"}, False),
     ("training", {"export"}, False),
     ("keras_transformer", {"training", "export", "programs", "benchmarks"}, False),
+    ("benchmarks", {"training", "export"}, False),  # benchmarks measure the library
     # programs/ imports TensorFlow and the library only inside import_library().
     ("programs", {"training", "export", "keras_transformer", "tensorflow", "keras"}, True),
 ])
