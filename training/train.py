@@ -173,6 +173,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         workdir = workdir / f"worker_{strategy.cluster_resolver.task_id}"
     keras.utils.set_random_seed(train_options.get("seed", 0))
     keras.config.set_dtype_policy(PRECISIONS[train_options.get("mixed_precision", "fp32")])
+    if train_options.get("native_ops"):  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
+        kt.native.set_enabled(True)
     workdir.mkdir(parents=True, exist_ok=True)
     save_config(config, workdir / "config.yaml")
 
