@@ -1,13 +1,20 @@
-"""The native LayerNorm op: same values and gradients as TensorFlow's ops, used
-only where it can run (training, CPU, outside XLA), and a clean fallback."""
+"""The native LayerNorm op: off unless enabled; same values and gradients as
+TensorFlow's ops, used only where it can run (training, CPU, outside XLA); a
+private, hash-checked cache; and a clean fallback."""
 
+import hashlib
 import logging
+import os
 import shutil
+import stat
+from pathlib import Path
+from types import SimpleNamespace
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 
 from keras_transformer import native
 from keras_transformer.layers import LayerNormalization
@@ -16,6 +23,30 @@ from keras_transformer.layers.layer_norm import layer_norm
 from reference import layer_norm as reference_layer_norm
 
 NATIVE_OPS = {"KerasTransformerLayerNorm", "KerasTransformerLayerNormGrad"}
+
+
+CONFIGS = Path(__file__).resolve().parent.parent / "training" / "configs"
+OTHER_UID = 65534  # nobody
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """The module's tests never see the real home cache or the caller's setting:
+    a cache in a temporary folder, the ops off until a test enables them."""
+    with pytest.MonkeyPatch.context() as patch:
+        cache = tmp_path_factory.mktemp("native") / "cache"
+        patch.setenv("KERAS_TRANSFORMER_CACHE", str(cache))
+        patch.delenv("KERAS_TRANSFORMER_NATIVE_OPS", raising=False)
+        native.set_enabled(None)
+        native._load_once.cache_clear()
+        yield cache
+        native._load_once.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _switch_reset():
+    yield
+    native.set_enabled(None)
 
 
 @pytest.fixture
@@ -27,12 +58,16 @@ def fresh_loader():
 
 
 @pytest.fixture(scope="module")
-def ops():
+def ops(private_cache):
+    """The real op, built into the module's cache, enabled for the rest of the module."""
     if shutil.which(native._compiler()) is None:
         pytest.skip(f"no C++ compiler ({native._compiler()}): the native op cannot be built here")
-    module = native.load()
-    assert module is not None, "a C++ compiler is present, so the op must build (see the logged reason)"
-    return module
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
+        native._load_once.cache_clear()
+        module = native.load()
+        assert module is not None, "a C++ compiler is present, so the op must build (see the logged reason)"
+        yield module
 
 
 def _values_and_gradients(x, gamma, beta, upstream, native_ops, function):
@@ -116,19 +151,34 @@ def test_layer_trains_the_same_with_the_native_op(ops, monkeypatch):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_environment_variable_turns_it_off(monkeypatch, fresh_loader):
-    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "0")
+def test_built_library_is_private_and_recorded(ops, private_cache):
+    library = Path(os.path.realpath(private_cache)) / native.library_path().name
+    assert stat.S_IMODE(os.stat(private_cache).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(library).st_mode) == 0o700
+    record = native._hash_path(library)
+    assert stat.S_IMODE(os.lstat(record).st_mode) == 0o600
+    assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    assert not [p.name for p in private_cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+@pytest.mark.parametrize("how", ["environment", "set_enabled"])
+def test_turned_off_after_loading_it_is_not_used(ops, monkeypatch, fresh_loader, how):
+    if how == "environment":
+        monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "0")
+    else:
+        native.set_enabled(False)  # wins over the module's KERAS_TRANSFORMER_NATIVE_OPS=1
     assert native.load() is None and native.usable() is None
     assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
 
 
 def test_failed_build_falls_back_with_the_reason(monkeypatch, fresh_loader, tmp_path, caplog):
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
     with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
         assert native.load() is None
     assert "unavailable" in caplog.text and "false failed" in caplog.text
-    assert not list((tmp_path / "cache").glob("*.so")), "no library may be left behind"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".lock"], "no library may be left behind"
     assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
     layer = LayerNormalization()
     np.testing.assert_allclose(layer(tf.ones([2, 4]) * tf.range(4.0), training=True).numpy()[0],
@@ -149,9 +199,205 @@ def test_hung_compiler_times_out_and_falls_back(monkeypatch, fresh_loader, tmp_p
     compiler = tmp_path / "hung-c++"
     compiler.write_text("#!/bin/sh\nexec sleep 30\n")
     compiler.chmod(0o755)
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(compiler))
     monkeypatch.setattr(native, "_BUILD_TIMEOUT_S", 0.3)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
         assert native.load() is None
     assert "timed out" in caplog.text
+
+
+# --- opt-in, and the cache's checks (a stand-in compiler and loader: no build, no real load) ---
+
+FAKE_LIBRARY = b"\x7fELF stand-in for the built op, build "
+
+
+@pytest.fixture
+def fake(monkeypatch, fresh_loader, tmp_path):
+    """Ops enabled, a cache in ``tmp_path``, a compiler that returns numbered bytes
+    and a ``tf.load_op_library`` that records the paths it is asked to load."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(cache))
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
+    state = SimpleNamespace(cache=cache, builds=0, loads=[], library=cache / native.library_path().name)
+
+    def compile_():
+        state.builds += 1
+        return FAKE_LIBRARY + str(state.builds).encode()
+
+    def load_op_library(path):
+        state.loads.append(path)
+        return SimpleNamespace(path=path)
+
+    monkeypatch.setattr(native, "_compile", compile_)
+    monkeypatch.setattr(native.tf, "load_op_library", load_op_library)
+    return state
+
+
+def _reload(caplog):
+    native._load_once.cache_clear()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="keras_transformer.native"):
+        return native.load()
+
+
+def _warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_off_by_default_builds_and_loads_nothing(fake, monkeypatch, caplog):
+    monkeypatch.delenv("KERAS_TRANSFORMER_NATIVE_OPS")
+    with caplog.at_level(logging.DEBUG, logger="keras_transformer.native"):
+        assert not native.enabled()
+        assert native.load() is None and native.usable() is None
+        assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
+    assert fake.builds == 0 and fake.loads == []
+    assert not fake.cache.exists(), "not even the cache directory is made"
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), (" YES ", True), ("on", True),
+                                             ("0", False), ("false", False), ("off", False), ("", False)])
+def test_environment_variable(monkeypatch, value, expected, caplog):
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", value)
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+        assert native.enabled() is expected
+    assert caplog.records == []
+
+
+def test_unknown_environment_value_is_off_with_a_warning(monkeypatch, caplog):
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "sometimes")
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+        assert native.enabled() is False
+    assert "'sometimes'" in caplog.text
+
+
+def test_set_enabled_wins_over_the_environment(monkeypatch):
+    monkeypatch.delenv("KERAS_TRANSFORMER_NATIVE_OPS", raising=False)
+    native.set_enabled(True)
+    assert native.enabled()
+    monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
+    native.set_enabled(False)
+    assert not native.enabled()
+    native.set_enabled(None)
+    assert native.enabled()
+    with pytest.raises(TypeError):
+        native.set_enabled("yes")
+
+
+def test_training_configs_leave_it_off():
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        assert yaml.safe_load(path.read_text())["training"]["native_ops"] is False, path.name
+
+
+def test_first_load_builds_into_a_private_directory(fake, caplog):
+    module = _reload(caplog)
+    assert fake.builds == 1 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    assert stat.S_IMODE(os.stat(fake.cache).st_mode) == 0o700
+    assert stat.S_IMODE(os.lstat(fake.library).st_mode) == 0o700
+    record = native._hash_path(fake.library)
+    assert stat.S_IMODE(os.lstat(record).st_mode) == 0o600
+    assert record.read_text().split() == [hashlib.sha256(FAKE_LIBRARY + b"1").hexdigest(), fake.library.name]
+    assert _warnings(caplog) == []
+    # The next process finds it, checks it, loads it without building.
+    assert _reload(caplog).path == str(fake.library) and fake.builds == 1 and len(fake.loads) == 2
+
+
+def _group_writable(state):
+    state.library.chmod(0o720)
+
+
+def _world_writable_record(state):
+    native._hash_path(state.library).chmod(0o606)
+
+
+def _symlink(state):
+    real = state.library.with_name("elsewhere.so")  # same bytes: the recorded hash matches
+    state.library.rename(real)
+    state.library.symlink_to(real)
+
+
+def _other_owner(state):
+    os.chown(state.library, OTHER_UID, -1)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+
+
+@pytest.mark.parametrize("tamper, reason", [
+    (_group_writable, "is writable by others (mode 0720)"),
+    (_world_writable_record, "hash record"),
+    (_symlink, "is a symbolic link"),
+    pytest.param(_other_owner, f"is owned by uid {OTHER_UID}", marks=needs_root),
+], ids=["group-writable", "world-writable-hash", "symlink", "other-owner"])
+def test_unsafe_library_is_refused(fake, caplog, tamper, reason):
+    _reload(caplog)
+    tamper(fake)
+    fake.loads.clear()
+    assert _reload(caplog) is None
+    assert fake.loads == [] and fake.builds == 1, "neither loaded nor built over"
+    (warning,) = _warnings(caplog)
+    assert warning.startswith("Refusing keras_transformer's native LayerNorm op") and reason in warning
+    assert "TensorFlow's ops" in warning
+    # Training still runs, on TensorFlow's ops.
+    assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
+
+
+@pytest.mark.parametrize("damage", ["other-bytes", "no-record", "truncated"])
+def test_library_without_its_recorded_hash_is_rebuilt(fake, caplog, damage):
+    _reload(caplog)
+    if damage == "other-bytes":
+        fake.library.write_bytes(b"\x7fELF something else")
+    elif damage == "no-record":
+        native._hash_path(fake.library).unlink()
+    else:
+        fake.library.write_bytes(fake.library.read_bytes()[:5])
+    fake.loads.clear()
+    module = _reload(caplog)
+    (warning,) = _warnings(caplog)
+    assert warning.startswith(f"Not loading {fake.library}") and "rebuilding it" in warning
+    assert ("no sha256 recorded" if damage == "no-record" else "is not the recorded") in warning
+    assert fake.builds == 2 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    assert fake.library.read_bytes() == FAKE_LIBRARY + b"2"
+    assert native._hash_path(fake.library).read_text().split()[0] == hashlib.sha256(FAKE_LIBRARY + b"2").hexdigest()
+    assert stat.S_IMODE(os.lstat(fake.library).st_mode) == 0o700
+
+
+def _loose_mode(state):
+    state.cache.mkdir(mode=0o755)
+    state.cache.chmod(0o755)
+
+
+def _other_owner_dir(state):
+    state.cache.mkdir(mode=0o700)
+    os.chown(state.cache, OTHER_UID, -1)
+
+
+@pytest.mark.parametrize("prepare, reason", [
+    (_loose_mode, "has mode 0755; it must be private"),
+    pytest.param(_other_owner_dir, f"is owned by uid {OTHER_UID}", marks=needs_root),
+], ids=["mode-0755", "other-owner"])
+def test_unsafe_cache_directory_is_refused(fake, caplog, prepare, reason):
+    prepare(fake)
+    before = os.stat(fake.cache)
+    assert _reload(caplog) is None
+    assert fake.builds == 0 and fake.loads == []
+    (warning,) = _warnings(caplog)
+    assert warning.startswith("Refusing") and f"the cache directory {fake.cache} {reason}" in warning
+    after = os.stat(fake.cache)
+    assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid), "left as it was"
+    assert list(fake.cache.iterdir()) == []
+
+
+def test_cache_under_a_directory_others_can_write_is_refused(fake, caplog, monkeypatch, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # not sticky: anyone could rename the cache away and put theirs there
+    monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(shared / "cache"))
+    assert _reload(caplog) is None
+    assert fake.builds == 0 and fake.loads == [] and not (shared / "cache").exists()
+    (warning,) = _warnings(caplog)
+    assert f"{shared}, above the cache directory, is writable by others (mode 0777)" in warning
+    shared.chmod(0o1777)  # sticky, like /tmp: only the owner may rename its entries
+    assert _reload(caplog).path == str(shared / "cache" / fake.library.name)

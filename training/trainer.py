@@ -164,6 +164,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         workdir = Workdir(workdir).worker(strategy.cluster_resolver.task_id).path
     keras.utils.set_random_seed(train_options.get("seed", 0))
     keras.config.set_dtype_policy(dtype_policy(train_options.get("mixed_precision", "fp32")))
+    if train_options.get("native_ops"):  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
+        kt.native.set_enabled(True)
     workdir.mkdir(parents=True, exist_ok=True)
     run_dir = Workdir(workdir)
     run_dir.save_config(config)
