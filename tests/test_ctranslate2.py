@@ -74,8 +74,8 @@ def _randomized_workdir(base: Path, dest: Path, model_overrides: dict, separate_
     weights: every bias and LayerNorm scale/offset moved off its initial 0/1
     so that a weight mapped to the wrong place (or dropped) shows."""
     config = yaml.safe_load((base / "config.yaml").read_text())
-    base = Workdir(base).load()
-    base_model, src_tok, tgt_tok = base.model, base.src_tokenizer, base.tgt_tokenizer
+    loaded = Workdir(base).load()
+    base_model, src_tok, tgt_tok = loaded.model, loaded.src_tokenizer, loaded.tgt_tokenizer
     model_options = {**base_model.config.to_dict(), **model_overrides}
     (dest / "tokenizer").mkdir(parents=True)
     if separate_vocab:

@@ -342,7 +342,11 @@ KERAS_OBJECTS = {
 NOT_KERAS_OBJECTS = {
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "PRESETS",  # constants
     "TransformerConfig",  # a dataclass: a Transformer's config stores it as a dict
-    "decoding", "layers",  # modules
+    "decoding", "exporters", "layers",  # modules
+    "PRECISIONS", "with_precision",  # precision names and a function that rebuilds a model in one
+    "SubwordTokenizer",  # a tf.Module: tokenizers are saved as SentencePiece model files
+    "Translator", "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
+    "TrainedModel", "Workdir", "WorkdirError",  # a run's files and a model with its tokenizers
     "paper_adam",  # a factory: it returns a FusedAdam, which is what Keras saves
     # tensor functions, never handed to Keras
     "layers.causal_mask", "layers.key_padding_mask", "layers.masked_score_value", "layers.merge_masks",
