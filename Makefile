@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba test test-all test-slow test-install clean
+.PHONY: install demo multi30k tatoeba test test-install test-oldest test-all test-slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,10 @@ test: $(STAMP)
 # used from outside the checkout (tests/test_install.py; .ci/run runs it after `make test`).
 test-install: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m install -q
+
+# The TPU install path on the oldest TensorFlow (2.20) and Keras, in a fresh temp venv (CI's second job).
+test-oldest:
+	PYTHON=$(PYTHON) .ci/tpu_path
 
 # Slow or data-heavy checks (real corpora in ../shared/corpora), opt-in.
 test-slow: $(STAMP)

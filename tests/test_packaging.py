@@ -1,0 +1,219 @@
+"""pyproject.toml, requirements/tpu.txt and the test suites agree; the RECORD checker works.
+
+The TPU install path (requirements/tpu.txt's header) puts the project and TF Text in with
+`--no-deps`, then tpu.txt: nothing in it may pull the plain `tensorflow`, whose files would
+overwrite tensorflow-tpu's (.ci/tpu_path checks that on a real install)."""
+
+import base64
+import hashlib
+import importlib.metadata
+import re
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+import suites
+from record_check import Mismatch, verify_record
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())
+PROJECT = PYPROJECT["project"]
+EXTRAS = PROJECT["optional-dependencies"]
+TPU_TXT = CHECKOUT / "requirements" / "tpu.txt"
+
+# Distributions that install the `tensorflow` package itself.
+TENSORFLOW_DISTRIBUTIONS = re.compile(r"^(tensorflow(-cpu|-gpu|-intel|-macos|-aarch64|-tpu)?|tf-nightly.*)$")
+# Known packages that require one of them (what the installed metadata shows where present).
+NEEDS_TENSORFLOW = {"tensorflow-text", "tensorflow-serving-api", "tf-keras", "keras-hub", "keras-nlp",
+                    "tensorflow-hub", "tensorflow-decision-forests", "tensorflow-io", "tensorflow-addons"}
+# Extras allowed to pull the plain tensorflow, and why.
+EXTRAS_WITH_TENSORFLOW = {"serving": "tensorflow-serving-api requires tensorflow",
+                          "bench": "keras-hub requires tensorflow-text",
+                          "all": "includes serving"}
+
+
+def requirement_lines(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line for line in lines if line]
+
+
+def name(requirement: str) -> str:
+    return canonicalize_name(Requirement(requirement).name)
+
+
+def is_tensorflow_related(requirement: str) -> bool:
+    return bool(TENSORFLOW_DISTRIBUTIONS.match(name(requirement))) or name(requirement) in NEEDS_TENSORFLOW
+
+
+def path_to_tensorflow(requirements: list[str]):
+    """Following the installed distributions' metadata from `requirements`: the chain of names
+    that ends at a TensorFlow distribution (None if none does), and the names not installed."""
+    missing, seen = set(), set()
+    stack = [(Requirement(r), ()) for r in requirements]
+    while stack:
+        requirement, chain = stack.pop()
+        key = canonicalize_name(requirement.name)
+        chain = (*chain, key)
+        if TENSORFLOW_DISTRIBUTIONS.match(key):
+            return chain, missing
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = importlib.metadata.distribution(key).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            missing.add(key)
+            continue
+        for line in requires:
+            sub = Requirement(line)
+            extras = requirement.extras or {""}
+            if sub.marker is None or any(sub.marker.evaluate({"extra": e}) for e in extras):
+                stack.append((sub, chain))
+    return None, missing
+
+
+# --------------------------------------------------------------------------- requirements/tpu.txt
+
+
+def test_tpu_requirements_are_the_dependencies_without_tensorflow_plus_train():
+    expected = [r for r in PROJECT["dependencies"] if name(r) not in {"tensorflow", "tensorflow-text"}]
+    expected += EXTRAS["train"]
+    assert requirement_lines(TPU_TXT) == expected
+
+
+def test_tpu_requirements_name_nothing_that_needs_tensorflow():
+    assert [r for r in requirement_lines(TPU_TXT) if is_tensorflow_related(r)] == []
+
+
+def test_tpu_install_command_takes_tf_text_for_tensorflow_tpu():
+    """The header's `pip install --no-deps "tensorflow-text..." .`: a TF Text for the newest
+    tensorflow-tpu (2.20) that the project's own range allows."""
+    commands = re.findall(r'pip install --no-deps "([^"]+)" \.', TPU_TXT.read_text())
+    assert len(commands) == 1, "requirements/tpu.txt's header names the first command once"
+    tf_text = Requirement(commands[0])
+    (project_tf_text,) = [Requirement(r) for r in PROJECT["dependencies"] if name(r) == "tensorflow-text"]
+    assert canonicalize_name(tf_text.name) == "tensorflow-text"
+    assert tf_text.specifier.contains("2.20.1") and not tf_text.specifier.contains("2.21.0")
+    assert project_tf_text.specifier.contains("2.20.1")
+    assert "pip install -r requirements/tpu.txt" in TPU_TXT.read_text()
+
+
+def test_installed_tpu_requirements_do_not_pull_tensorflow():
+    """Through the metadata of what is installed here, tpu.txt never reaches a TensorFlow
+    distribution (tensorboard, keras, sacrebleu... do not depend on it)."""
+    chain, missing = path_to_tensorflow(requirement_lines(TPU_TXT))
+    direct = {name(r) for r in requirement_lines(TPU_TXT)}
+    if direct & missing:
+        pytest.skip(f"not installed here: {sorted(direct & missing)}")
+    assert chain is None, " -> ".join(chain)
+
+
+# --------------------------------------------------------------------------- pyproject.toml
+
+
+def test_only_the_core_dependencies_name_tensorflow():
+    core = [r for r in PROJECT["dependencies"] if is_tensorflow_related(r)]
+    assert sorted(name(r) for r in core) == ["tensorflow", "tensorflow-text"]
+    for extra, requirements in EXTRAS.items():
+        named = [r for r in requirements if is_tensorflow_related(r)]
+        if extra not in EXTRAS_WITH_TENSORFLOW:
+            assert named == [], f"[{extra}] would put the plain tensorflow over tensorflow-tpu"
+
+
+@pytest.mark.parametrize("extra", sorted(set(EXTRAS) - set(EXTRAS_WITH_TENSORFLOW)))
+def test_installed_extras_do_not_pull_tensorflow(extra):
+    chain, missing = path_to_tensorflow(EXTRAS[extra])
+    if {name(r) for r in EXTRAS[extra]} & missing:
+        pytest.skip(f"[{extra}] is not installed here")
+    assert chain is None, " -> ".join(chain)
+
+
+def test_all_is_every_runtime_extra():
+    (all_,) = EXTRAS["all"]
+    requirement = Requirement(all_)
+    assert canonicalize_name(requirement.name) == canonicalize_name(PROJECT["name"])
+    assert requirement.extras == set(EXTRAS) - {"all", "test", "bench"}
+
+
+def test_tensorflow_range_starts_at_the_newest_tensorflow_tpu():
+    """tensorflow-tpu stops at 2.20: the oldest supported TensorFlow is the one TPU users get."""
+    (tensorflow,) = [Requirement(r) for r in PROJECT["dependencies"] if name(r) == "tensorflow"]
+    assert tensorflow.specifier.contains("2.20.0") and not tensorflow.specifier.contains("2.19.1")
+
+
+# --------------------------------------------------------------------------- tests/suites.py
+
+
+def test_every_test_file_is_in_one_suite():
+    files = {f"tests/{path.name}" for path in (CHECKOUT / "tests").glob("test_*.py")}
+    library, programs = set(suites.LIBRARY_TESTS), set(suites.PROGRAM_TESTS)
+    assert not library & programs
+    assert library | programs == files
+    for node in suites.LIBRARY_DESELECT:
+        path, test = node.split("::")
+        assert path in library, node
+        assert f"def {test.split('[')[0]}(" in (CHECKOUT / path).read_text(), f"no test {node}"
+
+
+@pytest.mark.parametrize("path", suites.LIBRARY_TESTS)
+def test_library_tests_import_no_program(path):
+    """The library suite runs where only the package is installed: no module-level imports of
+    the checkout's programs (tests in LIBRARY_DESELECT may import them inside)."""
+    text = (CHECKOUT / path).read_text()
+    assert not re.search(r"^(from|import) (training|export|benchmarks)\b", text, re.MULTILINE)
+    assert not re.search(r"def \w+\([^)]*\btiny_workdir\b", text)  # the trained demo workdir
+
+
+# --------------------------------------------------------------------------- record_check
+
+
+def _fake_dist(site: Path, files: dict[str, bytes]) -> Path:
+    info = site / "fake_pkg-1.0.dist-info"
+    info.mkdir(parents=True)
+    rows = []
+    for relative, content in files.items():
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        (site / relative).write_bytes(content)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(content).digest()).rstrip(b"=").decode()
+        rows.append(f"{relative},sha256={digest},{len(content)}")
+    rows += ["fake_pkg/__pycache__/good.cpython-311.pyc,,", "fake_pkg-1.0.dist-info/RECORD,,"]
+    (info / "RECORD").write_text("\n".join(rows) + "\n")
+    return info
+
+
+def test_verify_record_accepts_untouched_files(tmp_path):
+    _fake_dist(tmp_path, {"fake_pkg/good.py": b"x = 1\n", "fake_pkg/data.bin": b"\x00\x01"})
+    assert verify_record("fake-pkg", tmp_path) == []
+    assert verify_record("Fake.Pkg", tmp_path) == []
+
+
+def test_verify_record_reports_tampered_and_missing_files(tmp_path):
+    _fake_dist(tmp_path, {"fake_pkg/good.py": b"x = 1\n", "fake_pkg/bad.py": b"y = 2\n",
+                          "fake_pkg/resized.py": b"z = 3\n", "fake_pkg/gone.py": b""})
+    (tmp_path / "fake_pkg/bad.py").write_bytes(b"y = 3\n")  # same size, other bytes
+    (tmp_path / "fake_pkg/resized.py").write_bytes(b"z = 30\n")
+    (tmp_path / "fake_pkg/gone.py").unlink()
+    assert sorted(verify_record("fake_pkg", tmp_path)) == [
+        Mismatch("fake_pkg/bad.py", "sha256 mismatch"),
+        Mismatch("fake_pkg/gone.py", "missing"),
+        Mismatch("fake_pkg/resized.py", "size 7 != 6"),
+    ]
+
+
+def test_verify_record_needs_the_distribution(tmp_path):
+    with pytest.raises(LookupError):
+        verify_record("fake_pkg", tmp_path)
+
+
+def test_an_installed_distribution_matches_its_record():
+    """A real RECORD: pytest's own files, as pip installed them."""
+    site = Path(importlib.metadata.distribution("pytest").locate_file(""))
+    assert verify_record("pytest", site) == []
