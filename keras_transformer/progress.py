@@ -25,7 +25,7 @@ class _Silent:
 
 
 def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: str = "it"):
-    """A ``tqdm`` bar on stderr, or a stand-in with the same ``update`` /
+    """A ``tqdm`` bar on stderr when it is a terminal, or a stand-in with the same ``update`` /
     ``set_postfix_str`` / ``close`` methods when ``enabled`` is false or tqdm
     is missing. Use it as a context manager."""
     if enabled:
@@ -33,5 +33,7 @@ def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: 
             from tqdm import tqdm
         except ImportError:
             return _Silent()
-        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False)
+        # disable=None: drawn only on a terminal, so logs and pipes get no bar fragments.
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False,
+                    disable=None)
     return _Silent()
