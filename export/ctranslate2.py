@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, existing_workdir, fail, run, setup_logging
+from programs import WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
 
 PROG = "python -m export.ctranslate2"
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), here before
@@ -29,9 +29,7 @@ def parse_args(argv=None):
                         help="weight type (default: float32 as trained)")
     parser.add_argument("--force", action="store_true", help="replace an existing --out directory")
     args = parser.parse_args(argv)
-    existing_workdir(PROG, args.workdir)
-    if args.out.exists() and not args.force:
-        fail(PROG, f"{args.out} already exists; pass --force to replace it.")
+    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # an existing --out: export_ctranslate2
     return args
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import PRECISION_NAMES, ArgumentParser, existing_workdir, run, setup_logging
+from programs import PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
 
 PROG = "python -m export.saved_model"
 
@@ -31,11 +31,7 @@ def parse_args(argv=None):
     parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
                         help="compute precision of the exported graph (weights are float32 either way)")
     args = parser.parse_args(argv)
-    if args.beam < 1:
-        parser.error(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
-    if args.version is not None and args.version < 1:
-        parser.error(f"--version must be a positive integer, got {args.version}")
-    existing_workdir(PROG, args.workdir)
+    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args
 
 

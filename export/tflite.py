@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, existing_workdir, fail, run, setup_logging
+from programs import WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
 
 PROG = "python -m export.tflite"
 
@@ -28,9 +28,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-tgt-length", type=int, default=None,
                         help="output ids (default: training.max_tgt_length + 1, room for EOS)")
     args = parser.parse_args(argv)
-    existing_workdir(PROG, args.workdir)
-    if args.out.is_dir():
-        fail(PROG, f"--out {args.out} is a directory; give the .tflite file's path.")
+    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     return args
 
 

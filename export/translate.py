@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, existing_saved_model, fail, run, setup_logging
+from programs import ArgumentParser, existing_path, fail, run, setup_logging
 
 PROG = "python -m export.translate"
 
@@ -60,7 +60,7 @@ def parse_args(argv=None):
         parser.error("--plot-attention needs the sentence as an argument")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
-    existing_saved_model(PROG, args.model)
+    existing_path(PROG, args.model, "SavedModel")
     return args
 
 

@@ -25,10 +25,6 @@ LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 USAGE_ERROR = 2
 
 
-class UsageError(Exception):
-    """Bad input from the user: reported as one ``prog: error: ...`` line, exit status 2."""
-
-
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse`` whose errors are one line on stderr (no usage block), exit status 2."""
 
@@ -97,35 +93,25 @@ def import_library():
 
 
 def existing_file(prog: str, path: Path | None, what: str) -> None:
+    """Fail unless ``path`` is a file: a text input the program reads."""
     if path is not None and not Path(path).is_file():
         fail(prog, f"{what} {path} does not exist.")
 
 
-def existing_workdir(prog: str, path: Path) -> None:
-    """A finished training run: the config and the final model are there."""
-    path = Path(path)
-    if not path.is_dir():
-        fail(prog, f"workdir {path} does not exist (train one with python -m training.train "
-                   "--config C --workdir W).")
-    for name in ("config.yaml", "model.keras"):
-        if not (path / name).is_file():
-            fail(prog, f"{path / name} not found: {path} holds no finished training run.")
+def existing_path(prog: str, path: Path, what: str, hint: str = "") -> None:
+    """Fail unless ``path`` exists, before TensorFlow is imported. What it must
+    hold (a finished run, a SavedModel) the library checks: ``Workdir.check``
+    and ``saved_model_version`` know the layouts, and their errors are one line too."""
+    if not Path(path).exists():
+        fail(prog, f"{what} {path} does not exist{f' ({hint})' if hint else ''}.")
 
 
-def existing_saved_model(prog: str, path: Path) -> None:
-    """A SavedModel version folder, or a model folder with version folders below it."""
-    path = Path(path)
-    if (path / "saved_model.pb").is_file():
-        return
-    if not path.is_dir():
-        fail(prog, f"no SavedModel at {path}: the path does not exist.")
-    if not any((p / "saved_model.pb").is_file() for p in path.iterdir() if p.name.isdigit()):
-        fail(prog, f"no SavedModel at {path}: no saved_model.pb in it or in a version folder below it.")
+WORKDIR_HINT = "train one with python -m training.train --config C --workdir W"
 
 
 def run(prog: str, main: Callable[[], int | None], expected: tuple[type[BaseException], ...] = (),
         library: bool = True) -> int:
-    """Run ``main``; ``UsageError``, missing files and ``expected`` exceptions become one
+    """Run ``main``; missing files, existing outputs and ``expected`` exceptions become one
     ``prog: error: ...`` line and exit status 2, Ctrl-C exit status 130. Any other
     exception is a bug and keeps its traceback (``KERAS_TRANSFORMER_TRACEBACK=1``
     shows one for these too). ``library``: import TensorFlow and the library first,
@@ -137,7 +123,7 @@ def run(prog: str, main: Callable[[], int | None], expected: tuple[type[BaseExce
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except (UsageError, FileNotFoundError, FileExistsError, *expected) as error:
+    except (FileNotFoundError, FileExistsError, *expected) as error:
         if os.environ.get("KERAS_TRANSFORMER_TRACEBACK"):
             raise
         fail(prog, str(error) or type(error).__name__)

@@ -54,6 +54,21 @@ def test_bad_invocations_print_one_line_and_exit_2(args, tmp_path):
     assert not (CHECKOUT / "W").exists() and not (CHECKOUT / "O").exists()
 
 
+def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
+    """Past the existence checks, the library's own checks (Workdir.check, saved_model_version)
+    answer, after TensorFlow is imported, still as one line."""
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    (unfinished / "config.yaml").write_text("tokenizer: {shared: true}\n")
+    result = _program(["export.saved_model", "--workdir", str(unfinished), "--out", str(tmp_path / "O")],
+                      cwd=None, timeout=300)
+    _assert_one_line_error(result, "export.saved_model")
+    assert "holds no finished training run" in result.stderr and not (tmp_path / "O").exists()
+    result = _program(["export.translate", "--model", str(tmp_path), "hello"], cwd=None, timeout=300)
+    _assert_one_line_error(result, "export.translate")
+    assert "No SavedModel at" in result.stderr
+
+
 def test_errors_name_the_problem():
     assert "use one of ['base', 'big', 'demo', 'multi30k']" in _program(BAD_INVOCATIONS["unknown config"],
                                                                          None).stderr

@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from programs import (PRECISION_NAMES, ArgumentParser, existing_file, existing_saved_model, existing_workdir,
-                      run, setup_logging)
+from programs import (PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_file, existing_path, run,
+                      setup_logging)
 
 PROG = "python -m training.evaluate"
 
@@ -43,9 +43,9 @@ def parse_args(argv=None):
     if args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.workdir is not None:
-        existing_workdir(PROG, args.workdir)
+        existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     else:
-        existing_saved_model(PROG, args.saved_model)
+        existing_path(PROG, args.saved_model, "SavedModel")
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.ref, "--ref")
     return args

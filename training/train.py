@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import PRECISION_NAMES, ArgumentParser, UsageError, fail, run, setup_logging
+from programs import PRECISION_NAMES, ArgumentParser, fail, run, setup_logging
 from training.config import load_config
 from training.strategy import STRATEGIES, StrategyError
 
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         run_training(config, args.workdir)
         return 0
 
-    return run(PROG, train, expected=(UsageError, StrategyError))
+    return run(PROG, train, expected=(StrategyError,))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from programs import PRECISION_NAMES, ArgumentParser, existing_file, existing_workdir, run, setup_logging
+from programs import (PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_file, existing_path, run,
+                      setup_logging)
 
 PROG = "python -m training.tune_decoding"
 log = logging.getLogger("training")
@@ -36,7 +37,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
         parser.error("--beams must be >= 1")
-    existing_workdir(PROG, args.workdir)
+    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.ref, "--ref")
     return args

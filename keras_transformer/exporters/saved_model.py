@@ -191,19 +191,18 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     out = Path(out)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    if version is not None and version < 1:
+        raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
+    if version is None:
+        existing = [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()] if out.is_dir() else []
+        version = max(existing, default=0) + 1
+    target = out / str(version)
+    if target.exists() and not overwrite:  # refused before the model is loaded
+        raise FileExistsError(f"{target} exists; pass overwrite (--overwrite) or another version.")
     with progress_bar(progress, total=4, desc="SavedModel", unit="step") as bar:
         bar.set_postfix_str("loading")
         trained = as_trained_model(source, precision)
         bar.update()
-        out.mkdir(parents=True, exist_ok=True)
-        if version is None:
-            existing = [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()]
-            version = max(existing, default=0) + 1
-        if version < 1:
-            raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
-        target = out / str(version)
-        if target.exists() and not overwrite:
-            raise FileExistsError(f"{target} exists; pass overwrite (--overwrite) or another version.")
         staging = staging_directory(target)
         try:
             with tempfile.TemporaryDirectory(prefix="keras_transformer_spm_") as spm_dir:

@@ -85,6 +85,8 @@ def export_tflite(source, out: str | os.PathLike, *, quantize: str | None = None
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be None or one of {QUANTIZATIONS}, got {quantize!r}.")
+    if Path(out).is_dir():
+        raise ValueError(f"{out} is a directory; give the path of the .tflite file to write.")
     with progress_bar(progress, total=2, desc="TFLite", unit="step") as bar:
         bar.set_postfix_str("loading")
         trained = as_trained_model(source, "fp32")  # TFLite builtins: a float32 graph
