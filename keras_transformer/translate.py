@@ -120,16 +120,24 @@ class Translator(tf.Module):
 
     def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
         """Translations of ``sentences``, in order, ``batch_size`` at a time."""
-        outputs: list[str] = []
-        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
-            for start in range(0, len(sentences), batch_size):
-                chunk = tf.constant(list(sentences[start:start + batch_size]))
-                ids = encode_sources(self.src_tokenizer, chunk, self.max_src_length).to_tensor()
-                tokens, _ = self._decode(ids, batch_size)
-                texts = self.tgt_tokenizer.detokenize(tokens).numpy()
-                outputs.extend(text.decode("utf-8") for text in texts)
-                bar.update(len(texts))
-        return outputs
+        def translate_batch(batch: list[str]) -> tf.Tensor:
+            ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor()
+            tokens, _ = self._decode(ids, batch_size)
+            return self.tgt_tokenizer.detokenize(tokens)
+
+        return _in_batches(translate_batch, sentences, batch_size, progress)
+
+
+def _in_batches(translate_batch, sentences: Sequence[str], batch_size: int, progress: bool) -> list[str]:
+    """``translate_batch`` (a list of strings → a string tensor) over ``sentences``,
+    ``batch_size`` at a time, as Python strings in order."""
+    outputs: list[str] = []
+    with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
+        for start in range(0, len(sentences), batch_size):
+            batch = list(sentences[start:start + batch_size])
+            outputs.extend(text.decode("utf-8") for text in translate_batch(batch).numpy())
+            bar.update(len(batch))
+    return outputs
 
 
 def saved_model_version(path: str | os.PathLike) -> Path:
@@ -155,8 +163,7 @@ class SavedModelTranslator:
     """
 
     def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
-        import tensorflow_text  # noqa: F401  (registers the SentencePiece ops the graph uses)
-
+        # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF Text.
         self.path = saved_model_version(path)
         self.saved_model = tf.saved_model.load(str(self.path))
         self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())
@@ -169,14 +176,10 @@ class SavedModelTranslator:
 
     def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
         """Translations of ``sentences``, in order, ``batch_size`` at a time."""
-        outputs: list[str] = []
-        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
-            for start in range(0, len(sentences), batch_size):
-                batch = list(sentences[start:start + batch_size])
-                texts = self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"].numpy()
-                outputs.extend(text.decode("utf-8") for text in texts)
-                bar.update(len(batch))
-        return outputs
+        def translate_batch(batch: list[str]) -> tf.Tensor:
+            return self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"]
+
+        return _in_batches(translate_batch, sentences, batch_size, progress)
 
     def cross_attention(self, sentence: str) -> dict:
         """The ``cross_attention`` signature's outputs for one sentence, as Python values:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -134,11 +135,14 @@ class Workdir:
 
     # The resolved config.
     def save_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved training config atomically."""
+        """Write the resolved training config atomically (and keep it as ``config``)."""
         write_text_atomically(self.config_path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))
+        self.__dict__["config"] = copy.deepcopy(config)
 
-    @property
+    @functools.cached_property
     def config(self) -> dict[str, Any]:
+        """The run's ``config.yaml``, read once (the training program writes it
+        when a run starts and does not change it)."""
         if not self.config_path.is_file():
             raise WorkdirError(f"{self.path} is not a training workdir: {self.config_path} not found "
                                "(train one with python -m training.train --config C --workdir W).")

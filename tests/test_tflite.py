@@ -135,7 +135,6 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
     TFLite builtins), with the same weights; ``precision=None`` keeps the training policy."""
     import shutil
 
-    import keras_transformer as kt
     from keras_transformer import Workdir, with_precision
     from keras_transformer.exporters.tflite import convert
 

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from keras_transformer.hardware import cpu_record
-from training.config import apply_override, config_path, load_config, save_config
+from keras_transformer import Workdir
+from training.config import apply_override, config_path, load_config
 from training.strategy import make_strategy
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -29,9 +30,9 @@ def test_configs_load_and_overrides_are_typed(tmp_path):
     assert config["training"]["epochs"] == 3 and config["training"]["jit"] is True
     assert config["model"]["norm_first"] is True
     assert config["training"]["label_smoothing"] == 0.2
-    save_config(config, tmp_path / "resolved.yaml")
-    assert yaml.safe_load((tmp_path / "resolved.yaml").read_text()) == config
-    assert config_path(str(tmp_path / "resolved.yaml")) == tmp_path / "resolved.yaml"
+    Workdir(tmp_path).save_config(config)
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == config
+    assert config_path(str(tmp_path / "config.yaml")) == tmp_path / "config.yaml"
 
 
 @pytest.mark.parametrize("override, message", [

@@ -1,10 +1,9 @@
 """Training configs: YAML files in ``training/configs/`` plus ``--set a.b=value``
-overrides; the resolved config is saved in the work directory."""
+overrides; the resolved config is saved in the work directory
+(``keras_transformer.Workdir.save_config``)."""
 
 from __future__ import annotations
 
-import copy
-import os
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +67,3 @@ def apply_override(config: dict[str, Any], override: str) -> None:
         node[last] = yaml.safe_load(raw)
     except yaml.YAMLError as error:
         raise ValueError(f"Override {override!r}: the value is not valid YAML ({error}).") from error
-
-
-def save_config(config: dict[str, Any], path: str | os.PathLike) -> None:
-    """Write the resolved config atomically (temp file, then rename)."""
-    from keras_transformer.files import write_text_atomically
-
-    write_text_atomically(path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))

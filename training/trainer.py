@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -105,7 +104,7 @@ def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
     return scores
 
 
-def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], workdir: Path,
+def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], run_dir: Workdir,
                 epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
     """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
     or ``training.loop: custom``); both run ``model.train_step`` and the same
@@ -118,7 +117,7 @@ def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], wo
         loop = "custom" if multi_worker else "fit"
     every = options.get("backup_every_steps", "epoch")
     if loop == "custom":
-        backup = Workdir(workdir).backup_dir / "custom_loop.weights.h5"
+        backup = run_dir.backup_dir / "custom_loop.weights.h5"
         history = custom_fit(
             model, strategy, train_ds,
             epochs=options["epochs"],
@@ -126,15 +125,15 @@ def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], wo
             backup_path=backup,
             backup_every_steps=None if every == "epoch" else int(every),
             steps_per_execution=options.get("steps_per_execution", 1),
-            summary_dir=Workdir(workdir).logs_dir,
+            summary_dir=run_dir.logs_dir,
             callbacks=epoch_callbacks,
         )
         backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
         return history
     callbacks = [
-        AtomicBackupAndRestore(str(Workdir(workdir).backup_dir), save_freq=every),
+        AtomicBackupAndRestore(str(run_dir.backup_dir), save_freq=every),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.TensorBoard(str(Workdir(workdir).logs_dir), update_freq=100),
+        keras.callbacks.TensorBoard(str(run_dir.logs_dir), update_freq=100),
         *epoch_callbacks,
     ]
     if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
@@ -202,7 +201,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
 
     fit_started = time.time()
-    history = train_model(model, strategy, train_ds, valid_ds, train_options, workdir, epoch_callbacks)
+    history = train_model(model, strategy, train_ds, valid_ds, train_options, run_dir, epoch_callbacks)
     train_seconds = time.time() - fit_started
 
     metrics: dict[str, Any] = {
