@@ -81,14 +81,20 @@ def test_exports_from_a_model_and_its_tokenizers_translate_alike(trained, tmp_pa
     assert tflite.read_bytes()[4:8] == b"TFL3"
 
 
-def test_replace_directory_swaps_atomically_on_linux(tmp_path):
-    if not os.uname().sysname == "Linux":
-        pytest.skip("the atomic swap is Linux's renameat2")
+def _old_version_and_new_one(tmp_path):
+    """``tmp_path/1`` holding ``old.txt``, and a staging folder beside it holding ``new.txt``."""
     target = tmp_path / "1"
     target.mkdir()
     (target / "old.txt").write_text("old")
     staging = files.staging_directory(target)
     (staging / "new.txt").write_text("new")
+    return target, staging
+
+
+def test_replace_directory_swaps_atomically_on_linux(tmp_path):
+    if not os.uname().sysname == "Linux":
+        pytest.skip("the atomic swap is Linux's renameat2")
+    target, staging = _old_version_and_new_one(tmp_path)
     assert files._exchange(staging, target)  # this kernel and file system can swap
     files._exchange(staging, target)  # swap back, then let replace_directory do it
     files.replace_directory(staging, target)
@@ -98,11 +104,7 @@ def test_replace_directory_swaps_atomically_on_linux(tmp_path):
 
 def test_replace_directory_without_a_swap_moves_the_old_version_aside_first(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "_exchange", lambda first, second: False)
-    target = tmp_path / "1"
-    target.mkdir()
-    (target / "old.txt").write_text("old")
-    staging = files.staging_directory(target)
-    (staging / "new.txt").write_text("new")
+    target, staging = _old_version_and_new_one(tmp_path)
     seen = []
     real_replace = os.replace
 
@@ -117,15 +119,14 @@ def test_replace_directory_without_a_swap_moves_the_old_version_aside_first(tmp_
     assert seen == [False, True]
     assert [p.name for p in target.iterdir()] == ["new.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["1"]  # no staging or old folder left
-    assert oct(target.stat().st_mode & 0o777) != oct(0o700)  # readable by a server running as another user
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdir's mode, not mkdtemp's owner-only 0700
 
 
 def test_replace_directory_puts_the_old_version_back_when_the_new_one_cannot_go_in(tmp_path, monkeypatch):
     monkeypatch.setattr(files, "_exchange", lambda first, second: False)
-    target = tmp_path / "model"
-    target.mkdir()
-    (target / "old.txt").write_text("old")
-    staging = files.staging_directory(target)
+    target, staging = _old_version_and_new_one(tmp_path)
     real_replace = os.replace
 
     def replace(source, destination):
@@ -137,3 +138,4 @@ def test_replace_directory_puts_the_old_version_back_when_the_new_one_cannot_go_
     with pytest.raises(OSError, match="disk full"):
         files.replace_directory(staging, target)
     assert (target / "old.txt").read_text() == "old"
+    assert [p.name for p in target.iterdir()] == ["old.txt"]
