@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import keras
 import yaml
 
 from keras_transformer.files import write_text_atomically
-from keras_transformer.precision import PRECISIONS, with_precision
+from keras_transformer.precision import AUTO, PRECISIONS, with_precision
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
 
 PathLike = str | os.PathLike
@@ -168,8 +169,20 @@ class Workdir:
 
     @property
     def precision(self) -> str:
-        """The precision the run trained in (``fp32``, ``bf16``, ``fp16``)."""
-        return str(self.config.get("training", {}).get("mixed_precision", "fp32"))
+        """The precision the run trained in (``fp32``, ``bf16``, ``fp16``).
+
+        For ``mixed_precision: auto`` it is what the run picked, from
+        ``metrics.json``; ``"auto"`` while the run has not finished.
+        """
+        precision = str(self.config.get("training", {}).get("mixed_precision", "fp32"))
+        if precision == AUTO and self.metrics_path.is_file():
+            try:
+                used = json.loads(self.metrics_path.read_text()).get("precision", {}).get("used")
+            except (ValueError, AttributeError):
+                used = None
+            if used in PRECISIONS:
+                return used
+        return precision
 
     # Loading.
     def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer]:

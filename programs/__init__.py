@@ -21,6 +21,8 @@ from typing import Callable, NoReturn
 # keras_transformer.precision.PRECISIONS' names, for --precision before TensorFlow is
 # imported (tests/test_programs.py keeps the two equal).
 PRECISION_NAMES = ("bf16", "fp16", "fp32")
+# Training also takes "auto": keras_transformer.precision.choose_precision picks one for the hardware.
+TRAINING_PRECISIONS = ("auto", *PRECISION_NAMES)
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 USAGE_ERROR = 2
 

@@ -1,6 +1,7 @@
 """The training program: configs, strategies, and an end-to-end micro run."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -400,3 +401,40 @@ def test_shipped_configs_build_valid_models(name):
     kt.TransformerConfig.from_preset(preset, vocab_size=config["tokenizer"]["vocab_size"], **model)
     training = config["training"]
     assert training["steps_per_epoch"] % training["steps_per_execution"] == 0
+
+
+def test_auto_precision_says_what_it_picked_and_why(tmp_path):
+    from keras_transformer.hardware import has_bf16_units
+
+    workdir = tmp_path / "auto"
+    result = _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
+                   "--set", "training.epochs=1", "--mixed-precision", "auto"])
+    expected = "bf16" if has_bf16_units() else "fp32"  # no GPU or TPU on the test machines
+    assert f"mixed precision: {expected} (no GPU or TPU; the CPU has" in result.stderr
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert metrics["precision"]["config"] == "auto" and metrics["precision"]["used"] == expected
+    assert Workdir(workdir).precision == expected
+
+
+def test_fp16_scales_the_loss_and_the_demo_task_learns_as_fp32_does(tmp_path):
+    """What a Colab T4 user gets (auto picks fp16 there): Keras' dynamic loss
+    scaling, no step with a NaN loss, and a model that learns the demo pair as
+    the same run in float32 does."""
+    runs = {}
+    for precision in ("fp16", "fp32"):
+        workdir = tmp_path / precision
+        _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
+              "--mixed-precision", precision, "--set", "training.epochs=3", "--set", "training.steps_per_epoch=30",
+              "--set", "training.steps_per_execution=15", "--set", "training.warmup_steps=30",
+              "--set", "evaluation.max_sentences=5"])
+        runs[precision] = json.loads((workdir / "metrics.json").read_text())
+    fp16, fp32 = runs["fp16"], runs["fp32"]
+    assert fp16["precision"]["used"] == "fp16" and "loss_scale" not in fp32
+    # Scaled: the dynamic scale starts at 2^15 and moves by factors of two.
+    assert fp16["loss_scale"] > 1 and math.log2(fp16["loss_scale"]).is_integer()
+    assert fp16["optimizer_steps"] >= 80  # of 90: at most the first steps' overflows skipped
+    losses, accuracy = fp16["history"]["loss"], fp16["history"]["masked_accuracy"]
+    assert all(math.isfinite(loss) for loss in losses)  # an epoch's mean: every step in it was finite
+    assert losses == sorted(losses, reverse=True) and accuracy[-1] > accuracy[0] + 0.01, (losses, accuracy)
+    assert abs(losses[-1] - fp32["history"]["loss"][-1]) < 0.03 * fp32["history"]["loss"][-1], (
+        losses, fp32["history"]["loss"])

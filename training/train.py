@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import PRECISION_NAMES, ArgumentParser, fail, run, setup_logging
+from programs import TRAINING_PRECISIONS, ArgumentParser, fail, run, setup_logging
 from training.config import load_config
 from training.strategy import STRATEGIES, StrategyError
 
@@ -26,7 +26,8 @@ def parse_args(argv=None):
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override a config value (repeatable)")
     parser.add_argument("--strategy", choices=STRATEGIES, default=None)
-    parser.add_argument("--mixed-precision", choices=PRECISION_NAMES, default=None)
+    parser.add_argument("--mixed-precision", choices=TRAINING_PRECISIONS, default=None,
+                        help="compute precision; auto picks what the hardware does well")
     parser.add_argument("--jit", action="store_true", default=None, help="compile the train step with XLA")
     return parser.parse_args(argv)
 
@@ -44,8 +45,9 @@ def resolved_config(args) -> dict:
         training["mixed_precision"] = args.mixed_precision
     if args.jit:
         training["jit"] = True
-    if training.get("mixed_precision", "fp32") not in PRECISION_NAMES:
-        fail(PROG, f"training.mixed_precision={training['mixed_precision']!r}: use one of {list(PRECISION_NAMES)}.")
+    if training.get("mixed_precision", "fp32") not in TRAINING_PRECISIONS:
+        fail(PROG, f"training.mixed_precision={training['mixed_precision']!r}: "
+                   f"use one of {list(TRAINING_PRECISIONS)}.")
     if training.get("strategy", "auto") not in STRATEGIES:
         fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
     if args.workdir.exists() and not args.workdir.is_dir():

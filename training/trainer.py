@@ -22,7 +22,7 @@ import keras_transformer as kt
 from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
 from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.hardware import cpu_record
-from keras_transformer.precision import dtype_policy
+from keras_transformer.precision import dtype_policy, resolve_precision
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
@@ -162,7 +162,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         # Every worker trains; only the chief's outputs are the run's.
         workdir = Workdir(workdir).worker(strategy.cluster_resolver.task_id).path
     keras.utils.set_random_seed(train_options.get("seed", 0))
-    keras.config.set_dtype_policy(dtype_policy(train_options.get("mixed_precision", "fp32")))
+    precision = resolve_precision(train_options.get("mixed_precision", "fp32"))
+    log.info("mixed precision: %s (%s)", precision.precision, precision.reason)
+    keras.config.set_dtype_policy(dtype_policy(precision.precision))
     if train_options.get("native_ops"):  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
         kt.native.set_enabled(True)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -207,8 +209,12 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "train_seconds": round(train_seconds, 1),
         "optimizer_steps": optimizer_step(model),
+        "precision": {"config": train_options.get("mixed_precision", "fp32"),
+                      "used": precision.precision, "reason": precision.reason},
         "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
+    if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):  # fp16: Keras scales the loss
+        metrics["loss_scale"] = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale))
     if is_chief(strategy) and history.get("loss"):
         try:
             plot_learning_curves(history, workdir / "learning_curves.png", title=f"{workdir.name}")
