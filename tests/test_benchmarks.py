@@ -25,3 +25,27 @@ def test_a_steady_machine_gives_the_single_peak_figure():
     figures = mfu_figures(250e9, [1.25, 1.25, 1.25], [400e9] * 4)
     assert figures["mfu"] == pytest.approx(0.5)
     assert figures["mfu_vs_best_peak"] == pytest.approx(0.5)
+
+
+def test_recipe_estimate_counts_flops_as_train_speed_does_and_runs(tmp_path):
+    import json
+
+    import keras_transformer as kt
+    from benchmarks import recipe_estimate, train_speed
+
+    small = kt.TransformerConfig.from_preset("small", vocab_size=train_speed.VOCAB, share_embeddings=True)
+    tokens = train_speed.BATCH * train_speed.LENGTH
+    assert recipe_estimate.matmul_flops(small, tokens, tokens, train_speed.LENGTH) == pytest.approx(
+        train_speed.matmul_flops_per_step())
+    # 100k updates in 12 hours on 8 P100s: about a quarter of their fp32 peak.
+    assert 0.2 < recipe_estimate.paper_utilisation() < 0.3
+
+    out = tmp_path / "estimate.json"
+    recipe_estimate.main(["--preset", "tiny", "--vocab", "300", "--batch", "4", "--length", "8",
+                          "--steps", "1", "--precision", "fp32", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert report["precision"] == "fp32" and report["seconds_per_micro_batch"] > 0
+    hours = report["accelerator_hours"]
+    assert set(hours) == set(recipe_estimate.ACCELERATORS) and hours["NVIDIA H100 SXM, bf16"] < hours[
+        "NVIDIA T4 (Colab free tier), fp16"]
+    assert report["cpu"]["model"]
