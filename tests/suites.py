@@ -26,6 +26,7 @@ LIBRARY_TESTS = [
     "tests/test_native_ops.py",
     "tests/test_packaging.py",
     "tests/test_positional.py",
+    "tests/test_shards.py",
     "tests/test_synthetic.py",
     "tests/test_tokenization.py",
     "tests/test_training_math.py",
