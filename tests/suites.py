@@ -56,6 +56,7 @@ PROGRAM_TESTS = {
     "tests/test_notebooks.py": "colab/ and the [test] extra",
     "tests/test_tflite.py": "training/, export/ and the [tflite] extra",
     "tests/test_training_program.py": "training/ and the [train, tfds, plots] extras",
+    "tests/test_prepare_program.py": "training/",
     "tests/test_translate.py": "training/",
     "tests/test_programs.py": "training/, export/ and programs/",
     "tests/test_library_api.py": "training/ (its demo workdir)",
