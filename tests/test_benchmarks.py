@@ -25,3 +25,20 @@ def test_a_steady_machine_gives_the_single_peak_figure():
     figures = mfu_figures(250e9, [1.25, 1.25, 1.25], [400e9] * 4)
     assert figures["mfu"] == pytest.approx(0.5)
     assert figures["mfu_vs_best_peak"] == pytest.approx(0.5)
+
+
+def test_input_pipeline_benchmark_on_a_tiny_corpus(tmp_path):
+    import json
+
+    from benchmarks import input_pipeline
+
+    out = tmp_path / "pipeline.json"
+    assert input_pipeline.main(["--pairs", "300", "--vocab", "200", "--batch-tokens", "256",
+                                "--max-length", "32", "--examples-per-shard", "100", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    text, prepare, shards = report["results"]
+    assert (text["stage"], prepare["stage"], shards["stage"]) == ("text", "prepare", "shards")
+    assert text["examples"] == prepare["examples"] == shards["examples"] == 300 - report["dropped_too_long"]
+    assert (text["src_tokens"], text["tgt_tokens"]) == (shards["src_tokens"], shards["tgt_tokens"])
+    assert all(row["examples_per_second"] > 0 for row in report["results"])
+    assert report["shards"] == 3 and report["pairs"] == 300 and report["cpu"]
