@@ -11,6 +11,7 @@ goes through ``Workdir``, the one place that knows its layout::
     W/backup/              the resumable state while training runs
     W/checkpoints/         the last epochs' weights, for averaging
     W/logs/                TensorBoard summaries
+    W/prepared/            the training split tokenized into shuffled shards (optional)
 
 ``TrainedModel`` is a model with its tokenizers and length limits: what the
 translators and exporters take, whether it came from a workdir or from a
@@ -129,6 +130,11 @@ class Workdir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def prepared_dir(self) -> Path:
+        """The prepared training split (``keras_transformer.data.prepare_shards``)."""
+        return self.path / "prepared"
 
     def worker(self, task_id: int) -> "Workdir":
         """Where a non-chief worker of a multi-worker run writes (its outputs are not the run's)."""

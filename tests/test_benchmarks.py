@@ -49,3 +49,18 @@ def test_recipe_estimate_counts_flops_as_train_speed_does_and_runs(tmp_path):
     assert set(hours) == set(recipe_estimate.ACCELERATORS) and hours["NVIDIA H100 SXM, bf16"] < hours[
         "NVIDIA T4 (Colab free tier), fp16"]
     assert report["cpu"]["model"]
+def test_input_pipeline_benchmark_on_a_tiny_corpus(tmp_path):
+    import json
+
+    from benchmarks import input_pipeline
+
+    out = tmp_path / "pipeline.json"
+    assert input_pipeline.main(["--pairs", "300", "--vocab", "200", "--batch-tokens", "256",
+                                "--max-length", "32", "--examples-per-shard", "100", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    text, prepare, shards = report["results"]
+    assert (text["stage"], prepare["stage"], shards["stage"]) == ("text", "prepare", "shards")
+    assert text["examples"] == prepare["examples"] == shards["examples"] == 300 - report["dropped_too_long"]
+    assert (text["src_tokens"], text["tgt_tokens"]) == (shards["src_tokens"], shards["tgt_tokens"])
+    assert all(row["examples_per_second"] > 0 for row in report["results"])
+    assert report["shards"] == 3 and report["pairs"] == 300 and report["cpu"]

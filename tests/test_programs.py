@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-PROGRAMS = ["training.train", "training.evaluate", "training.tune_decoding", "export.saved_model",
-            "export.translate", "export.tflite", "export.ctranslate2", "export.client"]
+PROGRAMS = ["training.train", "training.prepare", "training.evaluate", "training.tune_decoding",
+            "export.saved_model", "export.translate", "export.tflite", "export.ctranslate2", "export.client"]
 # What a user's shell has: no TF_CPP_MIN_LOG_LEVEL, so TensorFlow's start-up notices would show.
 USER_ENV = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
 
@@ -21,6 +21,11 @@ BAD_INVOCATIONS = {
     "unknown config": ["training.train", "--config", "no_such_config", "--workdir", "W"],
     "unknown --set key": ["training.train", "--config", "demo", "--workdir", "W",
                           "--set", "training.no_such_key=1"],
+    "unknown data.prepare": ["training.train", "--config", "demo", "--workdir", "W",
+                             "--set", "data.prepare=maybe"],
+    "prepare a missing corpus": ["training.prepare", "--config", "base", "--workdir", "W",
+                                 "--set", f"data.dir={MISSING}"],
+    "prepare with no data.dir": ["training.prepare", "--config", "base", "--workdir", "W"],
     "evaluate a missing workdir": ["training.evaluate", "--workdir", MISSING, "--src", f"{MISSING}.src",
                                    "--ref", f"{MISSING}.tgt"],
     "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],

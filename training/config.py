@@ -10,6 +10,9 @@ from typing import Any
 import yaml
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+# data.prepare: train on the workdir's prepared shards when it has them (auto), prepare them
+# on the first run (true), or always read the text (false).
+PREPARE_MODES = ("auto", True, False)
 
 
 def config_path(name_or_path: str) -> Path:
@@ -67,3 +70,11 @@ def apply_override(config: dict[str, Any], override: str) -> None:
         node[last] = yaml.safe_load(raw)
     except yaml.YAMLError as error:
         raise ValueError(f"Override {override!r}: the value is not valid YAML ({error}).") from error
+
+
+def check_prepare_mode(config: dict[str, Any]) -> None:
+    """Raise ``ValueError`` unless ``data.prepare`` is one of ``PREPARE_MODES``."""
+    mode = (config.get("data") or {}).get("prepare", "auto")
+    if not (mode == "auto" or mode is True or mode is False):
+        raise ValueError(f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
+                         "true (prepare them on the first run) or false.")

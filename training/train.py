@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from programs import TRAINING_PRECISIONS, ArgumentParser, fail, run, setup_logging
-from training.config import load_config
+from training.config import check_prepare_mode, load_config
 from training.strategy import STRATEGIES, StrategyError
 
 PROG = "python -m training.train"
@@ -36,6 +36,7 @@ def resolved_config(args) -> dict:
     """The config with ``--set`` and the switches applied; bad names fail here, before TensorFlow."""
     try:
         config = load_config(args.config, args.set)
+        check_prepare_mode(config)
     except ValueError as error:
         fail(PROG, str(error))
     training = config.setdefault("training", {})
@@ -61,9 +62,13 @@ def main(argv=None) -> int:
     config = resolved_config(args)
 
     def train() -> int:
+        from keras_transformer.data import PreparationError
         from training.trainer import run as run_training
 
-        run_training(config, args.workdir)
+        try:
+            run_training(config, args.workdir)
+        except PreparationError as error:  # a stale W/prepared: the message says what to do
+            fail(PROG, str(error))
         return 0
 
     return run(PROG, train, expected=(StrategyError,))

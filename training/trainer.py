@@ -19,7 +19,8 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.data import count_tokens, make_dataset, pairs_from_list
+from keras_transformer.data import (PreparedShards, StalePreparationError, count_tokens, make_dataset,
+                                    pairs_from_list, prepare_shards, sharded_dataset)
 from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
@@ -28,6 +29,7 @@ from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
                                 average_weights)
+from training.config import check_prepare_mode
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
@@ -65,7 +67,65 @@ def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConf
     return kt.TransformerConfig.from_preset(preset, **options)
 
 
-def datasets(config, corpus, src_tok, tgt_tok):
+def _preparation(config: dict[str, Any]) -> dict[str, Any]:
+    """What a prepared training split must have been made with, from the config."""
+    data = {key: value for key, value in config["data"].items() if key not in ("prepare", "examples_per_shard")}
+    return dict(max_src_length=config["training"]["max_src_length"],
+                max_tgt_length=config["training"]["max_tgt_length"], length_filter="drop", source=data)
+
+
+def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok, tgt_tok, *,
+                         rebuild: bool = False) -> PreparedShards:
+    """The workdir's prepared training split (``Workdir.prepared_dir``), tokenized and
+    written first when it is missing, stale or ``rebuild`` is set."""
+    directory = Workdir(run_dir).prepared_dir
+    wanted = _preparation(config)
+    if not rebuild and PreparedShards.exists(directory):
+        try:
+            return PreparedShards.load(directory).check(src_tok, tgt_tok, **wanted)
+        except StalePreparationError as error:
+            log.info("%s Preparing it again.", error)
+    log.info("preparing %d training pairs in %s", len(corpus["train"]), directory)
+    return prepare_shards(pairs_from_list(corpus["train"]), src_tok, tgt_tok, directory, **wanted,
+                          examples_per_shard=config["data"].get("examples_per_shard", 100_000),
+                          seed=config["training"].get("seed", 0))
+
+
+def prepared_train_dataset(config: dict[str, Any], run_dir: Path | None, corpus, src_tok, tgt_tok):
+    """Training batches from the workdir's prepared shards, or ``None`` to read the text.
+
+    ``data.prepare``: ``auto`` uses shards that ``python -m training.prepare`` wrote
+    (a stale preparation is an error that says what to do); ``true`` also writes
+    them when missing or stale; ``false`` never uses them.
+    """
+    check_prepare_mode(config)
+    mode = config["data"].get("prepare", "auto")
+    if mode is False or run_dir is None:
+        return None
+    directory = Workdir(run_dir).prepared_dir
+    if mode is True:
+        prepared = prepared_train_split(config, run_dir, corpus, src_tok, tgt_tok)
+    elif not PreparedShards.exists(directory):
+        return None
+    else:
+        try:
+            prepared = PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config))
+        except StalePreparationError as error:
+            raise StalePreparationError(
+                f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
+                "or train on the text with --set data.prepare=false.") from error
+    options = config["training"]
+    shuffle_buffer = options.get("shuffle_buffer")
+    log.info("training on %d prepared examples in %d shard files (%s)", prepared.examples,
+             len(prepared.files), directory)
+    return sharded_dataset(prepared, batch_tokens=options.get("batch_tokens"),
+                           batch_size=options.get("batch_size"),
+                           **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
+                           seed=options.get("seed", 0), repeat=True, training=True,
+                           static_shapes=bool(options.get("static_shapes", False)))
+
+
+def datasets(config, corpus, src_tok, tgt_tok, run_dir: Path | None = None):
     train_options = config["training"]
     common = dict(
         max_src_length=train_options["max_src_length"],
@@ -78,10 +138,12 @@ def datasets(config, corpus, src_tok, tgt_tok):
     shuffle_buffer = train_options.get("shuffle_buffer")
     if shuffle_buffer is None:
         shuffle_buffer = len(corpus["train"])
-    train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
-                         shuffle_buffer=shuffle_buffer,
-                         seed=train_options.get("seed", 0), repeat=True, training=True,
-                         static_shapes=bool(train_options.get("static_shapes", False)))
+    train = prepared_train_dataset(config, run_dir, corpus, src_tok, tgt_tok)
+    if train is None:
+        train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
+                             shuffle_buffer=shuffle_buffer,
+                             seed=train_options.get("seed", 0), repeat=True, training=True,
+                             static_shapes=bool(train_options.get("static_shapes", False)))
     valid = None
     if corpus["valid"]:
         valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
@@ -174,7 +236,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
     log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
-    train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok)
+    train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok, run_dir=workdir)
 
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))

@@ -2,7 +2,22 @@
 
 from keras_transformer.data.batching import bucket_batch_sizes, default_bucket_bounds
 from keras_transformer.data.normalize import normalize_whitespace, normalize_whitespace_tf
-from keras_transformer.data.pipeline import TokenCounts, count_tokens, make_dataset
+from keras_transformer.data.pipeline import (
+    TokenCounts,
+    batch_examples,
+    count_tokens,
+    make_dataset,
+    tokenize_pairs,
+)
+from keras_transformer.data.shards import (
+    PreparationError,
+    PreparedShards,
+    StalePreparationError,
+    preparation_fingerprint,
+    prepare_shards,
+    sharded_dataset,
+    sharded_dataset_fn,
+)
 from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
 from keras_transformer.data.sources import (
     ParallelText,
@@ -29,10 +44,14 @@ __all__ = [
     "Clause",
     "NounPhrase",
     "ParallelText",
+    "PreparationError",
+    "PreparedShards",
     "Pronoun",
     "ReadStats",
     "Sentence",
+    "StalePreparationError",
     "TokenCounts",
+    "batch_examples",
     "bucket_batch_sizes",
     "count_tokens",
     "default_bucket_bounds",
@@ -43,13 +62,18 @@ __all__ = [
     "normalize_whitespace",
     "normalize_whitespace_tf",
     "pairs_from_list",
+    "preparation_fingerprint",
+    "prepare_shards",
     "read_text_file_pairs",
     "read_tsv_pairs",
     "sample_sentence",
+    "sharded_dataset",
+    "sharded_dataset_fn",
     "source_ids",
     "target_ids",
     "text_file_pairs",
     "tfds_pairs",
+    "tokenize_pairs",
     "tsv_pairs",
     "write_parallel_files",
 ]

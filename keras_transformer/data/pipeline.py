@@ -1,8 +1,11 @@
 """``make_dataset``: string pairs to padded id batches for ``model.fit``.
 
-Elements are ``((src_ids, tgt_in_ids), tgt_out_ids)``, all int32 ``[batch, len]``
-padded with 0; the id layout (source EOS, target BOS/EOS) is described in
-``keras_transformer.data.sequences``. Steps, in order:
+It is two stages, public for pipelines that store the tokenized examples
+(``keras_transformer.data.shards``): ``tokenize_pairs`` (steps 1-2) and
+``batch_examples`` (steps 3-6). Elements are ``((src_ids, tgt_in_ids),
+tgt_out_ids)``, all int32 ``[batch, len]`` padded with 0; the id layout
+(source EOS, target BOS/EOS) is described in ``keras_transformer.data.sequences``.
+Steps, in order:
 
 1. tokenize in the graph, a thousand pairs at a time (``SubwordTokenizer``),
 2. add EOS/BOS and apply the length limit (drop or truncate),
@@ -47,9 +50,221 @@ def _check_pairs(pairs: tf.data.Dataset) -> None:
     spec = getattr(pairs, "element_spec", None)
     if not (isinstance(spec, tuple) and len(spec) == 2 and all(_is_scalar_string(s) for s in spec)):
         raise ValueError(
-            f"make_dataset needs a tf.data.Dataset of (source, target) scalar strings, got element_spec "
-            f"{spec}; build it with text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list."
+            f"make_dataset and tokenize_pairs need a tf.data.Dataset of (source, target) scalar strings, got "
+            f"element_spec {spec}; build it with text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list."
         )
+
+
+def _check_lengths(max_src_length, max_tgt_length) -> int:
+    """Check the length limits; returns the longest row they allow."""
+    _check_positive("max_src_length", max_src_length, minimum=2)
+    _check_positive("max_tgt_length", max_tgt_length)
+    return max(max_src_length, max_tgt_length + 1)
+
+
+def _check_length_filter(length_filter) -> None:
+    if length_filter not in LENGTH_FILTERS:
+        raise ValueError(f"length_filter must be one of {LENGTH_FILTERS}, got {length_filter!r}.")
+
+
+def _is_id_vector(spec) -> bool:
+    return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.int32 and spec.shape.rank == 1
+
+
+def _check_examples(examples: tf.data.Dataset) -> None:
+    spec = getattr(examples, "element_spec", None)
+    if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tuple) and len(spec[0]) == 2
+            and all(_is_id_vector(s) for s in (*spec[0], spec[1]))):
+        raise ValueError(
+            f"batch_examples needs a tf.data.Dataset of ((src_ids, tgt_in_ids), tgt_out_ids) int32 "
+            f"vectors, got element_spec {spec}; build it with tokenize_pairs or sharded_dataset."
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _BatchPlan:
+    """The checked batching arguments of ``batch_examples``."""
+
+    batch_tokens: int | None
+    batch_size: int | None
+    max_src_length: int
+    max_tgt_length: int
+    bounds: tuple[int, ...] | None  # None: static shapes
+    shuffle_buffer: int
+    seed: int | None
+    cache: bool | str | os.PathLike
+    repeat: bool
+    static_shapes: bool
+    drop_remainder: bool
+    training: bool
+
+    @classmethod
+    def resolve(cls, *, batch_tokens, batch_size, max_src_length, max_tgt_length, bucket_boundaries,
+                shuffle_buffer, seed, cache, repeat, static_shapes, drop_remainder, training) -> "_BatchPlan":
+        if (batch_tokens is None) == (batch_size is None):
+            raise ValueError(
+                "Give exactly one of batch_tokens (ids per batch, e.g. 4096) or batch_size "
+                f"(sentences per batch); got batch_tokens={batch_tokens!r}, batch_size={batch_size!r}."
+            )
+        longest = _check_lengths(max_src_length, max_tgt_length)
+        if batch_tokens is not None:
+            _check_positive("batch_tokens", batch_tokens)
+            if batch_tokens < longest:
+                raise ValueError(
+                    f"batch_tokens={batch_tokens} cannot hold one sentence of the longest allowed length "
+                    f"{longest} (max(max_src_length, max_tgt_length + 1)); raise batch_tokens or lower "
+                    "the max lengths."
+                )
+        else:
+            _check_positive("batch_size", batch_size)
+        _check_positive("shuffle_buffer", shuffle_buffer, minimum=0)
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}.")
+        if drop_remainder is None:
+            drop_remainder = static_shapes
+        if static_shapes and not drop_remainder:
+            raise ValueError(
+                "static_shapes=True needs full batches: leave drop_remainder unset or set it True.")
+        if static_shapes and bucket_boundaries is not None:
+            raise ValueError(
+                "static_shapes=True pads every batch to the maximum lengths; drop bucket_boundaries."
+            )
+        bounds = None if static_shapes else resolve_bucket_bounds(bucket_boundaries, longest)
+        return cls(batch_tokens, batch_size, max_src_length, max_tgt_length, bounds, shuffle_buffer, seed,
+                   cache, bool(repeat), bool(static_shapes), bool(drop_remainder), bool(training))
+
+    @property
+    def longest(self) -> int:
+        return max(self.max_src_length, self.max_tgt_length + 1)
+
+    def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        if self.cache:
+            dataset = dataset.cache() if self.cache is True else dataset.cache(os.fspath(self.cache))
+        if self.training and self.shuffle_buffer > 0:
+            dataset = dataset.shuffle(self.shuffle_buffer, seed=self.seed, reshuffle_each_iteration=True)
+        if self.repeat:
+            dataset = dataset.repeat()
+
+        if self.static_shapes:
+            size = self.batch_size if self.batch_size is not None else self.batch_tokens // self.longest
+            shapes = (([self.max_src_length], [self.max_tgt_length + 1]), [self.max_tgt_length + 1])
+            dataset = dataset.padded_batch(size, padded_shapes=shapes, padding_values=PAD_ID,
+                                           drop_remainder=True)
+            logger.info("Static batches of %d: src %d, tgt %d ids.", size, self.max_src_length,
+                        self.max_tgt_length + 1)
+        else:
+            bounds = self.bounds
+            if self.batch_tokens is not None:
+                sizes = bucket_batch_sizes(bounds, self.batch_tokens)
+            else:
+                sizes = (self.batch_size,) * len(bounds)
+            logger.info("Length buckets (upper bounds) %s with batch sizes %s.", bounds, sizes)
+            dataset = dataset.bucket_by_sequence_length(
+                lambda inputs, tgt_out: tf.maximum(tf.size(inputs[0]), tf.size(inputs[1])),
+                bucket_boundaries=[bound + 1 for bound in bounds[:-1]],  # tf's bounds are exclusive
+                bucket_batch_sizes=list(sizes),
+                padding_values=PAD_ID,
+                drop_remainder=self.drop_remainder,
+            )
+        dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        if not self.training:
+            # Evaluation datasets are iterated afresh every epoch. Deleting a used
+            # iterator waits for tf.data's autotune thread to wake (up to ~10-20 s,
+            # its back-off doubles from 10 ms), which stalled every other epoch of
+            # model.fit with validation. Eval input is cheap: no autotuning needed.
+            options = tf.data.Options()
+            options.autotune.enabled = False
+            dataset = dataset.with_options(options)
+        return dataset
+
+
+def _tokenized_batches(pairs: tf.data.Dataset, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
+                       max_tgt_length: int, length_filter: str) -> tf.data.Dataset:
+    """Ragged ``(src_ids, tgt_in_ids, tgt_out_ids)`` batches of up to ``TOKENIZE_BATCH``
+    pairs, in order, the length limits applied (pairs dropped or truncated)."""
+    truncate = length_filter == "truncate"
+
+    def tokenize(src_text, tgt_text):
+        src = source_ids(src_tokenizer.tokenize(src_text), max_src_length if truncate else None)
+        tgt_in, tgt_out = target_ids(tgt_tokenizer.tokenize(tgt_text), max_tgt_length if truncate else None)
+        if not truncate:
+            keep = tf.logical_and(src.row_lengths() <= max_src_length,
+                                  tgt_out.row_lengths() <= max_tgt_length + 1)
+            src, tgt_in, tgt_out = (tf.ragged.boolean_mask(ids, keep) for ids in (src, tgt_in, tgt_out))
+        return src, tgt_in, tgt_out
+
+    return pairs.batch(TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def _examples(batches: tf.data.Dataset) -> tf.data.Dataset:
+    """Ragged ``(src_ids, tgt_in_ids, tgt_out_ids)`` batches to ``((src_ids, tgt_in_ids), tgt_out_ids)``
+    examples."""
+    # Unbatched ragged rows arrive as dense tensors; restructure for Keras.
+    return batches.unbatch().map(
+        lambda src, tgt_in, tgt_out: ((tf.identity(src), tf.identity(tgt_in)), tf.identity(tgt_out))
+    )
+
+
+def tokenize_pairs(
+    pairs: tf.data.Dataset,
+    src_tokenizer,
+    tgt_tokenizer,
+    *,
+    max_src_length: int,
+    max_tgt_length: int,
+    length_filter: str = "drop",
+) -> tf.data.Dataset:
+    """Steps 1-2 of ``make_dataset``: string pairs to unbatched id examples.
+
+    Elements are ``((src_ids, tgt_in_ids), tgt_out_ids)``, int32 vectors laid
+    out as ``keras_transformer.data.sequences`` describes, in the order of
+    ``pairs``; pairs over the length limits are dropped or truncated.
+
+    Args:
+        pairs: ``(source, target)`` scalar-string dataset (see ``sources``).
+        src_tokenizer, tgt_tokenizer: ``SubwordTokenizer``s (the same one for a
+            shared vocabulary).
+        max_src_length: longest ``src_ids`` row, EOS included.
+        max_tgt_length: most target tokens, BOS/EOS excluded.
+        length_filter: ``"drop"`` longer pairs or ``"truncate"`` them (EOS kept).
+    """
+    _check_pairs(pairs)
+    _check_lengths(max_src_length, max_tgt_length)
+    _check_length_filter(length_filter)
+    return _examples(_tokenized_batches(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
+                                        max_tgt_length=max_tgt_length, length_filter=length_filter))
+
+
+def batch_examples(
+    examples: tf.data.Dataset,
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    max_src_length: int,
+    max_tgt_length: int,
+    bucket_boundaries: Sequence[int] | None = None,
+    shuffle_buffer: int = 10_000,
+    seed: int | None = None,
+    cache: bool | str | os.PathLike = True,
+    repeat: bool = False,
+    static_shapes: bool = False,
+    drop_remainder: bool | None = None,
+    training: bool = True,
+) -> tf.data.Dataset:
+    """Steps 3-6 of ``make_dataset``: id examples to padded batches.
+
+    ``examples`` yields ``((src_ids, tgt_in_ids), tgt_out_ids)`` int32 vectors
+    within the length limits (``tokenize_pairs``, or records read back by
+    ``sharded_dataset``). The arguments are ``make_dataset``'s; the length
+    limits set the padded shapes and the longest bucket, they filter nothing.
+    """
+    _check_examples(examples)
+    plan = _BatchPlan.resolve(
+        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
+        seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
+        training=training)
+    return plan.apply(examples)
 
 
 def make_dataset(
@@ -71,7 +286,8 @@ def make_dataset(
     drop_remainder: bool | None = None,
     training: bool = True,
 ) -> tf.data.Dataset:
-    """Batches ``((src_ids, tgt_in_ids), tgt_out_ids)`` for ``Transformer.fit``.
+    """Batches ``((src_ids, tgt_in_ids), tgt_out_ids)`` for ``Transformer.fit``:
+    ``tokenize_pairs`` then ``batch_examples``.
 
     Args:
         pairs: ``(source, target)`` scalar-string dataset (see ``sources``).
@@ -103,91 +319,15 @@ def make_dataset(
         training: ``False`` turns shuffling and tf.data autotuning off (evaluation).
     """
     _check_pairs(pairs)
-    if (batch_tokens is None) == (batch_size is None):
-        raise ValueError(
-            "Give exactly one of batch_tokens (ids per batch, e.g. 4096) or batch_size "
-            f"(sentences per batch); got batch_tokens={batch_tokens!r}, batch_size={batch_size!r}."
-        )
-    _check_positive("max_src_length", max_src_length, minimum=2)
-    _check_positive("max_tgt_length", max_tgt_length)
-    longest = max(max_src_length, max_tgt_length + 1)
-    if batch_tokens is not None:
-        _check_positive("batch_tokens", batch_tokens)
-        if batch_tokens < longest:
-            raise ValueError(
-                f"batch_tokens={batch_tokens} cannot hold one sentence of the longest allowed length "
-                f"{longest} (max(max_src_length, max_tgt_length + 1)); raise batch_tokens or lower "
-                "the max lengths."
-            )
-    else:
-        _check_positive("batch_size", batch_size)
-    if length_filter not in LENGTH_FILTERS:
-        raise ValueError(f"length_filter must be one of {LENGTH_FILTERS}, got {length_filter!r}.")
-    _check_positive("shuffle_buffer", shuffle_buffer, minimum=0)
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise ValueError(f"seed must be an int or None, got {seed!r}.")
-    if drop_remainder is None:
-        drop_remainder = static_shapes
-    if static_shapes and not drop_remainder:
-        raise ValueError("static_shapes=True needs full batches: leave drop_remainder unset or set it True.")
-    if static_shapes and bucket_boundaries is not None:
-        raise ValueError(
-            "static_shapes=True pads every batch to the maximum lengths; drop bucket_boundaries."
-        )
-    bounds = None if static_shapes else resolve_bucket_bounds(bucket_boundaries, longest)
-
-    truncate = length_filter == "truncate"
-
-    def tokenize(src_text, tgt_text):
-        src = source_ids(src_tokenizer.tokenize(src_text), max_src_length if truncate else None)
-        tgt_in, tgt_out = target_ids(tgt_tokenizer.tokenize(tgt_text), max_tgt_length if truncate else None)
-        return src, tgt_in, tgt_out
-
-    dataset = pairs.batch(TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE).unbatch()
-    # Unbatched ragged rows arrive as dense tensors; restructure for Keras.
-    dataset = dataset.map(
-        lambda src, tgt_in, tgt_out: ((tf.identity(src), tf.identity(tgt_in)), tf.identity(tgt_out))
-    )
-    if not truncate:
-        dataset = dataset.filter(
-            lambda inputs, tgt_out: tf.logical_and(tf.size(inputs[0]) <= max_src_length,
-                                                   tf.size(tgt_out) <= max_tgt_length + 1)
-        )
-    if cache:
-        dataset = dataset.cache() if cache is True else dataset.cache(os.fspath(cache))
-    if training and shuffle_buffer > 0:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-
-    if static_shapes:
-        size = batch_size if batch_size is not None else batch_tokens // longest
-        shapes = (([max_src_length], [max_tgt_length + 1]), [max_tgt_length + 1])
-        dataset = dataset.padded_batch(size, padded_shapes=shapes, padding_values=PAD_ID, drop_remainder=True)
-        logger.info("Static batches of %d: src %d, tgt %d ids.", size, max_src_length, max_tgt_length + 1)
-    else:
-        if batch_tokens is not None:
-            sizes = bucket_batch_sizes(bounds, batch_tokens)
-        else:
-            sizes = (batch_size,) * len(bounds)
-        logger.info("Length buckets (upper bounds) %s with batch sizes %s.", bounds, sizes)
-        dataset = dataset.bucket_by_sequence_length(
-            lambda inputs, tgt_out: tf.maximum(tf.size(inputs[0]), tf.size(inputs[1])),
-            bucket_boundaries=[bound + 1 for bound in bounds[:-1]],  # tf's bounds are exclusive
-            bucket_batch_sizes=list(sizes),
-            padding_values=PAD_ID,
-            drop_remainder=drop_remainder,
-        )
-    dataset = dataset.prefetch(tf.data.AUTOTUNE)
-    if not training:
-        # Evaluation datasets are iterated afresh every epoch. Deleting a used
-        # iterator waits for tf.data's autotune thread to wake (up to ~10-20 s,
-        # its back-off doubles from 10 ms), which stalled every other epoch of
-        # model.fit with validation. Eval input is cheap: no autotuning needed.
-        options = tf.data.Options()
-        options.autotune.enabled = False
-        dataset = dataset.with_options(options)
-    return dataset
+    _check_length_filter(length_filter)
+    plan = _BatchPlan.resolve(
+        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
+        seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
+        training=training)
+    examples = tokenize_pairs(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
+                              max_tgt_length=max_tgt_length, length_filter=length_filter)
+    return plan.apply(examples)
 
 
 @dataclasses.dataclass(frozen=True)

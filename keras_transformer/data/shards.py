@@ -1,0 +1,586 @@
+"""Prepared corpora: tokenized once, shuffled, written as sharded TFRecord files.
+
+A big corpus is tokenized and length-filtered once, by ``prepare_shards``,
+instead of at the start of every run, and written shuffled, in files that
+training reads in parallel, each worker its own (``sharded_dataset``)::
+
+    DIR/manifest.json                   what the shards hold and what made them
+    DIR/shard-00000-of-00042.tfrecord   about examples_per_shard examples each
+    ...
+
+Preparing takes bounded memory whatever the corpus size. Pass 1 tokenizes
+in the graph, a batch at a time, and appends each example to one of ``K``
+temporary files picked at random (``K = ceil(pairs / examples_per_shard)``,
+at most ``MAX_OPEN_FILES``); pass 2 loads one temporary file at a time,
+permutes it and writes it out as its final shard(s). The result is a
+uniformly shuffled corpus; memory holds one temporary file (about
+``max(examples_per_shard, pairs / MAX_OPEN_FILES)`` examples, as numpy
+arrays of ids). The same pairs, tokenizers and ``seed`` give byte-identical
+shards. Everything is written in a hidden folder beside ``DIR`` and renamed
+onto it at the end, so a killed preparation leaves the previous one (or
+none), never half of one.
+
+A record holds up to ``EXAMPLES_PER_RECORD`` consecutive examples of a
+shard (already in random order), so reading decodes a block of examples per
+op instead of one: the raw little-endian bytes (uint16 when every id and
+length fits, else int32) of ``[k, src lengths (k), tgt lengths (k), src
+tokens..., tgt tokens...]``, the tokens without EOS/BOS (the limits already
+applied). Reading rebuilds ``src_ids``, ``tgt_in_ids`` and ``tgt_out_ids``
+with the functions ``make_dataset`` uses (``keras_transformer.data.sequences``).
+
+``manifest.json`` records the shards and their sizes, the counts (pairs
+read, dropped as too long, ids), the length limits, and a fingerprint of
+what determines the examples (tokenizer models, limits, length filter, a
+description of the source) so that a preparation made with other settings
+is detected (``PreparedShards.check``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from keras_transformer.data.pipeline import (
+    _BatchPlan,
+    _check_length_filter,
+    _check_lengths,
+    _check_pairs,
+    _check_positive,
+    _examples,
+    _tokenized_batches,
+)
+from keras_transformer.data.sequences import source_ids, target_ids
+from keras_transformer.files import replace_directory, staging_directory
+
+logger = logging.getLogger("keras_transformer.data")
+
+PathLike = str | os.PathLike
+FORMAT = 1
+MANIFEST = "manifest.json"
+MAX_OPEN_FILES = 256  # temporary files written at once in pass 1
+EXAMPLES_PER_RECORD = 64
+COUNT_BATCH = 8192  # pairs counted per step when the source does not know its length
+SHUFFLE_BUFFER = 10_000
+
+
+class PreparationError(ValueError):
+    """A folder that holds no usable prepared corpus; the message says what to do."""
+
+
+class StalePreparationError(PreparationError):
+    """A prepared corpus made with other tokenizers, limits or source than asked for."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def preparation_fingerprint(src_tokenizer, tgt_tokenizer, *, max_src_length: int, max_tgt_length: int,
+                            length_filter: str, source: Any = None) -> dict[str, Any]:
+    """What decides which examples a preparation holds, as a JSON-able dict.
+
+    ``source`` describes the corpus (e.g. a config's ``data`` section); it
+    must be JSON-serializable. The shuffle seed and shard size are not part
+    of it: they change the order and the files, not the examples.
+    """
+    try:
+        source = json.loads(json.dumps(source, sort_keys=True))
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"source must be JSON-serializable (a dict of settings, a name), got {source!r}.") \
+            from error
+    return {
+        "format": FORMAT,
+        "src_tokenizer": _sha256(src_tokenizer.model_bytes),
+        "tgt_tokenizer": _sha256(tgt_tokenizer.model_bytes),
+        "max_src_length": int(max_src_length),
+        "max_tgt_length": int(max_tgt_length),
+        "length_filter": length_filter,
+        "source": source,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedShards:
+    """A prepared corpus: its ``manifest.json``, read by ``PreparedShards.load``.
+
+    Attributes:
+        directory: the folder of the shards.
+        files: shard file names, in order.
+        examples_per_file: examples in each shard.
+        pairs_read: pairs the source yielded.
+        dropped_too_long: pairs dropped by the length limits (``"drop"``).
+        max_src_length, max_tgt_length, length_filter: the limits applied.
+        id_dtype: how ids are stored (``"uint16"`` or ``"int32"``).
+        seed, examples_per_shard: the layout's settings.
+        src_tokens, tgt_tokens: ids over all examples (``src_ids`` and
+            ``tgt_out_ids``, EOS included).
+        longest_src, longest_tgt: the longest ``src_ids`` / ``tgt_out_ids``.
+        fingerprint: ``preparation_fingerprint`` of what made it.
+    """
+
+    directory: Path
+    files: tuple[str, ...]
+    examples_per_file: tuple[int, ...]
+    pairs_read: int
+    dropped_too_long: int
+    max_src_length: int
+    max_tgt_length: int
+    length_filter: str
+    id_dtype: str
+    seed: int
+    examples_per_shard: int
+    src_tokens: int
+    tgt_tokens: int
+    longest_src: int
+    longest_tgt: int
+    fingerprint: dict[str, Any]
+
+    @property
+    def examples(self) -> int:
+        return sum(self.examples_per_file)
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return tuple(self.directory / name for name in self.files)
+
+    @staticmethod
+    def exists(directory: PathLike) -> bool:
+        """Whether ``directory`` holds a manifest (``load`` checks the rest)."""
+        return (Path(directory) / MANIFEST).is_file()
+
+    @classmethod
+    def load(cls, directory: PathLike) -> "PreparedShards":
+        """Read ``directory/manifest.json``; ``PreparationError`` if it is missing,
+        of another format, or names a shard that is not there."""
+        directory = Path(directory)
+        path = directory / MANIFEST
+        if not path.is_file():
+            raise PreparationError(f"{directory} holds no prepared corpus ({path} not found); "
+                                   "write one with prepare_shards (python -m training.prepare).")
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            if manifest.get("format") != FORMAT:
+                raise PreparationError(f"{path} is format {manifest.get('format')!r}, this library reads "
+                                       f"format {FORMAT}: prepare the corpus again.")
+            fields = {field.name for field in dataclasses.fields(cls)} - {"directory", "files",
+                                                                          "examples_per_file"}
+            shards = manifest["shards"]
+            prepared = cls(directory=directory, files=tuple(shard["file"] for shard in shards),
+                           examples_per_file=tuple(int(shard["examples"]) for shard in shards),
+                           **{name: manifest[name] for name in fields})
+        except (KeyError, TypeError, ValueError) as error:
+            if isinstance(error, PreparationError):
+                raise
+            raise PreparationError(f"{path} is not a prepared corpus's manifest ({error!r}): "
+                                   "prepare the corpus again.") from error
+        missing = [p.name for p in prepared.paths if not p.is_file()]
+        if missing:
+            raise PreparationError(f"{directory} lacks shard(s) {', '.join(missing[:3])} named in its "
+                                   "manifest: prepare the corpus again.")
+        return prepared
+
+    def to_json(self) -> dict[str, Any]:
+        record = {"format": FORMAT, "examples": self.examples}
+        for field in dataclasses.fields(self):
+            if field.name not in ("directory", "files", "examples_per_file"):
+                record[field.name] = getattr(self, field.name)
+        record["shards"] = [{"file": name, "examples": count}
+                            for name, count in zip(self.files, self.examples_per_file)]
+        return record
+
+    def check(self, src_tokenizer, tgt_tokenizer, *, max_src_length: int, max_tgt_length: int,
+              length_filter: str = "drop", source: Any = None) -> "PreparedShards":
+        """Raise ``StalePreparationError`` naming what differs unless the shards were
+        made with these tokenizers, limits and source; returns ``self``."""
+        wanted = preparation_fingerprint(src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
+                                         max_tgt_length=max_tgt_length, length_filter=length_filter,
+                                         source=source)
+        differ = [key for key in wanted if self.fingerprint.get(key) != wanted[key]]
+        if differ:
+            details = "; ".join(
+                f"{key}: prepared with {_short(self.fingerprint.get(key))}, now {_short(wanted[key])}"
+                for key in differ)
+            raise StalePreparationError(f"the prepared corpus in {self.directory} is stale ({details}).")
+        return self
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _count_pairs(pairs: tf.data.Dataset) -> int:
+    cardinality = int(pairs.cardinality())
+    if cardinality == tf.data.INFINITE_CARDINALITY:
+        raise ValueError("prepare_shards needs a finite dataset of pairs; this one repeats forever.")
+    if cardinality >= 0:
+        return cardinality
+
+    def add(count, *batch):  # counted a batch at a time: tf.data's per-element calls are slow
+        return count + tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0]
+
+    return int(pairs.batch(COUNT_BATCH).reduce(np.int64(0), add))
+
+
+def _id_dtype(src_tokenizer, tgt_tokenizer, max_src_length: int, max_tgt_length: int) -> np.dtype:
+    """uint16 when every id and length fits in it, else int32 (little-endian)."""
+    fits = (max(src_tokenizer.vocab_size, tgt_tokenizer.vocab_size) <= 1 << 16
+            and max(max_src_length, max_tgt_length + 1, EXAMPLES_PER_RECORD) < 1 << 16)
+    return np.dtype("<u2" if fits else "<i4")
+
+
+def _shard_name(index: int, count: int) -> str:
+    return f"shard-{index:05d}-of-{count:05d}.tfrecord"
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """Where each row of a ragged array starts in its values, and the end: ``len + 1`` offsets."""
+    return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+
+
+def _take_rows(values: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``order`` of the ragged array ``(values, lengths)``, as a ragged array."""
+    picked = lengths[order]
+    if not len(picked):
+        return values[:0], picked
+    shift = np.repeat(_starts(lengths)[order] - _starts(picked)[:-1], picked)
+    return values[np.arange(len(shift)) + shift], picked
+
+
+class _Ragged:
+    """Examples as numpy arrays: token counts and the tokens of each side, no specials."""
+
+    def __init__(self, src_lengths, tgt_lengths, src_tokens, tgt_tokens):
+        self.src_lengths, self.tgt_lengths = src_lengths, tgt_lengths
+        self.src_tokens, self.tgt_tokens = src_tokens, tgt_tokens
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def take(self, order: np.ndarray) -> "_Ragged":
+        src_tokens, src_lengths = _take_rows(self.src_tokens, self.src_lengths, order)
+        tgt_tokens, tgt_lengths = _take_rows(self.tgt_tokens, self.tgt_lengths, order)
+        return _Ragged(src_lengths, tgt_lengths, src_tokens, tgt_tokens)
+
+    def chunks(self, sizes) -> list["_Ragged"]:
+        """Consecutive pieces of ``sizes`` examples (which sum to ``len(self)``)."""
+        bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+        src, tgt = _starts(self.src_lengths), _starts(self.tgt_lengths)
+        return [_Ragged(self.src_lengths[a:b], self.tgt_lengths[a:b], self.src_tokens[src[a]:src[b]],
+                        self.tgt_tokens[tgt[a]:tgt[b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def record(self, dtype: np.dtype) -> bytes:
+        """The record layout of the module docstring."""
+        return np.concatenate([[len(self)], self.src_lengths, self.tgt_lengths, self.src_tokens,
+                               self.tgt_tokens]).astype(dtype).tobytes()
+
+    def append_to(self, handle, dtype: np.dtype) -> None:
+        """One chunk of a temporary file: the count, then the arrays."""
+        handle.write(np.int64(len(self)).tobytes())
+        for lengths in (self.src_lengths, self.tgt_lengths):
+            handle.write(lengths.astype(np.int32).tobytes())
+        for tokens in (self.src_tokens, self.tgt_tokens):
+            handle.write(tokens.astype(dtype).tobytes())
+
+    @staticmethod
+    def read(path: Path, dtype: np.dtype) -> "_Ragged":
+        """A temporary file's chunks, concatenated."""
+        def array(handle, kind: np.dtype, count: int) -> np.ndarray:
+            return np.frombuffer(handle.read(count * kind.itemsize), kind)
+
+        parts = []
+        with open(path, "rb") as handle:
+            while header := handle.read(8):
+                count = int(np.frombuffer(header, np.int64)[0])
+                src_lengths, tgt_lengths = (array(handle, np.dtype(np.int32), count) for _ in range(2))
+                src_tokens = array(handle, dtype, int(src_lengths.sum()))
+                tgt_tokens = array(handle, dtype, int(tgt_lengths.sum()))
+                parts.append((src_lengths, tgt_lengths, src_tokens, tgt_tokens))
+        if not parts:
+            return _Ragged(*(np.zeros(0, kind) for kind in (np.int32, np.int32, dtype, dtype)))
+        return _Ragged(*(np.concatenate(column) for column in zip(*parts)))
+
+
+def _write_records(path: Path, examples: _Ragged, dtype: np.dtype) -> None:
+    """A final shard: ``examples`` in blocks of ``EXAMPLES_PER_RECORD``."""
+    blocks = -(-len(examples) // EXAMPLES_PER_RECORD)
+    sizes = [EXAMPLES_PER_RECORD] * (blocks - 1) + [len(examples) - EXAMPLES_PER_RECORD * (blocks - 1)]
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for block in examples.chunks(sizes):
+            writer.write(block.record(dtype))
+
+
+def prepare_shards(
+    pairs: tf.data.Dataset,
+    src_tokenizer,
+    tgt_tokenizer,
+    directory: PathLike,
+    *,
+    max_src_length: int,
+    max_tgt_length: int,
+    length_filter: str = "drop",
+    examples_per_shard: int = 100_000,
+    seed: int = 0,
+    source: Any = None,
+) -> PreparedShards:
+    """Tokenize ``pairs`` once and write them shuffled, in shards, to ``directory``.
+
+    Args:
+        pairs: finite ``(source, target)`` scalar-string dataset (see
+            ``sources``). One of unknown length is read once more first, to
+            count it (text only, no tokenizing).
+        src_tokenizer, tgt_tokenizer: ``SubwordTokenizer``s.
+        directory: the folder to write; a previous preparation there is
+            replaced (atomically, once the new one is complete). A folder that
+            holds something else is refused.
+        max_src_length, max_tgt_length, length_filter: as in ``make_dataset``;
+            ``sharded_dataset`` batches with the same limits.
+        examples_per_shard: examples per shard file, about (fewer when many
+            pairs are dropped as too long). Training splits the files over
+            its input pipelines, so it needs at least one file per worker.
+        seed: the shuffle; the same seed gives byte-identical shards.
+        source: a JSON-serializable description of the corpus, kept in the
+            fingerprint (``PreparedShards.check``).
+
+    Returns:
+        The ``PreparedShards`` written.
+    """
+    directory = Path(directory)
+    _check_pairs(pairs)
+    _check_lengths(max_src_length, max_tgt_length)
+    _check_length_filter(length_filter)
+    _check_positive("examples_per_shard", examples_per_shard)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an int, got {seed!r}.")
+    fingerprint = preparation_fingerprint(src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
+                                          max_tgt_length=max_tgt_length, length_filter=length_filter,
+                                          source=source)
+    if directory.exists() and (not directory.is_dir() or (any(directory.iterdir())
+                                                          and not PreparedShards.exists(directory))):
+        raise FileExistsError(f"{directory} exists and holds no prepared corpus: choose another folder "
+                              "or remove it.")
+    dtype = _id_dtype(src_tokenizer, tgt_tokenizer, max_src_length, max_tgt_length)
+
+    def tokens(src, tgt_in, tgt_out):
+        src, tgt = src[:, :-1], tgt_out[:, :-1]  # no EOS: reading adds the specials back
+        return src.row_lengths(), tgt.row_lengths(), src.flat_values, tgt.flat_values
+
+    batches = _tokenized_batches(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
+                                 max_tgt_length=max_tgt_length, length_filter=length_filter).map(tokens)
+    started = time.perf_counter()
+    pairs_read = _count_pairs(pairs)
+    if pairs_read == 0:
+        raise ValueError("prepare_shards got no pairs: the corpus is empty.")
+    shards = math.ceil(pairs_read / examples_per_shard)
+    buckets = min(shards, MAX_OPEN_FILES)
+    # Final shards per temporary file: `shards` spread evenly over the `buckets`.
+    shards_per_bucket = [shards // buckets + (index < shards % buckets) for index in range(buckets)]
+
+    staging = staging_directory(directory, "prepare")
+    try:
+        unshuffled = staging / "unshuffled"
+        unshuffled.mkdir()
+        temp_paths = [unshuffled / f"{index:05d}.bin" for index in range(buckets)]
+        sizes = np.zeros(buckets, np.int64)
+        src_tokens = tgt_tokens = longest_src = longest_tgt = 0
+        rng = np.random.default_rng(seed)
+        with contextlib.ExitStack() as stack:
+            handles = [stack.enter_context(open(path, "wb")) for path in temp_paths]
+            for src_lengths, tgt_lengths, src_values, tgt_values in batches.as_numpy_iterator():
+                if not len(src_lengths):
+                    continue
+                targets = rng.integers(buckets, size=len(src_lengths))
+                counts = np.bincount(targets, minlength=buckets)
+                grouped = _Ragged(src_lengths, tgt_lengths, src_values, tgt_values).take(
+                    np.argsort(targets, kind="stable"))
+                for bucket, chunk in zip(np.flatnonzero(counts).tolist(), grouped.chunks(counts[counts > 0])):
+                    chunk.append_to(handles[bucket], dtype)
+                sizes += counts
+                src_tokens += int(src_lengths.sum()) + len(src_lengths)  # + EOS
+                tgt_tokens += int(tgt_lengths.sum()) + len(tgt_lengths)
+                longest_src = max(longest_src, int(src_lengths.max()) + 1)
+                longest_tgt = max(longest_tgt, int(tgt_lengths.max()) + 1)
+        kept = int(sizes.sum())
+        if kept == 0:
+            raise ValueError(f"all {pairs_read} pairs are longer than max_src_length={max_src_length} / "
+                             f"max_tgt_length={max_tgt_length}: nothing to prepare; raise the limits.")
+        logger.info("Tokenized %d pairs (%d kept) into %d temporary file(s) in %.1fs.", pairs_read, kept,
+                    buckets, time.perf_counter() - started)
+
+        parts = [[len(part) for part in np.array_split(np.arange(size), count) if len(part)]
+                 for size, count in zip(sizes.tolist(), shards_per_bucket)]
+        total_files = sum(len(bucket_parts) for bucket_parts in parts)
+        files, counts = [], []
+        for bucket, path in enumerate(temp_paths):
+            if parts[bucket]:
+                examples = _Ragged.read(path, dtype)
+                order = np.random.default_rng([seed, bucket]).permutation(len(examples))
+                for shard in examples.take(order).chunks(parts[bucket]):
+                    name = _shard_name(len(files), total_files)
+                    _write_records(staging / name, shard, dtype)
+                    files.append(name)
+                    counts.append(len(shard))
+                del examples
+            path.unlink()
+        unshuffled.rmdir()
+
+        prepared = PreparedShards(
+            directory=directory, files=tuple(files), examples_per_file=tuple(counts), pairs_read=pairs_read,
+            dropped_too_long=pairs_read - kept, max_src_length=max_src_length, max_tgt_length=max_tgt_length,
+            length_filter=length_filter, id_dtype=dtype.name, seed=seed, examples_per_shard=examples_per_shard,
+            src_tokens=src_tokens, tgt_tokens=tgt_tokens, longest_src=longest_src, longest_tgt=longest_tgt,
+            fingerprint=fingerprint)
+        (staging / MANIFEST).write_text(json.dumps(prepared.to_json(), indent=2) + "\n", encoding="utf-8")
+        replace_directory(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    seconds = time.perf_counter() - started
+    logger.info("Prepared %d examples in %d shard(s) in %s in %.1fs (%.0f examples/s); %d pairs dropped "
+                "as too long.", kept, len(files), directory, seconds, kept / seconds, pairs_read - kept)
+    return prepared
+
+
+def _decoder(dtype: tf.DType) -> Callable:
+    """A record (a block of examples) to ragged ``(src_ids, tgt_in_ids, tgt_out_ids)``."""
+
+    def decode(record):
+        flat = tf.cast(tf.io.decode_raw(record, dtype, little_endian=True), tf.int32)
+        count = flat[0]
+        src_lengths, tgt_lengths = flat[1:1 + count], flat[1 + count:1 + 2 * count]
+        tokens = flat[1 + 2 * count:]
+        src_total = tf.reduce_sum(src_lengths)
+        src = tf.RaggedTensor.from_row_lengths(tokens[:src_total], src_lengths, validate=False)
+        tgt = tf.RaggedTensor.from_row_lengths(tokens[src_total:], tgt_lengths, validate=False)
+        return (source_ids(src), *target_ids(tgt))
+
+    return decode
+
+
+def sharded_dataset(
+    prepared: PreparedShards | PathLike,
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    bucket_boundaries=None,
+    shuffle_buffer: int = SHUFFLE_BUFFER,
+    seed: int | None = None,
+    repeat: bool = False,
+    static_shapes: bool = False,
+    drop_remainder: bool | None = None,
+    training: bool = True,
+    num_input_pipelines: int = 1,
+    input_pipeline_index: int = 0,
+    cycle_length: int = 4,
+) -> tf.data.Dataset:
+    """Batches of a prepared corpus, as ``make_dataset`` gives them.
+
+    The shard files are split over the input pipelines (workers) by file:
+    pipeline ``i`` reads files ``i, i + n, i + 2n, ...``, so pipelines see
+    disjoint parts that together are the corpus, once per pass. Each pass
+    reads its files in a new order (seeded; training only), ``cycle_length``
+    at a time interleaved, through a shuffle buffer of ``shuffle_buffer``
+    examples (the shards are shuffled already: the buffer mixes the files),
+    then batches with ``make_dataset``'s batching (``batch_examples``), the
+    prepared length limits giving the buckets and static shapes. With
+    ``repeat`` the passes follow one another, each the corpus once.
+
+    With ``num_input_pipelines > 1`` tf.distribute's auto-sharding is turned
+    off (the files are split here already). For
+    ``strategy.distribute_datasets_from_function`` use ``sharded_dataset_fn``;
+    with one pipeline the dataset can go to ``experimental_distribute_dataset``
+    or ``model.fit`` directly.
+
+    Args:
+        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote.
+        batch_tokens, batch_size, bucket_boundaries, static_shapes,
+            drop_remainder, training: as in ``make_dataset`` (per pipeline).
+        shuffle_buffer: examples in the shuffle buffer; 0 disables it.
+        seed: the order of files and examples (with the global TF seed).
+        repeat: repeat forever (then pass ``steps_per_epoch`` to ``fit``).
+        num_input_pipelines, input_pipeline_index: how many pipelines read the
+            corpus, and which one this is (``tf.distribute.InputContext``'s
+            ``num_input_pipelines`` and ``input_pipeline_id``).
+        cycle_length: files read at once.
+    """
+    if not isinstance(prepared, PreparedShards):
+        prepared = PreparedShards.load(prepared)
+    _check_positive("num_input_pipelines", num_input_pipelines)
+    _check_positive("input_pipeline_index", input_pipeline_index, minimum=0)
+    _check_positive("cycle_length", cycle_length)
+    if input_pipeline_index >= num_input_pipelines:
+        raise ValueError(f"input_pipeline_index={input_pipeline_index} must be below "
+                         f"num_input_pipelines={num_input_pipelines}.")
+    if len(prepared.files) < num_input_pipelines:
+        raise ValueError(
+            f"{prepared.directory} holds {len(prepared.files)} shard file(s), fewer than the "
+            f"{num_input_pipelines} input pipelines that split them by file: prepare it again with "
+            f"examples_per_shard <= {max(1, prepared.examples // num_input_pipelines)}.")
+    plan = _BatchPlan.resolve(
+        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=prepared.max_src_length,
+        max_tgt_length=prepared.max_tgt_length, bucket_boundaries=bucket_boundaries,
+        shuffle_buffer=shuffle_buffer, seed=seed, cache=False, repeat=repeat, static_shapes=static_shapes,
+        drop_remainder=drop_remainder, training=training)
+    paths = [str(path) for path in prepared.paths[input_pipeline_index::num_input_pipelines]]
+    if len(prepared.files) % num_input_pipelines:
+        logger.warning("%d shard files over %d input pipelines: some read one file more than others.",
+                       len(prepared.files), num_input_pipelines)
+
+    files = tf.data.Dataset.from_tensor_slices(paths)
+    if training and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    records = files.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(paths)), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype)), num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = plan.apply(_examples(blocks))
+    if num_input_pipelines > 1:
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        dataset = dataset.with_options(options)
+    return dataset
+
+
+def sharded_dataset_fn(prepared: PreparedShards | PathLike, *, batch_tokens: int | None = None,
+                       batch_size: int | None = None, **kwargs) -> Callable:
+    """A ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
+
+    ``batch_tokens`` / ``batch_size`` are global: each replica's pipeline
+    batches ``input_context.get_per_replica_batch_size`` of them, so they
+    must divide by the number of replicas. Each input pipeline (one per
+    worker under ``MultiWorkerMirroredStrategy``, one per host on TPUs) reads
+    its own files (``sharded_dataset``); ``kwargs`` are ``sharded_dataset``'s.
+
+    Example::
+
+        dataset = strategy.distribute_datasets_from_function(
+            sharded_dataset_fn("runs/big/prepared", batch_tokens=25_000, seed=0, repeat=True))
+    """
+    if not isinstance(prepared, PreparedShards):
+        prepared = PreparedShards.load(prepared)
+    for name in ("num_input_pipelines", "input_pipeline_index"):
+        if name in kwargs:
+            raise ValueError(f"sharded_dataset_fn takes {name} from the InputContext; do not pass it.")
+
+    def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        per_replica = {}
+        if batch_tokens is not None:
+            per_replica["batch_tokens"] = input_context.get_per_replica_batch_size(batch_tokens)
+        if batch_size is not None:
+            per_replica["batch_size"] = input_context.get_per_replica_batch_size(batch_size)
+        return sharded_dataset(prepared, num_input_pipelines=input_context.num_input_pipelines,
+                               input_pipeline_index=input_context.input_pipeline_id, **per_replica, **kwargs)
+
+    return dataset_fn
