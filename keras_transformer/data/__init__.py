@@ -5,8 +5,10 @@ from keras_transformer.data.normalize import normalize_whitespace, normalize_whi
 from keras_transformer.data.pipeline import TokenCounts, count_tokens, make_dataset
 from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
 from keras_transformer.data.sources import (
+    PairSource,
     ParallelText,
     ReadStats,
+    Sentences,
     pairs_from_list,
     read_text_file_pairs,
     read_tsv_pairs,
@@ -28,10 +30,12 @@ from keras_transformer.data.tfds_source import tfds_pairs
 __all__ = [
     "Clause",
     "NounPhrase",
+    "PairSource",
     "ParallelText",
     "Pronoun",
     "ReadStats",
     "Sentence",
+    "Sentences",
     "TokenCounts",
     "bucket_batch_sizes",
     "count_tokens",
