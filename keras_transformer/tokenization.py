@@ -20,9 +20,11 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import math
 import os
+import random
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence, Sized
 
 import sentencepiece as spm
 import tensorflow as tf
@@ -35,9 +37,17 @@ from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
 
 MODEL_TYPES = ("unigram", "bpe")
+# Sentences each model is trained on at most (train_tokenizers' max_sentences). SentencePiece's
+# unigram trainer holds ~1.4 KB per sentence of ~70 characters (+0.7 GB of memory at 500k
+# sentences, +1.4 GB at 1M, +2.8 GB at 2M), and its time grows faster than linearly.
+DEFAULT_MAX_SENTENCES = 500_000
+MIN_SAMPLE = 100  # SentencePiece's input_sentence_size must be 0 (all) or above this
+SAMPLE_BATCH = 65536  # sentences handled at a time while sampling
 RESERVED_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
 
 PathLike = str | os.PathLike
+# A file, sentences, or files. A sized iterable of sentences that also has a ``batches()``
+# method yielding lists of them (``PairSource.sentences``) is sampled a list at a time.
 TextSource = PathLike | Iterable[str] | Iterable[os.PathLike]
 
 
@@ -115,8 +125,11 @@ def train_sentencepiece(
     yields a smaller vocabulary instead of failing, so size the Transformer
     from ``SubwordTokenizer.vocab_size``, not from this argument. Digits are
     split into single pieces by default so numbers can be copied digit by
-    digit. Training is deterministic for a given corpus, options and ``seed``
-    (which only matters when ``input_sentence_size`` subsamples the corpus).
+    digit. ``input_sentence_size > 0`` has SentencePiece train on a random
+    sample of that many sentences, drawn while the text streams by (its own
+    reservoir, the same sample every run whatever ``seed``); 0 uses every
+    sentence (``train_tokenizers`` samples with a seed, ``max_sentences``).
+    Training is deterministic for a given corpus, options and ``seed``.
     ``{model_prefix}.vocab`` (piece and score per line) is written alongside.
     ``progress`` shows the sentences read (needs ``tqdm``).
     """
@@ -125,6 +138,10 @@ def train_sentencepiece(
         raise ValueError(f"vocab_size must be an integer > {len(RESERVED_PIECES)}, got {vocab_size!r}.")
     if not 0.0 < character_coverage <= 1.0:
         raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}.")
+    if (not isinstance(input_sentence_size, int) or isinstance(input_sentence_size, bool)
+            or 0 < input_sentence_size <= MIN_SAMPLE or input_sentence_size < 0):
+        raise ValueError(f"input_sentence_size must be 0 (every sentence) or an integer above {MIN_SAMPLE}, "
+                         f"got {input_sentence_size!r}.")
     prefix = Path(model_prefix)
     if prefix.suffix in (".model", ".vocab"):
         raise ValueError(f"model_prefix is a path without extension; use {str(prefix.with_suffix(''))!r}.")
@@ -188,6 +205,96 @@ def tokenizer_paths(out_dir: PathLike, shared: bool) -> tuple[Path, Path]:
     return out_dir / "spm_src.model", out_dir / "spm_tgt.model"
 
 
+def _known_length(texts: TextSource) -> int | None:
+    """How many sentences ``texts`` holds, where that is known without reading it
+    (a list or tuple of sentences, ``PairSource.sentences``); else ``None``."""
+    if isinstance(texts, (str, os.PathLike)) or not isinstance(texts, Sized):
+        return None
+    if isinstance(texts, (list, tuple)) and texts and not isinstance(texts[0], str):
+        return None  # file paths
+    return len(texts)
+
+
+def _check_max_sentences(max_sentences) -> None:
+    if max_sentences is not None and (not isinstance(max_sentences, int) or isinstance(max_sentences, bool)
+                                      or max_sentences < 1):
+        raise ValueError(f"max_sentences must be a positive integer or None (every sentence), "
+                         f"got {max_sentences!r}.")
+
+
+def _uniform(rng: random.Random) -> float:
+    """A uniform draw in (0, 1)."""
+    while True:
+        value = rng.random()
+        if value > 0.0:
+            return value
+
+
+def sample_sentences(sentences: Iterable[str], size: int, seed: int = 0) -> list[str]:
+    """A uniform random sample of ``size`` sentences, in their original order,
+    from one pass that holds only the sample (reservoir sampling, Li's
+    "Algorithm L": it skips ahead instead of drawing a number per sentence).
+    Fewer sentences than ``size`` are all returned, in order."""
+    iterator = iter(sentences)
+    return _sample_batches(iter(lambda: list(itertools.islice(iterator, SAMPLE_BATCH)), []), size, seed)
+
+
+def _sample_batches(batches: Iterable[Sequence[str]], size: int, seed: int = 0) -> list[str]:
+    """``sample_sentences`` over the concatenation of ``batches`` (lists of
+    sentences): sentences skipped over cost no Python work."""
+    _check_max_sentences(size)
+    rng = random.Random(seed)
+    sample: list[str] = []
+    positions: list[int] = []
+    weight = 0.0
+    pick = -1  # position of the next sentence to take once the reservoir is full
+    start = 0  # position of the batch's first sentence
+
+    def next_pick(after: int) -> int:
+        skip = int(math.log(_uniform(rng)) / math.log1p(-weight)) if weight < 1.0 else 0
+        return after + skip + 1
+
+    for batch in batches:
+        end = start + len(batch)
+        if len(sample) < size:
+            taken = batch[: size - len(sample)]
+            sample += taken
+            positions += range(start, start + len(taken))
+            if len(sample) == size:
+                weight = math.exp(math.log(_uniform(rng)) / size)
+                pick = next_pick(size - 1)
+        while size <= pick < end:
+            slot = rng.randrange(size)
+            sample[slot], positions[slot] = batch[pick - start], pick
+            weight *= math.exp(math.log(_uniform(rng)) / size)
+            pick = next_pick(pick)
+        start = end
+    if pick < 0:
+        return sample  # all of them, in order
+    return [sample[slot] for slot in sorted(range(size), key=positions.__getitem__)]
+
+
+def _training_text(texts: Sequence[TextSource], max_sentences: int | None, seed: int,
+                   progress: bool, name: str) -> Iterable[str]:
+    """What one model is trained on: the texts streamed whole when they are known
+    to fit in ``max_sentences``, else a seeded sample of them."""
+    lengths = [_known_length(text) for text in texts]
+    if max_sentences is None or (None not in lengths and sum(lengths) <= max_sentences):
+        return itertools.chain.from_iterable([_iter_sentences(text) for text in texts])
+    if all(callable(getattr(text, "batches", None)) for text in texts):
+        batches = itertools.chain.from_iterable(text.batches() for text in texts)
+    else:
+        sentences = itertools.chain.from_iterable([_iter_sentences(text) for text in texts])
+        batches = iter(lambda: list(itertools.islice(sentences, SAMPLE_BATCH)), [])
+    with progress_bar(progress, desc=f"sampling {max_sentences:,} sentences for {name}", unit="sent") as bar:
+        def counted() -> Iterator[Sequence[str]]:
+            for batch in batches:
+                bar.update(len(batch))
+                yield batch
+
+        return _sample_batches(counted(), max_sentences, seed)
+
+
 def train_tokenizers(
     src_texts: TextSource,
     tgt_texts: TextSource,
@@ -195,20 +302,39 @@ def train_tokenizers(
     vocab_size: int,
     shared: bool = False,
     model_type: str = "unigram",
+    *,
+    max_sentences: int | None = DEFAULT_MAX_SENTENCES,
+    seed: int = 0,
     **options,
 ) -> tuple[Path, Path]:
     """Train a joint model (``shared=True``: one ``spm_shared.model``, returned
     twice, needed for ``share_embeddings``) or one model per side
-    (``spm_src.model``, ``spm_tgt.model``) in ``out_dir``. ``options`` go to
-    ``train_sentencepiece``."""
+    (``spm_src.model``, ``spm_tgt.model``) in ``out_dir``.
+
+    Texts are streamed: sentences (a list, or a sized stream such as
+    ``PairSource.sentences(side)``), a file path or a list of ``Path``s.
+
+    Args:
+        max_sentences: each model is trained on at most this many sentences: a
+            uniform random sample (``sample_sentences``, seeded by ``seed``)
+            drawn in one pass that holds only the sample, never the corpus; a
+            shared model samples from both sides together. Texts with no more
+            sentences give exactly the model of ``max_sentences=None`` (every
+            sentence); texts of known length (a list, ``PairSource.sentences``)
+            that fit are streamed to SentencePiece, not held in a list.
+        seed: the sample's seed, also SentencePiece's.
+        options: go to ``train_sentencepiece``.
+    """
     _check_model_type(model_type)
+    _check_max_sentences(max_sentences)
+    if "input_sentence_size" in options:
+        raise ValueError("train_tokenizers samples with max_sentences=N; drop input_sentence_size.")
     src_path, tgt_path = tokenizer_paths(out_dir, shared)
-    if shared:
-        both = itertools.chain(_iter_sentences(src_texts), _iter_sentences(tgt_texts))
-        train_sentencepiece(both, src_path.with_suffix(""), vocab_size, model_type, **options)
-    else:
-        train_sentencepiece(src_texts, src_path.with_suffix(""), vocab_size, model_type, **options)
-        train_sentencepiece(tgt_texts, tgt_path.with_suffix(""), vocab_size, model_type, **options)
+    progress = bool(options.get("progress", False))
+    models = [((src_texts, tgt_texts), src_path)] if shared else [((src_texts,), src_path), ((tgt_texts,), tgt_path)]
+    for texts, path in models:
+        sentences = _training_text(texts, max_sentences, seed, progress, path.stem)
+        train_sentencepiece(sentences, path.with_suffix(""), vocab_size, model_type, seed=seed, **options)
     return src_path, tgt_path
 
 

@@ -1,6 +1,7 @@
-"""train_speed's MFU bookkeeping: each timed run is divided by the peaks measured
-right before and after it, so that a peak measured in a fast or slow moment of the
-shared VM does not move every run's figure."""
+"""Benchmark helpers. train_speed's MFU bookkeeping: each timed run is divided by the
+peaks measured right before and after it, so that a peak measured in a fast or slow
+moment of the shared VM does not move every run's figure. The scale check's corpus
+generator and its runner's measurement."""
 
 import pytest
 
@@ -64,3 +65,53 @@ def test_input_pipeline_benchmark_on_a_tiny_corpus(tmp_path):
     assert (text["src_tokens"], text["tgt_tokens"]) == (shards["src_tokens"], shards["tgt_tokens"])
     assert all(row["examples_per_second"] > 0 for row in report["results"])
     assert report["shards"] == 3 and report["pairs"] == 300 and report["cpu"]
+def test_scale_corpus_recombines_the_source_deterministically(tmp_path):
+    from benchmarks import scale_corpus
+
+    source = tmp_path / "source"
+    source.mkdir()
+    pairs = [("ein Hund läuft", "a dog runs"), ("zwei Katzen schlafen im Haus", "two cats sleep in the house"),
+             ("ein Mann", "a man"), ("Kinder spielen draußen im Schnee", "children play outside in the snow")]
+    (source / "train.src").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
+    (source / "train.tgt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
+    (source / "valid.src").write_text("v\n", encoding="utf-8")
+    (source / "valid.tgt").write_text("w\n", encoding="utf-8")
+    out = tmp_path / "big"
+    assert scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "1"]) == 0
+    src = (out / "train.src").read_text(encoding="utf-8").split("\n")
+    tgt = (out / "train.tgt").read_text(encoding="utf-8").split("\n")
+    assert len(src) == len(tgt) == 251 and src[-1] == tgt[-1] == ""  # 250 lines, newline-terminated
+    src_words = {w for s, _ in pairs for w in s.split()}
+    tgt_words = {w for _, t in pairs for w in t.split()}
+    assert all(line and set(line.split()) <= src_words for line in src[:-1])
+    assert all(line and set(line.split()) <= tgt_words for line in tgt[:-1])
+    assert len(set(zip(src, tgt))) > len(pairs)  # recombined, not copied
+    assert (out / "valid.src").read_text() == "v\n" and not (out / "test.src").exists()
+    first = (out / "train.src").read_bytes()
+    scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "1"])  # replaces it
+    assert (out / "train.src").read_bytes() == first
+    scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "2"])
+    assert (out / "train.src").read_bytes() != first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big", "source"]  # no staging left behind
+    with pytest.raises(SystemExit):
+        scale_corpus.main([str(scale_corpus.CHECKOUT / "runs" / "big"), "--source", str(source)])
+
+
+def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
+    import sys
+
+    from benchmarks import scale_check
+
+    command = [sys.executable, "-c", "import time; x = bytearray(80 * 2**20); time.sleep(0.3); "
+                                     "print('trained tokenizers in 1.5s')"]
+    run = scale_check.measure(command, tmp_path / "log.txt")
+    assert run["returncode"] == 0 and run["tokenizer_seconds"] == 1.5 and run["wall_seconds"] >= 0.3
+    assert run["max_rss_mb"] >= 80 and run["tree_rss_peak_mb"] >= 80
+    small = {"max_rss_mb": 1000.0, "wall_seconds": 100.0, "tokenizer_seconds": 5.0}
+    big = {"max_rss_mb": 1250.0, "wall_seconds": 360.0, "tokenizer_seconds": 60.0}
+    verdict = scale_check.compare(small, big)
+    assert verdict == {"rss_ratio": 1.25, "extra_wall_seconds": 260.0, "rss_target_met": True,
+                       "wall_target_met": False}
+    command = scale_check.check_command(tmp_path / "big", tmp_path / "w")
+    assert command[1:5] == ["-m", "training.train", "--config", "multi30k"]
+    assert f"data.dir={tmp_path / 'big'}" in command and "training.steps_per_epoch=60" in command

@@ -10,8 +10,9 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from keras_transformer.data import generate_pairs
-from keras_transformer.tokenization import SubwordTokenizer, train_sentencepiece, train_tokenizers
+from keras_transformer.data import PairSource, generate_pairs
+from keras_transformer.tokenization import (SubwordTokenizer, _sample_batches, sample_sentences,
+                                            train_sentencepiece, train_tokenizers)
 
 PAIRS = generate_pairs(200, seed=0)
 SOURCES = [source for source, _ in PAIRS]
@@ -144,6 +145,71 @@ def test_shared_and_separate_vocabularies(tmp_path):
     src_tokenizer, tgt_tokenizer = SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt)
     assert "▁the" in src_tokenizer.pieces(range(src_tokenizer.vocab_size))
     assert "▁the" not in tgt_tokenizer.pieces(range(tgt_tokenizer.vocab_size))
+
+
+def model_proto(path):
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    return proto
+
+
+def pieces_and_scores(path) -> list[tuple[str, float]]:
+    return [(piece.piece, piece.score) for piece in model_proto(path).pieces]
+
+
+def test_a_corpus_within_max_sentences_gives_the_unlimited_model_byte_for_byte(tmp_path):
+    # The unlimited way: every sentence, both sides one after the other, as before max_sentences.
+    old = train_sentencepiece(SOURCES + TARGETS, tmp_path / "old" / "spm_shared", vocab_size=300)
+    (tmp_path / "a.src").write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
+    (tmp_path / "a.tgt").write_text("".join(t + "\n" for t in TARGETS), encoding="utf-8")
+    streamed = PairSource.from_text_files(tmp_path / "a.src", tmp_path / "a.tgt")
+    for name, texts, limit in (("lists", (SOURCES, TARGETS), len(PAIRS) * 2),  # exactly fits
+                               ("stream", (streamed.sentences("source"), streamed.sentences("target")), 10**6),
+                               ("none", (SOURCES, TARGETS), None)):
+        src, tgt = train_tokenizers(*texts, tmp_path / name, vocab_size=300, shared=True, max_sentences=limit)
+        assert src == tgt and src.read_bytes() == old.read_bytes(), name
+        assert src.with_suffix(".vocab").read_bytes() == old.with_suffix(".vocab").read_bytes()
+
+
+def test_max_sentences_trains_on_a_seeded_sample(tmp_path):
+    def train(name, texts=(SOURCES, TARGETS), **options):
+        return train_tokenizers(*texts, tmp_path / name, vocab_size=200, **{"max_sentences": 150, **options})[0]
+
+    sampled, again, other_seed = train("a"), train("b"), train("c", seed=1)
+    assert sampled.read_bytes() == again.read_bytes()  # deterministic
+    assert pieces_and_scores(sampled) != pieces_and_scores(other_seed)
+    assert model_proto(sampled).trainer_spec.input_sentence_size == 0  # sampled here, not by SentencePiece
+    full = train("full", max_sentences=None)
+    assert pieces_and_scores(sampled) != pieces_and_scores(full)
+    expected = SubwordTokenizer.from_file(train_sentencepiece(
+        sample_sentences(SOURCES, 150), tmp_path / "direct", vocab_size=200)).model_bytes
+    assert sampled.read_bytes() == expected  # exactly the sample's model
+    # A stream of unknown length is sampled while read; one that fits is used whole, in order.
+    streamed = train("iterators", texts=(iter(SOURCES), iter(TARGETS)), max_sentences=200)
+    assert streamed.read_bytes() == full.read_bytes()
+    with pytest.raises(ValueError, match="max_sentences must be a positive integer"):
+        train("zero", max_sentences=0)
+    with pytest.raises(ValueError, match="drop input_sentence_size"):
+        train("both", input_sentence_size=500)
+
+
+def test_sample_sentences_is_uniform_ordered_and_bounded():
+    items = [str(i) for i in range(50)]
+    assert sample_sentences(iter(items), 80) == items and sample_sentences(items, 50) == items
+    counts = np.zeros(50)
+    for seed in range(2000):
+        sample = sample_sentences(iter(items), 10, seed=seed)
+        assert len(set(sample)) == 10 and sample == sorted(sample, key=int)  # corpus order
+        counts[[int(s) for s in sample]] += 1
+    # Each item is kept with probability 10/50: 400 of 2000 draws, binomial sd ~17.9.
+    assert abs(counts - 400).max() < 5 * 17.9, counts
+    assert sample_sentences(iter(items), 10, seed=3) == sample_sentences(iter(items), 10, seed=3)
+    # A list at a time (PairSource.sentences) draws the same sample as one sentence at a time.
+    for seed in range(20):
+        batches = [items[i:i + 7] for i in range(0, 50, 7)]
+        assert _sample_batches(batches, 10, seed) == sample_sentences(iter(items), 10, seed)
 
 
 def test_errors_name_the_fix(tmp_path):

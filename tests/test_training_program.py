@@ -342,11 +342,13 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     from training.corpus import load_corpus
     from training.trainer import build_tokenizers, datasets
 
+    from keras_transformer.data import PairSource
+
     config = load_config("demo", ["data.synthetic={train: 600, valid: 10, test: 10, seed: 1}",
                                   "tokenizer.vocab_size=200", "training.batch_tokens=256",
                                   "training.shuffle_buffer=null"])
     corpus = load_corpus(config["data"])
-    corpus["train"].sort(key=lambda pair: len(pair[0]))
+    corpus["train"] = PairSource.from_pairs(sorted(corpus["train"], key=lambda pair: len(pair[0])))
     src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path)
 
     def longest_source_in_first_batches(shuffle_buffer):
@@ -363,15 +365,31 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
 
 
 def test_corpus_from_tsv_and_text_files(tmp_path):
+    import gzip
+
+    from keras_transformer.data import PairSource
     from training.corpus import load_corpus
 
     (tmp_path / "train.tsv").write_text("ein Haus\ta house\nzwei\ttwo\n\tempty source\n", encoding="utf-8")
-    corpus = load_corpus({"kind": "tsv", "tsv": {"train": "train.tsv"}}, base_dir=tmp_path)
-    assert corpus == {"train": [("ein Haus", "a house"), ("zwei", "two")], "valid": [], "test": []}
+    (tmp_path / "valid.tsv").write_text("drei\tthree\n", encoding="utf-8")
+    corpus = load_corpus({"kind": "tsv", "tsv": {"train": "train.tsv", "valid": "valid.tsv"}}, base_dir=tmp_path)
+    assert isinstance(corpus["train"], PairSource)  # streamed; valid/test are lists
+    assert list(corpus["train"]) == [("ein Haus", "a house"), ("zwei", "two")] and len(corpus["train"]) == 2
+    assert corpus["valid"] == [("drei", "three")] and corpus["test"] == []
     (tmp_path / "train.src").write_text("ein  Haus \n", encoding="utf-8")
     (tmp_path / "train.tgt").write_text("a house\n", encoding="utf-8")
     corpus = load_corpus({"kind": "text", "dir": str(tmp_path)})
-    assert corpus["train"] == [("ein Haus", "a house")] and corpus["valid"] == []
+    assert list(corpus["train"]) == [("ein Haus", "a house")] and corpus["valid"] == []
+    packed = tmp_path / "gz"
+    packed.mkdir()
+    for name, text in (("train.src.gz", "eins\nzwei\n"), ("train.tgt.gz", "one\ntwo\n"),
+                       ("test.src.gz", "drei\n"), ("test.tgt.gz", "three\n")):
+        (packed / name).write_bytes(gzip.compress(text.encode()))
+    corpus = load_corpus({"kind": "text", "dir": str(packed)})
+    assert list(corpus["train"]) == [("eins", "one"), ("zwei", "two")] and corpus["test"] == [("drei", "three")]
+    (packed / "train.tgt.gz").write_bytes(gzip.compress(b"one\n"))
+    with pytest.raises(ValueError, match="not aligned"):
+        load_corpus({"kind": "text", "dir": str(packed)})
     with pytest.raises(ValueError, match="data.kind must be one of"):
         load_corpus({"kind": "csv"})
     with pytest.raises(ValueError, match="data.tsv.train"):
@@ -389,6 +407,61 @@ def test_corpus_from_tfds_offline():
                                                         "test": None}})
     assert 0 < len(corpus["train"]) <= 6 and corpus["test"] == []
     assert all(isinstance(s, str) and isinstance(t, str) for s, t in corpus["train"])
+
+
+def test_large_training_splits_are_neither_cached_nor_shuffled_whole():
+    from training.trainer import IN_MEMORY_PAIRS, training_input
+
+    small, large = IN_MEMORY_PAIRS, IN_MEMORY_PAIRS + 1
+    assert training_input({"cache": "auto", "shuffle_buffer": None}, small) == {"cache": True, "shuffle_buffer": small}
+    assert training_input({"shuffle_buffer": 50}, large) == {"cache": False, "shuffle_buffer": 50}
+    assert training_input({"cache": "/tmp/x", "shuffle_buffer": 5}, large)["cache"] == "/tmp/x"
+    assert training_input({"cache": False, "shuffle_buffer": None}, 10)["cache"] is False
+    with pytest.raises(ValueError, match=r"training.shuffle_buffer=null .* 1,000,001 pairs.*shuffle_buffer=200000"):
+        training_input({"shuffle_buffer": None}, large)
+    with pytest.raises(ValueError, match="training.cache must be"):
+        training_input({"cache": 3, "shuffle_buffer": 5}, 10)
+    for name in ("demo", "multi30k", "base", "big"):  # every key can be --set
+        config = load_config(name, ["training.shuffle_buffer=7", "training.cache=false",
+                                    "tokenizer.max_sentences=null"])
+        assert config["training"]["shuffle_buffer"] == 7 and config["tokenizer"]["max_sentences"] is None
+    assert load_config("base")["training"]["shuffle_buffer"] == load_config("big")["training"]["shuffle_buffer"]
+
+
+def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
+    """A text corpus goes from files to batches without a list of its pairs: tokenizers from
+    the stream (the same model as from the in-memory pairs), batches from dataset()."""
+    from keras_transformer.data import demo_splits, make_dataset, read_text_file_pairs, write_parallel_files
+    from keras_transformer.tokenization import train_sentencepiece
+    from training import trainer
+    from training.corpus import load_corpus
+
+    splits = demo_splits(train=300, valid=10, test=0, seed=2)
+    for split in ("train", "valid"):
+        write_parallel_files(splits[split], tmp_path / "data", split)
+    config = load_config("demo", [f"data={{kind: text, dir: {tmp_path / 'data'}}}", "tokenizer.vocab_size=200",
+                                  "training.batch_tokens=256", "training.shuffle_buffer=32"])
+    corpus = load_corpus(config["data"])
+    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path / "run")
+    text = read_text_file_pairs(tmp_path / "data" / "train.src", tmp_path / "data" / "train.tgt")
+    unlimited = train_sentencepiece(text.sources + text.targets, tmp_path / "old" / "spm", vocab_size=200)
+    assert src_tok.model_bytes == unlimited.read_bytes()  # the sample is the whole (small) corpus
+    monkeypatch.setattr(trainer, "IN_MEMORY_PAIRS", 100)  # 300 pairs are now "large": no cache
+    calls = []
+
+    def recorded(pairs, *args, **options):
+        calls.append(options)
+        return make_dataset(pairs, *args, **options)
+
+    monkeypatch.setattr(trainer, "make_dataset", recorded)
+    train, valid = trainer.datasets(config, corpus, src_tok, tgt_tok)
+    assert (calls[0]["cache"], calls[0]["shuffle_buffer"]) == (False, 32)
+    sentences = sum(int(src.shape[0]) for (src, _), _ in train.take(100))
+    assert sentences > 300  # repeats: more than one pass over the files
+    assert valid is not None and corpus["valid"] == [(s, t) for s, t in splits["valid"]]
+    config["training"]["shuffle_buffer"] = None
+    with pytest.raises(ValueError, match="set a bound"):
+        trainer.datasets(config, corpus, src_tok, tgt_tok)
 
 
 @pytest.mark.parametrize("name", ["demo", "multi30k", "base", "big"])

@@ -19,12 +19,13 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.data import (PreparedShards, StalePreparationError, count_tokens, make_dataset,
-                                    pairs_from_list, prepare_shards, sharded_dataset)
+from keras_transformer.data import (PairSource, PreparedShards, StalePreparationError, count_tokens,
+                                    make_dataset, pairs_from_list, prepare_shards, sharded_dataset)
 from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
-from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
+from keras_transformer.tokenization import (DEFAULT_MAX_SENTENCES, SubwordTokenizer, tokenizer_paths,
+                                            train_tokenizers)
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
@@ -39,21 +40,34 @@ from training.strategy import make_strategy
 log = logging.getLogger("training")
 CHECKOUT = Path(__file__).resolve().parent.parent
 LOOPS = ("auto", "fit", "custom")
+# A training split of at most this many pairs is small: its tokenized examples are cached in
+# memory (training.cache: auto) and it may be shuffled whole (training.shuffle_buffer: null).
+IN_MEMORY_PAIRS = 1_000_000
+
+
+def _train_source(corpus) -> PairSource:
+    train = corpus["train"]
+    return train if isinstance(train, PairSource) else PairSource.from_pairs(train)
 
 
 def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
-    """Train SentencePiece on the training split only (once; reused on resume)."""
+    """Train SentencePiece on the training split only (once; reused on resume),
+    streamed, on at most ``tokenizer.max_sentences`` sentences per model (a
+    seeded random sample; null: all of them)."""
     options = config["tokenizer"]
     directory = Workdir(workdir).tokenizer_dir
     shared = bool(options.get("shared", True))
     src_path, tgt_path = tokenizer_paths(directory, shared)
     if not (src_path.exists() and tgt_path.exists()):
         started = time.time()
-        log.info("training the SentencePiece model(s) on %d sentence pairs", len(corpus["train"]))
+        train = _train_source(corpus)
+        max_sentences = options.get("max_sentences", DEFAULT_MAX_SENTENCES)
+        log.info("training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a model)",
+                 len(train), "all" if max_sentences is None else f"{max_sentences:,}")
         train_tokenizers(
-            [s for s, _ in corpus["train"]], [t for _, t in corpus["train"]], directory,
+            train.sentences("source"), train.sentences("target"), directory,
             vocab_size=options["vocab_size"], shared=shared,
-            model_type=options.get("model_type", "unigram"), progress=True,
+            model_type=options.get("model_type", "unigram"), max_sentences=max_sentences, progress=True,
         )
         log.info("trained tokenizers in %.1fs", time.time() - started)
     return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
@@ -85,8 +99,8 @@ def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok,
             return PreparedShards.load(directory).check(src_tok, tgt_tok, **wanted)
         except StalePreparationError as error:
             log.info("%s Preparing it again.", error)
-    log.info("preparing %d training pairs in %s", len(corpus["train"]), directory)
-    return prepare_shards(pairs_from_list(corpus["train"]), src_tok, tgt_tok, directory, **wanted,
+    log.info("preparing %d training pairs in %s", len(_train_source(corpus)), directory)
+    return prepare_shards(_train_source(corpus).dataset(), src_tok, tgt_tok, directory, **wanted,
                           examples_per_shard=config["data"].get("examples_per_shard", 100_000),
                           seed=config["training"].get("seed", 0))
 
@@ -125,7 +139,39 @@ def prepared_train_dataset(config: dict[str, Any], run_dir: Path | None, corpus,
                            static_shapes=bool(options.get("static_shapes", False)))
 
 
+def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
+    """``make_dataset``'s ``cache`` and ``shuffle_buffer`` for a training split of ``pairs`` pairs.
+
+    ``training.cache``: ``auto`` caches the tokenized split in memory when it is
+    small (at most ``IN_MEMORY_PAIRS``) and not at all otherwise (each pass
+    re-reads the files); ``true``/``false``, or a path prefix for a file cache.
+    ``training.shuffle_buffer``: examples in the buffer; ``null`` is the whole
+    split (a corpus stored in length order, as Tatoeba's is, read through a
+    smaller window trains on short, then long sentences), allowed only for a
+    small split: a large one needs a bound (a ``ValueError`` says so).
+    """
+    cache = train_options.get("cache", "auto")
+    if cache == "auto":
+        cache = pairs <= IN_MEMORY_PAIRS
+    elif not isinstance(cache, (bool, str)):
+        raise ValueError(f"training.cache must be auto, true, false or a file path prefix, got {cache!r}.")
+    shuffle_buffer = train_options.get("shuffle_buffer")
+    if shuffle_buffer is None:
+        if pairs > IN_MEMORY_PAIRS:
+            raise ValueError(
+                f"training.shuffle_buffer=null shuffles the whole training split, but it has {pairs:,} "
+                f"pairs (at most {IN_MEMORY_PAIRS:,} are shuffled whole, in memory); set a bound, e.g. "
+                "--set training.shuffle_buffer=200000 (shuffle the corpus file itself if it is sorted)."
+            )
+        shuffle_buffer = pairs
+    return {"cache": cache, "shuffle_buffer": shuffle_buffer}
+
+
 def datasets(config, corpus, src_tok, tgt_tok, run_dir: Path | None = None):
+    """The training dataset (streamed from ``corpus["train"]``, repeated) and the
+    validation one (``None`` without a valid split).
+    The training batches come from the workdir's prepared shards when ``run_dir`` has them
+    (``prepared_train_dataset``)."""
     train_options = config["training"]
     common = dict(
         max_src_length=train_options["max_src_length"],
@@ -133,15 +179,11 @@ def datasets(config, corpus, src_tok, tgt_tok, run_dir: Path | None = None):
         batch_tokens=train_options.get("batch_tokens"),
         batch_size=train_options.get("batch_size"),
     )
-    # The whole split by default: the corpus is in memory, and a corpus sorted by length
-    # (Tatoeba's is) read through a smaller window trains on short, then long sentences.
-    shuffle_buffer = train_options.get("shuffle_buffer")
-    if shuffle_buffer is None:
-        shuffle_buffer = len(corpus["train"])
+    source = _train_source(corpus)
     train = prepared_train_dataset(config, run_dir, corpus, src_tok, tgt_tok)
     if train is None:
-        train = make_dataset(pairs_from_list(corpus["train"]), src_tok, tgt_tok, **common,
-                             shuffle_buffer=shuffle_buffer,
+        train = make_dataset(source.dataset(), src_tok, tgt_tok, **common,
+                             **training_input(train_options, len(source)),
                              seed=train_options.get("seed", 0), repeat=True, training=True,
                              static_shapes=bool(train_options.get("static_shapes", False)))
     valid = None
@@ -234,7 +276,8 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     run_dir.save_config(config)
 
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
-    log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})
+    log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})  # scans train once
+    training_input(train_options, len(corpus["train"]))  # a bad cache/shuffle setting fails before tokenizers
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
     train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok, run_dir=workdir)
 

@@ -20,8 +20,10 @@ from keras_transformer.data.shards import (
 )
 from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
 from keras_transformer.data.sources import (
+    PairSource,
     ParallelText,
     ReadStats,
+    Sentences,
     pairs_from_list,
     read_text_file_pairs,
     read_tsv_pairs,
@@ -43,6 +45,7 @@ from keras_transformer.data.tfds_source import tfds_pairs
 __all__ = [
     "Clause",
     "NounPhrase",
+    "PairSource",
     "ParallelText",
     "PreparationError",
     "PreparedShards",
@@ -50,6 +53,7 @@ __all__ = [
     "ReadStats",
     "Sentence",
     "StalePreparationError",
+    "Sentences",
     "TokenCounts",
     "batch_examples",
     "bucket_batch_sizes",

@@ -5,8 +5,9 @@ TFDS translation builders (``ted_hrlr_translate/pt_to_en``,
 declare ``supervised_keys = (source_language, target_language)``. Without
 explicit keys the builder's direction is used (``as_supervised=True``);
 ``src_key``/``tgt_key`` pick features by name, e.g. to train the reverse
-direction. Texts get the same whitespace normalisation as files, and pairs
-with an empty side are dropped (not counted: the dataset is read lazily).
+direction. Texts are cleaned like files (``keras_transformer.data.sources``):
+whitespace normalised, pairs with an empty side or invalid UTF-8 dropped;
+``PairSource.from_tfds`` also counts them (one scan over the split).
 ``tensorflow_datasets`` is imported on first use only (it is slow to import).
 """
 
@@ -16,7 +17,6 @@ import os
 
 import tensorflow as tf
 
-from keras_transformer.data.normalize import normalize_whitespace_tf
 
 
 def _scalar_string(spec) -> bool:
@@ -32,10 +32,26 @@ def tfds_pairs(
     *,
     download: bool = True,
 ) -> tf.data.Dataset:
-    """Pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``).
+    """Cleaned pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``),
+    streamed.
 
     ``download=False`` only reads what ``data_dir`` already holds (offline use).
     """
+    from keras_transformer.data.sources import PairSource
+
+    return PairSource.from_tfds(name, split, src_key, tgt_key, data_dir, download=download).dataset()
+
+
+def tfds_examples(
+    name: str,
+    split: str,
+    src_key: str | None = None,
+    tgt_key: str | None = None,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    download: bool = True,
+) -> tf.data.Dataset:
+    """The raw ``(source, target)`` strings of a TFDS split, uncleaned (see ``tfds_pairs``)."""
     import tensorflow_datasets as tfds
 
     if (src_key is None) != (tgt_key is None):
@@ -71,10 +87,4 @@ def tfds_pairs(
             f"{name} gives elements {spec}, not two scalar strings; pass src_key/tgt_key naming "
             f"text features among {features}."
         )
-    dataset = dataset.map(
-        lambda src, tgt: (normalize_whitespace_tf(src), normalize_whitespace_tf(tgt)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return dataset.filter(
-        lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
-    )
+    return dataset
