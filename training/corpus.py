@@ -23,7 +23,8 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
     - ``kind: tsv`` reads ``tsv: {train: PATH, valid: PATH, test: PATH}`` (source
       and target in the first two columns; ``.gz`` read through gzip);
     - ``kind: tfds`` loads ``tfds: {name, train, valid, test, data_dir}`` splits
-      of a TFDS translation dataset (e.g. ``ted_hrlr_translate/pt_to_en``).
+      of a TFDS translation dataset (e.g. ``ted_hrlr_translate/pt_to_en``), in
+      the builder's direction or, with ``src_key``/``tgt_key``, the features named.
 
     Relative paths are resolved against ``base_dir`` (normally the checkout).
     """
@@ -57,7 +58,11 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
         options = data.get("tfds") or {}
         if not options.get("name"):
             raise ValueError("data.kind=tfds needs data.tfds.name, e.g. ted_hrlr_translate/pt_to_en.")
+        if not options.get("train"):
+            raise ValueError("data.kind=tfds needs data.tfds.train, the training split's name (e.g. train).")
         return _splits({split: PairSource.from_tfds(options["name"], options[split],
+                                                    src_key=options.get("src_key"),
+                                                    tgt_key=options.get("tgt_key"),
                                                     data_dir=options.get("data_dir"))
                         for split in SPLITS if options.get(split)})
     raise ValueError(f"data.kind must be one of synthetic, text, tsv, tfds; got {kind!r}.")

@@ -62,16 +62,14 @@ def main(argv=None) -> int:
     config = resolved_config(args)
 
     def train() -> int:
-        from keras_transformer.data import PreparationError
         from training.trainer import run as run_training
 
-        try:
-            run_training(config, args.workdir)
-        except PreparationError as error:  # a stale W/prepared: the message says what to do
-            fail(PROG, str(error))
+        run_training(config, args.workdir)
         return 0
 
-    return run(PROG, train, expected=(StrategyError,))
+    # ValueError: what the config or the corpus got wrong (a misaligned corpus, an unbounded
+    # shuffle of a large one, a stale W/prepared, ...); the message says what to fix.
+    return run(PROG, train, expected=(StrategyError, ValueError))
 
 
 if __name__ == "__main__":
