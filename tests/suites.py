@@ -60,6 +60,7 @@ PROGRAM_TESTS = {
     "tests/test_prepare_program.py": "training/",
     "tests/test_translate.py": "training/",
     "tests/test_programs.py": "training/, export/ and programs/",
+    "tests/test_recipes.py": "training/ and the [tfds] extra",
     "tests/test_library_api.py": "training/ (its demo workdir)",
     "tests/test_install.py": "a clone and a clean venv (make test-install)",
 }

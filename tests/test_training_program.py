@@ -421,7 +421,7 @@ def test_large_training_splits_are_neither_cached_nor_shuffled_whole():
         training_input({"shuffle_buffer": None}, large)
     with pytest.raises(ValueError, match="training.cache must be"):
         training_input({"cache": 3, "shuffle_buffer": 5}, 10)
-    for name in ("demo", "multi30k", "base", "big"):  # every key can be --set
+    for name in ("demo", "multi30k", "base", "big", "wmt14_ende"):  # every key can be --set
         config = load_config(name, ["training.shuffle_buffer=7", "training.cache=false",
                                     "tokenizer.max_sentences=null"])
         assert config["training"]["shuffle_buffer"] == 7 and config["tokenizer"]["max_sentences"] is None
@@ -464,7 +464,7 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
         trainer.datasets(config, corpus, src_tok, tgt_tok)
 
 
-@pytest.mark.parametrize("name", ["demo", "multi30k", "base", "big"])
+@pytest.mark.parametrize("name", ["demo", "multi30k", "base", "big", "wmt14_ende"])
 def test_shipped_configs_build_valid_models(name):
     import keras_transformer as kt
 
