@@ -75,7 +75,7 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
 
 
 def test_errors_name_the_problem():
-    assert "use one of ['base', 'big', 'demo', 'multi30k']" in _program(BAD_INVOCATIONS["unknown config"],
+    assert "use one of ['base', 'big', 'demo', 'multi30k', 'wmt14_ende']" in _program(BAD_INVOCATIONS["unknown config"],
                                                                          None).stderr
     assert "no key 'no_such_key'" in _program(BAD_INVOCATIONS["unknown --set key"], None).stderr
     assert "cannot reach TF Serving at http://127.0.0.1:9" in _program(BAD_INVOCATIONS["client with no server"],
