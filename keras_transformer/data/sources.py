@@ -272,9 +272,9 @@ def _text_rows(tally: _Tally, src_lines: list[bytes], tgt_lines: list[bytes], ke
             continue
         tally.kept += 1
         if keep[0]:
-            sources.append(" ".join(src.split()))
+            sources.append(normalize_whitespace(src))
         if keep[1]:
-            targets.append(" ".join(tgt.split()))
+            targets.append(normalize_whitespace(tgt))
     return sources, targets
 
 
@@ -304,9 +304,9 @@ def _tsv_rows(tally: _Tally, lines: list[bytes], keep: Keep, src_column: int, tg
             continue
         tally.kept += 1
         if keep[0]:
-            sources.append(" ".join(src.split()))
+            sources.append(normalize_whitespace(src))
         if keep[1]:
-            targets.append(" ".join(tgt.split()))
+            targets.append(normalize_whitespace(tgt))
     return sources, targets
 
 
