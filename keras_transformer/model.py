@@ -208,6 +208,32 @@ class Transformer(keras.Model):
         self.optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
         return self.compute_metrics(x, y, logits, sample_weight=sample_weight)
 
+    def test_step(self, data):
+        """Keras' evaluation step, with the loss averaged over target tokens
+        when the compiled loss is ``MaskedLabelSmoothedCrossEntropy`` (and no
+        sample weights are given).
+
+        Keras weights each batch's loss by its sentences, so its ``val_loss``
+        is a sentence-weighted mean of per-batch token means, which moves with
+        the batching. Here each batch (each replica's share of it) counts by
+        its non-pad target tokens: ``val_loss`` is the mean loss of every
+        target token of the data, whatever the batch sizes, the number of
+        replicas, or the all-pad rows added to split a batch evenly between
+        them. Other losses take Keras' step.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        compile_loss = getattr(self, "_compile_loss", None)
+        if (sample_weight is not None or not isinstance(self.loss, MaskedLabelSmoothedCrossEntropy)
+                or getattr(compile_loss, "_user_loss_weights", None) is not None
+                or getattr(self, "_loss_tracker", None) is None):
+            return super().test_step(data)
+        y_pred = self(x, training=False)
+        loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=None, training=False)
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync  # Keras divides by it
+        tokens = tf.reduce_sum(tf.cast(tf.not_equal(y, self.loss.pad_id), loss.dtype))
+        self._loss_tracker.update_state(loss * replicas, sample_weight=tokens)
+        return self.compute_metrics(x, y, y_pred, sample_weight=None)
+
     def _fuses_output_and_loss(self) -> bool:
         compile_loss = getattr(self, "_compile_loss", None)
         return (

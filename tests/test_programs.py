@@ -26,6 +26,8 @@ BAD_INVOCATIONS = {
     "prepare a missing corpus": ["training.prepare", "--config", "base", "--workdir", "W",
                                  "--set", f"data.dir={MISSING}"],
     "prepare with no data.dir": ["training.prepare", "--config", "base", "--workdir", "W"],
+    "steps not a multiple of steps_per_execution": ["training.train", "--config", "demo", "--workdir", "W",
+                                                    "--set", "training.max_steps=10"],
     "evaluate a missing workdir": ["training.evaluate", "--workdir", MISSING, "--src", f"{MISSING}.src",
                                    "--ref", f"{MISSING}.tgt"],
     "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],

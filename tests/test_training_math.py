@@ -199,3 +199,63 @@ def test_projected_loss_equals_projection_then_loss(vocab_major, with_bias, eps,
     scale = 1e-5 * max(1.0, spread)
     for expected, got in zip(tape.gradient(unfused, sources), tape.gradient(fused, sources)):
         np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-4, atol=scale)
+
+
+def _tiny_transformer(accumulate=None):
+    from keras_transformer import Transformer, TransformerConfig
+
+    keras.utils.set_random_seed(0)
+    model = Transformer(TransformerConfig.from_preset("tiny", vocab_size=40, d_model=16, d_ff=32, num_layers=1,
+                                                      dropout=0.0))
+    model.build()
+    # epsilon 1: Adam's first updates are not sign(gradient), which float rounding could flip.
+    model.compile(optimizer=paper_adam(TransformerSchedule(16, warmup_steps=5), epsilon=1.0,
+                                       gradient_accumulation_steps=accumulate),
+                  loss=MaskedLabelSmoothedCrossEntropy(0.1), metrics=[MaskedAccuracy()])
+    return model
+
+
+def test_accumulated_micro_batches_update_like_one_big_batch():
+    """Two updates from batches of 8 sentences, or from 2 accumulated
+    micro-batches of 4 (the Transformer's fused loss step, FusedAdam): the same
+    weights, update count and learning rate. Every row has the same number of
+    target tokens, so the mean of the micro-batch token means is the big
+    batch's token mean (with unequal counts each micro-batch weighs the same,
+    not each token)."""
+    rng = np.random.default_rng(0)
+    src, tgt_in, tgt_out = (rng.integers(3, 40, size=(16, n)).astype("int32") for n in (6, 5, 5))
+    data = tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out))
+    big, small = _tiny_transformer(), _tiny_transformer(accumulate=2)
+    big.fit(data.batch(8), verbose=0, shuffle=False)
+    small.fit(data.batch(4), verbose=0, shuffle=False)
+    assert int(small.optimizer.iterations) == int(big.optimizer.iterations) == 2
+    assert int(small.optimizer._iterations) == 4  # Keras' count of micro-batches
+    # The schedule follows the updates: the rate of the third update, in both.
+    expected_rate = float(TransformerSchedule(16, warmup_steps=5)(2))
+    assert float(small.optimizer.learning_rate) == pytest.approx(expected_rate, rel=1e-6)
+    assert float(big.optimizer.learning_rate) == pytest.approx(expected_rate, rel=1e-6)
+    for accumulated, whole in zip(small.get_weights(), big.get_weights()):
+        np.testing.assert_allclose(accumulated, whole, rtol=1e-5, atol=1e-6)
+
+
+def test_validation_loss_is_the_mean_over_target_tokens_whatever_the_batching():
+    """``Transformer.test_step`` weights each batch by its target tokens:
+    ``evaluate`` gives the token mean of the whole set for any batch size
+    (Keras' sentence weighting would not), all-pad rows changing nothing."""
+    rng = np.random.default_rng(1)
+    model = _tiny_transformer()
+    src, tgt_in = rng.integers(3, 40, size=(6, 7)).astype("int32"), rng.integers(3, 40, size=(6, 5)).astype("int32")
+    tgt_out = rng.integers(3, 40, size=(6, 5)).astype("int32")
+    for row, length in enumerate([5, 1, 3, 2, 5, 4]):
+        tgt_out[row, length:] = 0
+    logits = model((src, tgt_in)).numpy()
+    expected = _numpy_smoothed_loss(tgt_out, logits, 0.1)
+    data = tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out))
+    for size in (6, 4, 1):
+        scores = model.evaluate(data.batch(size), return_dict=True, verbose=0)
+        assert scores["loss"] == pytest.approx(expected, rel=1e-5), size
+    padded = np.zeros((2, 5), "int32")
+    with_pad_rows = tf.data.Dataset.from_tensors(((np.concatenate([src, np.zeros((2, 7), "int32")]),
+                                                   np.concatenate([tgt_in, padded])),
+                                                  np.concatenate([tgt_out, padded])))
+    assert model.evaluate(with_pad_rows, return_dict=True, verbose=0)["loss"] == pytest.approx(expected, rel=1e-5)

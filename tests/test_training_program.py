@@ -119,22 +119,105 @@ def test_mixed_precision_and_xla_switches(tmp_path):
     assert all(value == value for value in metrics["history"]["loss"])  # finite, not NaN
 
 
-def test_mirrored_strategy_on_two_logical_cpus(tmp_path):
-    script = f"""
-import sys, tensorflow as tf
+MIRRORED_SCRIPT = """
+import json
+import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from pathlib import Path
-from training.config import load_config
-from training import trainer
-config = load_config("demo", {MICRO[1::2]!r} + ["training.strategy=mirrored"])
-strategy = trainer.make_strategy("mirrored")
-assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
-metrics = trainer.run(config, Path({str(tmp_path / 'mirrored')!r}))
-print("replicas", strategy.num_replicas_in_sync, "loss", metrics["history"]["loss"])
+import keras
+import keras_transformer as kt
+from training.loop import StepPlan, custom_fit, evaluator, fit_in_steps, pad_batches_for_replicas
+from training.strategy import make_strategy
+from training.trainer import keras_steps_per_execution
+
+mirrored = make_strategy("mirrored")
+plan = StepPlan(steps_per_epoch=2, epochs=1, accumulate_steps=2)
+out = {"replicas": mirrored.num_replicas_in_sync,
+       "keras_steps_per_execution": keras_steps_per_execution(StepPlan(steps_per_epoch=4, epochs=1,
+                                                                       steps_per_execution=2), mirrored, "fit")}
+rng = np.random.default_rng(0)
+ids = lambda *shape: rng.integers(3, 40, size=shape).astype("int32")
+
+def model_under(strategy, accumulate):
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=40, d_model=16, d_ff=32,
+                                                                num_layers=1, dropout=0.0))
+        model.build()
+        # epsilon 1: Adam's first steps are not sign(gradient), which rounding could flip.
+        model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(16, 5), epsilon=1.0,
+                                              gradient_accumulation_steps=accumulate),
+                      loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), metrics=[kt.MaskedAccuracy()],
+                      steps_per_execution=1 if accumulate is None else keras_steps_per_execution(plan, strategy, "fit"))
+    return model
+
+# Validation batches of 5, 3 and 1 sentences, some padding, about half the tokens right.
+single = model_under(tf.distribute.get_strategy(), None)
+def batch(rows, length):
+    inputs = ids(rows, length + 1), ids(rows, length)
+    predicted = np.argmax(single(inputs).numpy(), -1).astype("int32")
+    tgt = np.where(rng.random((rows, length)) < 0.5, predicted, ids(rows, length))
+    tgt[0, length - 2:] = 0
+    return inputs, tgt
+batches = [batch(5, 6), batch(3, 4), batch(1, 7)]
+valid = tf.data.Dataset.from_tensors(batches[0])
+for extra in batches[1:]:
+    valid = valid.concatenate(tf.data.Dataset.from_tensors(extra))
+out["untrained_accuracy"] = single.evaluate(valid, return_dict=True, verbose=0)["masked_accuracy"]
+
+# Two updates: batches of 8 sentences on one device, or 2 micro-batches of 4 split over the
+# 2 replicas by fit and by the custom loop (rows all as long: the same tokens in each share),
+# each validating at its epoch end.
+src, tgt_in, tgt_out = ids(16, 6), ids(16, 5), ids(16, 5)
+train = lambda size: tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out)).batch(size)
+single.fit(train(8), verbose=0)
+out["one_device"] = single.evaluate(valid, return_dict=True, verbose=0)
+by_fit, by_loop = model_under(mirrored, 2), model_under(mirrored, 2)
+out["fit_history"] = fit_in_steps(by_fit, lambda: pad_batches_for_replicas(train(4).repeat(), 2), plan,
+                                  validation_data=pad_batches_for_replicas(valid, 2), verbose=0)
+out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan, validation_data=valid)
+out["steps"] = [int(model.optimizer.iterations) for model in (single, by_fit, by_loop)]
+out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(), model.get_weights()))
+                      for model in (by_fit, by_loop)]
+out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True, verbose=0)
+out["custom_evaluate"] = evaluator(by_loop, mirrored)(valid)
+print("RESULT" + json.dumps(out))
 """
-    result = _run(["-c", script])
-    assert "replicas 2" in result.stdout
+
+
+def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
+    """MirroredStrategy over 2 logical CPUs. Two accumulated micro-batches
+    split over the replicas, by ``fit_in_steps`` and by ``custom_fit``, make
+    the updates of one big batch on one device, and each loop's validation
+    on batches of 5, 3 and 1 sentences (padded to split evenly) gives one
+    device's exact loss and accuracy, as do Keras' ``evaluate`` and the
+    custom loop's ``evaluator``. (The training program with replicas, custom
+    loop, validation loss and BLEU: the multi-worker test.)"""
+    result = _run(["-c", MIRRORED_SCRIPT])
+    out = json.loads(result.stdout.split("RESULT", 1)[1])
+    assert out["replicas"] == 2 and out["keras_steps_per_execution"] == 1
+    assert out["steps"] == [2, 2, 2]
+    assert max(out["weight_gaps"]) < 1e-5, out["weight_gaps"]  # float32 sums in other orders
+    assert 0.3 < out["untrained_accuracy"] < 0.9
+    expected = out["one_device"]
+    for history in (out["fit_history"], out["custom_history"]):
+        assert history["val_loss"] == [pytest.approx(expected["loss"], rel=1e-5)]
+        assert history["val_masked_accuracy"] == [pytest.approx(expected["masked_accuracy"], rel=1e-5)]
+    for scores in (out["keras_evaluate"], out["custom_evaluate"]):
+        assert scores["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+        assert scores["masked_accuracy"] == pytest.approx(expected["masked_accuracy"], rel=1e-5)
+
+
+def test_static_batch_sizes_are_rounded_to_the_replicas():
+    from training.trainer import batching_for_replicas
+
+    config = load_config("demo", ["training.batch_tokens=null", "training.batch_size=7"])
+    assert batching_for_replicas(config, 2)["training"]["batch_size"] == 6
+    assert batching_for_replicas(config, 8)["training"]["batch_size"] == 8  # at least one row each
+    assert config["training"]["batch_size"] == 7  # the saved config is the one asked for
+    static = load_config("demo", ["training.static_shapes=true", "training.batch_tokens=650"])  # 10 rows of 65
+    assert batching_for_replicas(static, 4)["training"]["batch_tokens"] == 8 * 65
+    assert batching_for_replicas(load_config("demo"), 4) == load_config("demo")  # buckets: padded instead
 
 
 def _free_ports(count):
@@ -155,6 +238,8 @@ def _train_command(workdir, *extra):
 
 
 def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path):
+    """Two workers on 127.0.0.1 (the custom loop, 2 replicas): identical
+    weights and metrics, validation loss and BLEU at each epoch end."""
     import keras
     import numpy as np
 
@@ -167,8 +252,8 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
                      "task": {"type": "worker", "index": index}}
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
         workers.append(subprocess.Popen(
-            _train_command(tmp_path / "run", "--strategy", "multi_worker",
-                           "--set", "evaluation.max_sentences=4"),
+            _train_command(tmp_path / "run", "--strategy", "multi_worker", "--set", "evaluation.max_sentences=4",
+                           "--set", "evaluation.bleu_sentences=3"),
             cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     for worker, output in zip(workers, outputs):
@@ -178,6 +263,9 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
     other_metrics = json.loads((other / "metrics.json").read_text())
     assert chief_metrics["optimizer_steps"] == other_metrics["optimizer_steps"] == 6
     assert chief_metrics["history"]["loss"] == other_metrics["history"]["loss"]  # global metrics
+    # Validation with 2 replicas: loss and BLEU after each epoch, the same on both workers.
+    assert len(chief_metrics["history"]["val_loss"]) == len(chief_metrics["history"]["val_bleu"]) == 2
+    assert chief_metrics["history"]["val_loss"] == other_metrics["history"]["val_loss"]
     chief_weights = keras.models.load_model(chief / "model.keras").get_weights()
     other_weights = keras.models.load_model(other / "model.keras").get_weights()
     for a, b in zip(chief_weights, other_weights):
@@ -190,10 +278,11 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     import time
 
     workdir = tmp_path / "run"
-    command = _train_command(workdir, "--set", f"training.loop={loop}", "--set", "training.epochs=20",
-                             "--set", "training.steps_per_epoch=4", "--set", "evaluation.max_sentences=4")
+    command = _train_command(workdir, "--set", f"training.loop={loop}", "--set", "training.epochs=10",
+                             "--set", "training.steps_per_epoch=4", "--set", "training.backup_every_steps=2",
+                             "--set", "evaluation.max_sentences=4")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    backup = workdir / "backup" / ("training_metadata.json" if loop == "fit" else "custom_loop.weights.h5")
+    backup = workdir / "backup" / "training_metadata.json"
     process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 300
@@ -204,35 +293,46 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     process.wait()
     assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
 
+    resumed_at = json.loads(backup.read_text())["step"]
     result = _run(command[1:])
+    assert f"at step {resumed_at}" in result.stderr  # the programs log to stderr
     if loop == "fit":
         first_epoch = next(line for line in result.stdout.splitlines() if line.startswith("Epoch "))
-        assert first_epoch != "Epoch 1/20", first_epoch
-    else:
-        assert "resumed from" in result.stderr  # the programs log to stderr
+        assert first_epoch == f"Epoch {resumed_at // 4 + 1}/10", first_epoch  # the epoch of the backup's step
     metrics = json.loads((workdir / "metrics.json").read_text())
-    assert metrics["optimizer_steps"] == 80
-    assert len(metrics["history"]["loss"]) < 20  # only the epochs after the restart ran
+    assert metrics["optimizer_steps"] == 40
+    # Only the epochs after the restart ran (the interrupted one, if mid-epoch, counted once).
+    assert len(metrics["history"]["loss"]) == 10 - resumed_at // 4
+    assert not (workdir / "backup").exists()
+
+
+def _tiny_model(**optimizer_options):
+    import keras
+
+    import keras_transformer as kt
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3), **optimizer_options),
+                  loss="mse", steps_per_execution=optimizer_options.get("gradient_accumulation_steps") or 1)
+    return model
 
 
 def test_backup_killed_while_written_still_restores(tmp_path):
-    """A kill during the weights write must leave the previous backup loadable
-    (Keras' own BackupAndRestore truncates latest.weights.h5 in place; CI once
-    hit exactly that in the test above)."""
-    import keras
+    """A kill during a save must leave the previous backup whole and loadable
+    (Keras' own BackupAndRestore overwrites latest.weights.h5 in place; CI once
+    hit a truncated one)."""
     import numpy as np
 
-    from training.callbacks import AtomicBackupAndRestore
+    from training.callbacks import TrainingBackup
+    from training.loop import optimizer_step
+    from training.steps import BackupError
 
-    def tiny_model():
-        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
-        model.compile(optimizer="adam", loss="mse")
-        return model
-
-    x, y = np.ones((8, 3), "float32"), np.zeros((8, 2), "float32")
-    model = tiny_model()
-    backup = AtomicBackupAndRestore(str(tmp_path), delete_checkpoint=False)
-    model.fit(x, y, batch_size=4, epochs=2, callbacks=[backup], verbose=0)
+    x, y = np.ones((8, 3), "float32"), np.zeros((8, 1), "float32")
+    model = _tiny_model()
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    backup = TrainingBackup(tmp_path / "backup")
+    backup.save(model, step=2, epoch=1)
     saved = [w.copy() for w in model.get_weights()]
 
     class Killed(BaseException):
@@ -245,20 +345,98 @@ def test_backup_killed_while_written_still_restores(tmp_path):
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)  # the weights move on
     model.save_weights = dies_halfway
     with pytest.raises(Killed):
-        backup.on_epoch_end(2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.weights.h5", "training_metadata.json"]
-    assert json.loads((tmp_path / "training_metadata.json").read_text())["epoch"] == 2
+        backup.save(model, step=4, epoch=2)
+    assert json.loads((tmp_path / "backup" / "training_metadata.json").read_text())["step"] == 2
 
-    resumed = tiny_model()
-    history = resumed.fit(x, y, batch_size=4, epochs=3, verbose=0,
-                          callbacks=[AtomicBackupAndRestore(str(tmp_path), delete_checkpoint=False)])
-    assert history.epoch == [2]  # epochs 1 and 2 were restored, not re-run
-    assert int(resumed.optimizer.iterations.numpy()) == 6
-    restored = tiny_model()
-    restored.build((None, 3))
-    restored.optimizer.build(restored.trainable_variables)
-    restored.load_weights(tmp_path / "latest.weights.h5")
-    assert not np.allclose(restored.get_weights()[0], saved[0])  # the third epoch's backup
+    resumed = _tiny_model()
+    assert backup.restore(resumed)["step"] == 2 == optimizer_step(resumed)
+    for restored, expected in zip(resumed.get_weights(), saved):
+        np.testing.assert_array_equal(restored, expected)
+    backup.save(resumed, step=2, epoch=1)  # the next save clears what the kill left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup"]
+    with pytest.raises(BackupError, match="accumulate_steps=1"):
+        backup.restore(_tiny_model(gradient_accumulation_steps=2), accumulate_steps=2)
+
+
+def test_step_plan_counts_updates_and_ends_short_epochs():
+    from training.loop import StepPlan
+
+    plan = StepPlan.from_options({"steps_per_epoch": 4, "epochs": 5, "max_steps": 10, "backup_every_steps": 3})
+    assert (plan.total, plan.epochs_in_total) == (10, 3)  # the first bound reached ends the run
+    assert [step for step in range(1, 11) if plan.is_epoch_end(step)] == [4, 8, 10]
+    assert [step for step in range(1, 11) if plan.backs_up_at(step)] == [3, 6, 9, 10]
+    assert StepPlan(steps_per_epoch=4, epochs=2, max_steps=100).total == 8
+    epochs_only = StepPlan.from_options({"steps_per_epoch": 4, "epochs": 2})
+    assert [step for step in range(1, 9) if epochs_only.backs_up_at(step)] == [4, 8]
+    for options, message in [({"steps_per_epoch": 4, "epochs": None}, "epochs or training.max_steps"),
+                             ({"steps_per_epoch": 4, "max_steps": 10, "steps_per_execution": 4}, "max_steps=10"),
+                             ({"steps_per_epoch": 4, "epochs": 1, "backup_every_steps": "often"}, "'epoch'"),
+                             ({"steps_per_epoch": 4, "epochs": 1, "accumulate_steps": 0}, "accumulate_steps")]:
+        with pytest.raises(ValueError, match=message):
+            StepPlan.from_options(options)
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop):
+    """Killed during step 8 of 10 (two micro-batches a step, backups every 3
+    steps, epochs of 4), the resumed run starts at step 6 mid-epoch, trains on
+    exactly the micro-batches the uninterrupted run used after step 6 (each
+    batch's fingerprint recorded), and ends at its step, learning rate and
+    weights."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import keras_transformer as kt
+    from training.callbacks import TrainingBackup
+    from training.loop import StepPlan, custom_fit, fit_in_steps, optimizer_step
+
+    plan = StepPlan(steps_per_epoch=4, max_steps=10, accumulate_steps=2, backup_every_steps=3)
+
+    def train(backup_dir, seen, kill_at=None):
+        class Fingerprinting(keras.Sequential):
+            def train_step(self, data):
+                def record(fingerprint):
+                    seen.append(round(float(fingerprint), 4))
+                    if len(seen) == kill_at:
+                        raise RuntimeError("killed")
+
+                tf.py_function(record, [tf.reduce_sum(data[0] * [1.0, 10.0, 100.0])], [])
+                return super().train_step(data)
+
+        keras.utils.set_random_seed(0)
+        model = Fingerprinting([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3),
+                                              gradient_accumulation_steps=2),
+                      loss="mse", steps_per_execution=plan.steps_per_execution * plan.accumulate_steps)
+        def data():  # reshuffled on each pass, as make_dataset's are
+            rows = tf.data.Dataset.range(1000).map(lambda i: tf.cast(i, tf.float32)).map(
+                lambda i: tf.stack([tf.sin(i), tf.cos(0.7 * i), 1.0]))
+            return rows.shuffle(64, seed=5).repeat().batch(2).map(lambda x: (x, tf.reduce_sum(x, 1, keepdims=True)))
+
+        backup = TrainingBackup(backup_dir)
+        if loop == "fit":
+            history = fit_in_steps(model, data, plan, backup=backup, verbose=0)
+        else:
+            history = custom_fit(model, tf.distribute.get_strategy(), data(), plan, backup=backup)
+        return model, history
+
+    full_seen, resumed_seen = [], []
+    full, full_history = train(tmp_path / "uninterrupted", full_seen)
+    with pytest.raises(tf.errors.OpError, match="killed"):
+        train(tmp_path / "killed", [], kill_at=15)
+    assert json.loads((tmp_path / "killed" / "training_metadata.json").read_text())["step"] == 6
+    resumed, resumed_history = train(tmp_path / "killed", resumed_seen)
+
+    assert len(full_seen) == 20 and len(set(full_seen)) > 15
+    assert resumed_seen == full_seen[12:]
+    assert optimizer_step(resumed) == optimizer_step(full) == 10
+    assert float(resumed.optimizer.learning_rate) == float(full.optimizer.learning_rate)
+    for got, expected in zip(resumed.get_weights(), full.get_weights()):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+    # Epochs of 4, 4 and 2 steps; resumed: the rest of epoch 2, then epoch 3 as in the full run.
+    assert len(full_history["loss"]) == 3 and len(resumed_history["loss"]) == 2
+    assert resumed_history["loss"][-1] == pytest.approx(full_history["loss"][-1], rel=1e-5)
 
 
 def test_average_weights_is_the_elementwise_mean(tmp_path):
@@ -310,7 +488,7 @@ def test_custom_loop_honours_stop_training():
     import numpy as np
     import tensorflow as tf
 
-    from training.loop import custom_fit
+    from training.loop import StepPlan, custom_fit
 
     class StopAfterSecondEpoch(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -320,7 +498,7 @@ def test_custom_loop_honours_stop_training():
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     data = tf.data.Dataset.from_tensor_slices((np.ones((8, 3), "float32"), np.ones((8, 1), "float32")))
-    history = custom_fit(model, strategy, data.batch(2).repeat(), epochs=5, steps_per_epoch=2,
+    history = custom_fit(model, strategy, data.batch(2).repeat(), StepPlan(steps_per_epoch=2, epochs=5),
                          callbacks=[StopAfterSecondEpoch()])
     assert len(history["loss"]) == 2 and int(model.optimizer.iterations.numpy()) == 4
 
@@ -472,8 +650,10 @@ def test_shipped_configs_build_valid_models(name):
     model = dict(config["model"])
     preset = model.pop("preset")
     kt.TransformerConfig.from_preset(preset, vocab_size=config["tokenizer"]["vocab_size"], **model)
-    training = config["training"]
-    assert training["steps_per_epoch"] % training["steps_per_execution"] == 0
+    from training.steps import StepPlan
+
+    plan = StepPlan.from_options(config["training"])  # the step counts fit together
+    assert plan.total >= plan.steps_per_epoch
 
 
 def test_auto_precision_says_what_it_picked_and_why(tmp_path):

@@ -1,12 +1,14 @@
-"""Callbacks of the training program. The per-epoch ones (validation BLEU, the
-last-K weights for averaging, a wall-time budget) serve ``model.fit`` and
-``custom_fit`` alike; ``AtomicBackupAndRestore`` is ``model.fit``'s backup."""
+"""Callbacks of the training program and its backup. The per-epoch callbacks
+(validation BLEU, the last-K weights for averaging, a wall-time budget) serve
+``model.fit`` and ``custom_fit`` alike; ``TrainingBackup`` is both loops'
+resumable state (``training.loop``'s ``StepBackup`` writes it during ``fit``)."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Sequence
@@ -15,36 +17,97 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.files import write_atomically, write_text_atomically, write_through_temp
+from keras_transformer.files import replace_directory, staging_directory, write_atomically
+from training.loop import optimizer_step
+from training.steps import BackupError
 from training.scoring import score_translations
 
 log = logging.getLogger("training")
 
 
-class AtomicBackupAndRestore(keras.callbacks.BackupAndRestore):
-    """``keras.callbacks.BackupAndRestore`` whose backup survives being killed
-    while it is written.
+class TrainingBackup:
+    """A run's resumable state in one folder, replaced whole at each save.
 
-    Keras overwrites ``latest.weights.h5`` in place; a run killed during that
-    write (pre-emption, OOM killer, Ctrl-\\) leaves a truncated HDF5 file next to
-    the previous epoch's metadata, and the resumed run dies in ``h5py`` with
-    "bad object header version number". Here both files are written to temp
-    paths and renamed into place, weights first: a kill at any moment leaves a
-    loadable backup, at worst one save behind (that epoch is then re-run).
+    ``latest.weights.h5`` holds the weights and the optimizer state (its step
+    and, under accumulation, its gradient accumulators, zero at an update);
+    ``training_metadata.json`` the step, the epochs done, the micro-batches
+    consumed and ``accumulate_steps``; ``iterator/`` (custom loop) the input
+    iterator's position (``tf.train.Checkpoint``: tf.data's buffers, e.g. the
+    shuffle buffer, are in it). Each save writes a new folder beside the old
+    one and swaps it in (``replace_directory``): a kill at any moment, even
+    during the write, leaves the previous backup or the new one, complete.
 
     Args:
-        backup_dir: folder for ``latest.weights.h5`` and ``training_metadata.json``.
-        save_freq: ``"epoch"`` or a number of batches, as in Keras.
-        delete_checkpoint: remove the backup when training finishes (Keras' default).
+        directory: the backup folder (``Workdir.backup_dir``).
     """
 
-    def __init__(self, backup_dir: str, save_freq: str | int = "epoch", delete_checkpoint: bool = True):
-        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=delete_checkpoint)
+    WEIGHTS = "latest.weights.h5"
+    METADATA = "training_metadata.json"
+    ITERATOR = "iterator"
 
-    def _save_model(self):
-        write_through_temp(self._weights_path, lambda temp: self.model.save_weights(str(temp), overwrite=True))
-        write_text_atomically(self._training_metadata_path,
-                              json.dumps({"epoch": self._current_epoch, "batch": self._last_batch_seen}))
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.iterator_checkpoints = True  # until an iterator cannot be saved
+
+    def exists(self) -> bool:
+        return (self.directory / self.WEIGHTS).exists()
+
+    def save(self, model: keras.Model, *, step: int, epoch: int, accumulate_steps: int = 1,
+             iterator=None) -> None:
+        for stale in self.directory.parent.glob(f".{self.directory.name}.backup-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a run killed while it saved
+        staging = staging_directory(self.directory, "backup")
+        try:
+            model.save_weights(str(staging / self.WEIGHTS))
+            if iterator is not None and self.iterator_checkpoints:
+                try:
+                    tf.train.Checkpoint(iterator=iterator).write(str(staging / self.ITERATOR / "state"))
+                except (tf.errors.OpError, ValueError) as error:  # e.g. a from_generator stage
+                    self.iterator_checkpoints = False
+                    shutil.rmtree(staging / self.ITERATOR, ignore_errors=True)
+                    log.warning("the input iterator cannot be saved (%s); a resumed run will skip the batches "
+                                "already used instead", str(error).strip().splitlines()[0])
+            metadata = {"step": step, "epoch": epoch, "batches": step * accumulate_steps,
+                        "accumulate_steps": accumulate_steps}
+            (staging / self.METADATA).write_text(json.dumps(metadata), encoding="utf-8")
+            replace_directory(staging, self.directory)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def metadata(self) -> dict:
+        path = self.directory / self.METADATA
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    def restore(self, model: keras.Model, accumulate_steps: int = 1) -> dict:
+        """Load the weights and optimizer state into ``model`` (compiled, built);
+        returns the metadata, ``step`` checked against the optimizer's."""
+        metadata = self.metadata()
+        saved = metadata.get("accumulate_steps", 1)
+        if saved != accumulate_steps:
+            raise BackupError(
+                f"The backup in {self.directory} was written with training.accumulate_steps={saved}, this run "
+                f"has {accumulate_steps}: resume with the same value, or delete the folder to start afresh.")
+        with model.distribute_strategy.scope():
+            if not model.optimizer.built:
+                model.optimizer.build(model.trainable_variables)
+            model.load_weights(self.directory / self.WEIGHTS)
+        step = optimizer_step(model)
+        if metadata.get("step", step) != step:
+            raise BackupError(f"The backup in {self.directory} says step {metadata['step']} but its optimizer "
+                             f"state is at step {step}; delete the folder to start afresh.")
+        return {**metadata, "step": step}
+
+    def restore_iterator(self, iterator) -> bool:
+        """Restore ``iterator``'s position; False when the backup has none
+        (written by ``model.fit``'s loop)."""
+        prefix = self.directory / self.ITERATOR / "state"
+        if not prefix.with_suffix(".index").exists():
+            return False
+        tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
+        return True
+
+    def delete(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ValidationBleu(keras.callbacks.Callback):

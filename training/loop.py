@@ -1,13 +1,58 @@
-"""A training loop that runs under every ``tf.distribute`` strategy.
+"""Step-based training, the same under ``model.fit`` and a custom loop.
 
-``model.fit`` fails under ``MultiWorkerMirroredStrategy`` in Keras 3.15
-(keras-team/keras#20585: a ``PerReplica`` value reaches ``convert_to_tensor`` in
-the trainer's symbolic build). This loop calls the model's own
-``train_step`` through ``strategy.run`` on a distributed dataset, so the
-train step (loss, gradients, optimizer, metrics) is the one ``fit`` uses,
-written once. Backups use the same weights file format as
-``keras.callbacks.BackupAndRestore`` and hold the optimizer state; the epoch and
-step to resume from are derived from ``optimizer.iterations``.
+A *step* is one optimizer update. ``StepPlan`` fixes how many a run makes and
+where its epochs end; an *epoch* is the interval between validations (loss,
+BLEU), the per-epoch logs and history, the checkpoints kept for averaging, the
+time-budget checks and, with ``backup_every_steps: epoch``, the backups:
+
+* ``steps_per_epoch`` updates make an epoch; the run makes ``max_steps``
+  updates, or ``epochs × steps_per_epoch`` when ``max_steps`` is null. With
+  both set, the run ends at the first of the two (``max_minutes`` may end it
+  earlier still). When the total is not a multiple of ``steps_per_epoch``, the
+  last epoch is shorter, and is validated and checkpointed where it ends.
+* ``accumulate_steps`` micro-batches make an update (Keras' optimizer
+  ``gradient_accumulation_steps``): the dataset yields micro-batches, and every
+  count above (``max_steps``, ``steps_per_epoch``, ``steps_per_execution``,
+  ``backup_every_steps``, the learning-rate schedule, ``optimizer.iterations``)
+  counts updates. Each micro-batch's loss is its own mean over target tokens
+  and the update averages the micro-batch gradients: N micro-batches make the
+  update of one N times as large when their token counts are equal; otherwise
+  each micro-batch weighs the same, so a token of a shorter one weighs more
+  (as for the replicas' shares of a batch under ``tf.distribute``).
+* Backups hold the weights, the optimizer state (its step included) and the
+  step (``TrainingBackup``); they are written every ``backup_every_steps``
+  updates, or at each epoch end.
+
+Two loops run this plan:
+
+``fit_in_steps`` calls ``model.fit`` (one machine, mirrored, TPU). A resumed
+run continues at the backup's step with the batches an uninterrupted run would
+have used next: ``fit`` opens its own iterator over the dataset, so the resumed
+run reads a new copy of the dataset from its start and skips ``n``, the
+micro-batches already consumed (read and discarded again: resuming costs a
+pass over them; under a distribution strategy Keras opens the dataset twice,
+so twice). Keras' own
+``BackupAndRestore`` restores only the epoch: it re-runs an interrupted epoch
+from its first update on the data from the start, so a mid-epoch backup
+replays data and shifts every later epoch. Here the rest of an interrupted
+epoch is one ``fit`` call of its own, so epochs end at the same steps as in an
+uninterrupted run.
+
+``custom_fit`` runs ``model.train_step`` through ``strategy.run`` in one
+``tf.function`` (every strategy, ``MultiWorkerMirroredStrategy`` included,
+where ``model.fit`` fails in Keras 3.15: keras-team/keras#20585). It reads the
+global batches through one plain ``tf.data`` iterator per worker and hands
+each replica its slice of every batch (``replica_rows``); that iterator is
+saved with each backup (``tf.train.Checkpoint``; ``tf.distribute``'s own
+multi-device iterators are not checkpointable), so a resumed run reads no
+batch twice and skips none, at no extra cost. Every worker reads the whole
+input stream (the batches are split between replicas, not the data between
+workers) and keeps its own backup.
+
+Both split batches between replicas evenly: a batch whose rows are not a
+multiple of the replica count gets rows of padding (all ``pad_id``, which the
+masked loss and accuracy ignore), so validation loss and accuracy are exact
+with any number of replicas.
 """
 
 from __future__ import annotations
@@ -16,11 +61,13 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import keras
 import tensorflow as tf
 
-from keras_transformer.files import write_through_temp
+from keras_transformer.config import PAD_ID
+from training.steps import StepPlan
 
 log = logging.getLogger("training")
 
@@ -35,54 +82,252 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 
 def optimizer_step(model: keras.Model) -> int:
+    """Updates made so far (``optimizer.iterations``: under gradient
+    accumulation, micro-batches // ``accumulate_steps``)."""
     iterations = model.optimizer.iterations
     value = iterations.numpy() if hasattr(iterations, "numpy") else iterations.value.numpy()
     return int(value)
+
+
+def _pad_rows(tensor: tf.Tensor, replicas: int) -> tf.Tensor:
+    """``tensor`` with rows of ``PAD_ID`` added up to a multiple of ``replicas``."""
+    extra = (-tf.shape(tensor)[0]) % replicas
+    return tf.pad(tensor, [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1),
+                  constant_values=tf.cast(PAD_ID, tensor.dtype))
+
+
+def replica_rows(batch, replica: int | tf.Tensor, replicas: int):
+    """Replica ``replica``'s rows of a global batch: each tensor's rows padded
+    with ``PAD_ID`` rows to a multiple of ``replicas``, then split evenly."""
+    if replicas == 1:
+        return batch
+
+    def rows(tensor):
+        padded = _pad_rows(tensor, replicas)
+        size = tf.shape(padded)[0] // replicas
+        return padded[replica * size:(replica + 1) * size]
+
+    return tf.nest.map_structure(rows, batch)
+
+
+def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int) -> tf.data.Dataset:
+    """``dataset`` with each batch padded with ``PAD_ID`` rows to a multiple of
+    ``replicas``, so that ``tf.distribute`` splits it evenly (Keras 3.15's
+    ``fit``/``evaluate`` fail on a first batch split unevenly: "AddN of [3, T]
+    and [2, T]"). Batches whose size is statically a multiple pass unchanged."""
+    sizes = [spec.shape[0] for spec in tf.nest.flatten(dataset.element_spec)]
+    if replicas == 1 or all(size is not None and size % replicas == 0 for size in sizes):
+        return dataset
+
+    def pad(*batch):
+        return tf.nest.map_structure(lambda tensor: _pad_rows(tensor, replicas),
+                                     batch[0] if len(batch) == 1 else batch)
+
+    return dataset.map(pad, deterministic=True)
+
+
+class StopAtStep(keras.callbacks.Callback):
+    """Ends ``model.fit`` once the optimizer has made ``step`` updates: at the
+    end of that batch (``at_batch_end``; the epoch then ends as usual, with
+    validation and the epoch callbacks), or at the end of the epoch it falls
+    in. Placed last, it first notes whether another callback ended the run at
+    that epoch end (``stopped_by_others``)."""
+
+    def __init__(self, step: int, at_batch_end: bool = True):
+        super().__init__()
+        self.step = step
+        self.at_batch_end = at_batch_end
+        self.stopped_by_others = False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.at_batch_end and optimizer_step(self.model) >= self.step:
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        reached = optimizer_step(self.model) >= self.step
+        # At the step, a stop at the batch end was this callback's own.
+        self.stopped_by_others = bool(self.model.stop_training) and not (self.at_batch_end and reached)
+        if reached:
+            self.model.stop_training = True
+
+
+def fit_in_steps(
+    model: keras.Model,
+    make_dataset: Callable[[], tf.data.Dataset],
+    plan: StepPlan,
+    *,
+    validation_data: tf.data.Dataset | None = None,
+    backup=None,
+    callbacks: list[keras.callbacks.Callback] = (),
+    verbose="auto",
+) -> dict[str, list[float]]:
+    """``model.fit`` over ``plan``; returns the per-epoch history.
+
+    ``model`` is compiled with ``steps_per_execution = plan.steps_per_execution
+    × plan.accumulate_steps`` (Keras counts micro-batches) and, to accumulate,
+    an optimizer with ``gradient_accumulation_steps = plan.accumulate_steps``.
+    ``make_dataset()`` returns the training micro-batches from their start,
+    repeating forever, as a new dataset at each call: each ``fit`` call reads
+    a new one, because a dataset that shuffles with
+    ``reshuffle_each_iteration`` gives each iterator over the same object a
+    new order (and Keras, under a distribution strategy, opens one iterator
+    to build the model before the one it trains on; the data then agree
+    with an uninterrupted run's when an epoch of the data is longer than the
+    few batches that first iterator reads ahead). With a ``backup``
+    (``TrainingBackup``) that exists, training resumes at its step on
+    ``make_dataset().skip(micro-batches consumed)``; new backups are written
+    as the plan says (``StepBackup``, after the other callbacks at an epoch
+    end). The backup is left in place: the caller deletes it once the run's
+    outputs are written.
+    """
+    done = 0
+    if backup is not None and backup.exists():
+        done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
+        log.info("resumed from %s at step %d: skipping the %d batches already used", backup.directory, done,
+                 done * plan.accumulate_steps)
+    callbacks = list(callbacks)
+    if backup is not None:
+        callbacks.append(StepBackup(backup, plan))
+    micro = plan.accumulate_steps
+    history: dict[str, list[float]] = {}
+    while done < plan.total:
+        epoch = done // plan.steps_per_epoch
+        if done % plan.steps_per_epoch:  # resumed mid-epoch: the rest of that epoch alone
+            segment_end = plan.epoch_end(done)
+            steps = segment_end - done
+            stop = StopAtStep(segment_end, at_batch_end=False)
+            log.info("finishing epoch %d (steps %d to %d) first", epoch + 1, done + 1, segment_end)
+        else:  # the rest of the run; StopAtStep ends a shorter last epoch
+            segment_end, steps = plan.total, plan.steps_per_epoch
+            stop = StopAtStep(plan.total)
+        data = make_dataset()
+        if done:
+            data = data.skip(done * micro)
+        result = model.fit(data, validation_data=validation_data, callbacks=[*callbacks, stop], shuffle=False,
+                           verbose=verbose, initial_epoch=epoch, epochs=plan.epochs_in_total,
+                           steps_per_epoch=steps * micro)
+        for name, values in result.history.items():
+            history.setdefault(name, []).extend(values)
+        done = optimizer_step(model)
+        if done >= plan.total or stop.stopped_by_others:  # finished, or a callback ended the run
+            break
+        if done < segment_end:
+            if not model.stop_training:
+                log.warning("the training data ran out at step %d of %d", done, plan.total)
+            break
+    return history
+
+
+class StepBackup(keras.callbacks.Callback):
+    """Writes ``backup`` (a ``TrainingBackup``) during ``model.fit`` at the
+    steps ``plan.backs_up_at`` names: at a batch end, or at an epoch end after
+    the epoch's other callbacks (so a kill never leaves a backup past an epoch
+    whose checkpoint was not written). Diverged (non-finite) weights are never
+    backed up."""
+
+    def __init__(self, backup, plan: StepPlan):
+        super().__init__()
+        self.backup = backup
+        self.plan = plan
+        self.saved = None
+
+    def on_train_begin(self, logs=None):
+        # Where ``fit`` runs one micro-batch per call, the step stays the same
+        # for the rest of an accumulation: save once, at the update itself.
+        self.saved = optimizer_step(self.model)
+
+    def _save(self, step: int, logs) -> None:
+        loss = (logs or {}).get("loss")
+        if step == self.saved or (loss is not None and not math.isfinite(float(loss))):
+            return
+        self.backup.save(self.model, step=step, epoch=step // self.plan.steps_per_epoch,
+                         accumulate_steps=self.plan.accumulate_steps)
+        self.saved = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = optimizer_step(self.model)
+        if self.plan.backs_up_at(step) and not self.plan.is_epoch_end(step):
+            self._save(step, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        step = optimizer_step(self.model)
+        if self.plan.backs_up_at(step):
+            self._save(step, logs)
+
+
+def _own_rows(batch):
+    """This replica's rows of a global batch (in a replica context)."""
+    context = tf.distribute.get_replica_context()
+    return replica_rows(batch, context.replica_id_in_sync_group, context.num_replicas_in_sync)
+
+
+def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[[tf.data.Dataset], dict]:
+    """A function that evaluates ``model`` (compiled under ``strategy``) on a
+    finite dataset of global batches with ``model.test_step``, each replica on
+    its rows of each batch (``replica_rows``), and returns the metrics. It
+    resets the model's metrics before and after (the training ones, too)."""
+
+    @tf.function
+    def run(iterator):
+        for batch in iterator:
+            strategy.run(lambda batch: model.test_step(_own_rows(batch)), args=(batch,))
+
+    def evaluate(dataset: tf.data.Dataset) -> dict:
+        model.reset_metrics()
+        run(iter(dataset))
+        results = {name: float(value) for name, value in model.get_metrics_result().items()}
+        model.reset_metrics()
+        return results
+
+    return evaluate
 
 
 def custom_fit(
     model: keras.Model,
     strategy: tf.distribute.Strategy,
     dataset: tf.data.Dataset,
+    plan: StepPlan,
     *,
-    epochs: int,
-    steps_per_epoch: int,
-    backup_path: Path | None = None,
-    backup_every_steps: int | None = None,
-    steps_per_execution: int = 1,
+    validation_data: tf.data.Dataset | None = None,
+    backup=None,
     summary_dir: Path | None = None,
     callbacks: list[keras.callbacks.Callback] = (),
 ) -> dict[str, list[float]]:
-    """Train ``epochs × steps_per_epoch`` optimizer steps; returns per-epoch metrics.
+    """Train ``plan.total`` updates with ``model.train_step``; returns per-epoch metrics.
 
-    The model must be compiled under ``strategy.scope()``. ``dataset`` yields
-    global batches (it is distributed here). On restart with an existing
-    ``backup_path`` the weights and optimizer state are restored, the data
-    skips the batches already consumed, and training continues at the saved step.
+    The model must be compiled under ``strategy.scope()`` (to accumulate, with
+    an optimizer whose ``gradient_accumulation_steps`` is
+    ``plan.accumulate_steps``). ``dataset`` yields global batches (repeating
+    forever); each replica trains on its slice of each (``replica_rows``). At
+    each epoch end ``validation_data`` (finite) is evaluated with
+    ``model.test_step`` into ``val_*`` metrics, then the ``callbacks``'
+    ``on_epoch_end`` run. With a ``backup`` (``TrainingBackup``) that exists,
+    the weights, optimizer state and input position are restored and training
+    continues at the saved step; backups are written as the plan says, each
+    with the input iterator's state, and left in place at the end.
     """
-    if steps_per_epoch % steps_per_execution:
-        raise ValueError(
-            f"steps_per_epoch={steps_per_epoch} must be a multiple of "
-            f"steps_per_execution={steps_per_execution}."
-        )
     with strategy.scope():
         # Optimizer slots must exist before the first step: creating them
         # lazily inside a replica context fails.
         model.optimizer.build(model.trainable_variables)
-    if backup_path is not None and backup_path.exists():
-        model.load_weights(backup_path)
-        log.info("resumed from %s at step %d", backup_path, optimizer_step(model))
-    done = optimizer_step(model)
-    total = epochs * steps_per_epoch
-    if done % steps_per_execution:
-        raise ValueError(f"Backup at step {done} is not a multiple of steps_per_execution.")
-
-    iterator = iter(strategy.experimental_distribute_dataset(dataset.skip(done)))
+    iterator = iter(dataset)
+    done = 0
+    if backup is not None and backup.exists():
+        done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
+        if backup.restore_iterator(iterator):
+            log.info("resumed from %s at step %d", backup.directory, done)
+        else:
+            log.info("resumed from %s at step %d: the backup has no input position; skipping the %d batches "
+                     "already used", backup.directory, done, done * plan.accumulate_steps)
+            iterator = iter(dataset.skip(done * plan.accumulate_steps))
+    micro_steps = plan.steps_per_execution * plan.accumulate_steps
 
     @tf.function
     def run_steps(iterator):
-        for _ in tf.range(steps_per_execution):
-            strategy.run(model.train_step, args=(next(iterator),))
+        for _ in tf.range(micro_steps):
+            strategy.run(lambda batch: model.train_step(_own_rows(batch)), args=(next(iterator),))
+
+    evaluate = evaluator(model, strategy) if validation_data is not None else None
 
     for callback in callbacks:
         callback.set_model(model)
@@ -91,42 +336,38 @@ def custom_fit(
     history: dict[str, list[float]] = {}
     model.stop_training = False
     epoch_started = time.time()
-    while done < total:
+    while done < plan.total:
         run_steps(iterator)
-        done += steps_per_execution
-        at_backup = bool(backup_path is not None and backup_every_steps and done % backup_every_steps == 0)
-        if not (at_backup or done % steps_per_epoch == 0):
+        done += plan.steps_per_execution
+        epoch_end, at_backup = plan.is_epoch_end(done), backup is not None and plan.backs_up_at(done)
+        if not (epoch_end or at_backup):
             continue
         results = {name: float(value) for name, value in model.get_metrics_result().items()}
         if not math.isfinite(results.get("loss", 0.0)):
             # TerminateOnNaN's job, and never back up diverged weights.
             raise FloatingPointError(f"loss is {results['loss']} at step {done}; training stopped.")
-        if at_backup and chief:
-            _save_weights(model, backup_path)
-        if done % steps_per_epoch == 0:
-            epoch = done // steps_per_epoch
+        stop = False
+        if epoch_end:
+            epoch = plan.epoch_number(done)
+            if evaluate is not None:
+                results.update({f"val_{name}": value for name, value in evaluate(validation_data).items()})
             seconds = time.time() - epoch_started
             for callback in callbacks:
                 callback.on_epoch_end(epoch - 1, results)
             stop = bool(getattr(model, "stop_training", False))
-            log.info("epoch %d/%d - %.0fs - %.0fms/step - %s", epoch, epochs, seconds,
-                     1000 * seconds / steps_per_epoch,
+            log.info("epoch %d/%d - step %d - %.0fs - %s", epoch, plan.epochs_in_total, done, seconds,
                      " - ".join(f"{k}: {v:.4f}" for k, v in results.items()))
             for name, value in results.items():
                 history.setdefault(name, []).append(value)
                 if writer is not None:
                     with writer.as_default():
                         tf.summary.scalar(name, value, step=done)
-            for metric in model.metrics:
-                metric.reset_state()
-            if backup_path is not None and chief and not backup_every_steps:
-                _save_weights(model, backup_path)
+            model.reset_metrics()
             epoch_started = time.time()
-            if stop:
-                log.info("stopped by a callback after epoch %d", epoch)
-                break
+        if at_backup:
+            backup.save(model, step=done, epoch=done // plan.steps_per_epoch,
+                        accumulate_steps=plan.accumulate_steps, iterator=iterator)
+        if stop:
+            log.info("stopped by a callback after epoch %d", plan.epoch_number(done))
+            break
     return history
-
-
-def _save_weights(model: keras.Model, path: Path) -> None:
-    write_through_temp(path, model.save_weights)

@@ -3,7 +3,9 @@
 ``--config`` is a name in ``training/configs`` (demo, multi30k, base, big) or
 a YAML path; ``--set section.key=value`` overrides any key (values parsed as
 YAML). Re-running the same command after an interruption resumes from the
-last backup. The workdir's layout is ``keras_transformer.Workdir``'s.
+last backup at its step, on the batches an uninterrupted run would have used
+next: the custom loop restores the saved input iterator, ``fit`` skips the
+batches already used. The workdir's layout is ``keras_transformer.Workdir``'s.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from programs import TRAINING_PRECISIONS, ArgumentParser, fail, run, setup_logging
 from training.config import check_prepare_mode, load_config
+from training.steps import StepPlan
 from training.strategy import STRATEGIES, StrategyError
 
 PROG = "python -m training.train"
@@ -51,6 +54,10 @@ def resolved_config(args) -> dict:
                    f"use one of {list(TRAINING_PRECISIONS)}.")
     if training.get("strategy", "auto") not in STRATEGIES:
         fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
+    try:
+        StepPlan.from_options(training)
+    except ValueError as error:
+        fail(PROG, str(error))
     if args.workdir.exists() and not args.workdir.is_dir():
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
     return config

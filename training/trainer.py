@@ -2,9 +2,23 @@
 tokenizers, datasets, the model, ``model.fit`` or the custom loop, averaging,
 scoring, and the workdir's files (``keras_transformer.Workdir``).
 
+Training counts optimizer updates (``training.steps.StepPlan``): ``max_steps``
+and/or ``epochs × steps_per_epoch`` bound the run, an epoch is the interval
+of validation (loss and BLEU, with any number of replicas), logs and the
+checkpoints kept for averaging, and ``accumulate_steps`` micro-batches of
+``batch_tokens`` make one update.
+
 Re-running the same command after an interruption resumes from the last
-backup (``AtomicBackupAndRestore``: Keras' ``BackupAndRestore``, written
-atomically): step, optimizer state, epoch.
+backup (``TrainingBackup``, written every ``backup_every_steps`` updates or at
+each epoch end, replaced whole so a kill never leaves a broken one): at the
+backup's step, with its weights and optimizer state (so the learning-rate
+schedule too), on the batches an uninterrupted run would have used next.
+``training.loop: custom`` restores the input iterator saved with the backup;
+``fit`` reads the data from its start and skips the micro-batches already
+used, finishing an interrupted epoch first so that later epochs end at the
+same steps (``training.loop`` says more). The backup is deleted once
+``metrics.json`` is written: a run killed while it scores resumes at its
+last step and only scores.
 """
 
 from __future__ import annotations
@@ -13,7 +27,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import tensorflow as tf
@@ -28,13 +42,12 @@ from keras_transformer.tokenization import (DEFAULT_MAX_SENTENCES, SubwordTokeni
                                             train_tokenizers)
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
-from training.callbacks import (AtomicBackupAndRestore, KeepLastWeights, TimeBudget, ValidationBleu,
-                                average_weights)
+from training.callbacks import KeepLastWeights, TimeBudget, TrainingBackup, ValidationBleu, average_weights
 from training.config import check_prepare_mode
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
-from training.loop import custom_fit, is_chief, optimizer_step
+from training.loop import StepPlan, custom_fit, fit_in_steps, is_chief, optimizer_step, pad_batches_for_replicas
 from training.strategy import make_strategy
 
 log = logging.getLogger("training")
@@ -208,53 +221,86 @@ def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
     return scores
 
 
-def train_model(model, strategy, train_ds, valid_ds, options: dict[str, Any], run_dir: Workdir,
-                epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
-    """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
-    or ``training.loop: custom``); both run ``model.train_step`` and the same
-    per-epoch callbacks. Returns the per-epoch history."""
+def training_loop(options: dict[str, Any], strategy) -> str:
+    """``fit`` or ``custom``: ``training.loop``, where ``auto`` is ``custom``
+    under ``MultiWorkerMirroredStrategy`` (Keras 3.15's ``fit`` fails there)."""
     loop = options.get("loop", "auto")
     if loop not in LOOPS:
         raise ValueError(f"training.loop must be one of {LOOPS}, got {loop!r}.")
     if loop == "auto":
         multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
         loop = "custom" if multi_worker else "fit"
-    every = options.get("backup_every_steps", "epoch")
+    return loop
+
+
+def keras_steps_per_execution(plan: StepPlan, strategy, loop: str) -> int:
+    """``compile``'s ``steps_per_execution``: Keras counts micro-batches, so an
+    execution of N updates is N × ``accumulate_steps`` of them; 1 for ``fit``
+    under a ``MirroredStrategy`` of several replicas, where Keras 3.15's
+    multi-step function fails ("You must feed a value for placeholder tensor
+    'while/cond/Placeholder'")."""
+    if (loop == "fit" and strategy.num_replicas_in_sync > 1
+            and isinstance(strategy, tf.distribute.MirroredStrategy)):
+        if plan.steps_per_execution * plan.accumulate_steps > 1:
+            log.warning("fit runs one batch per call under MirroredStrategy (Keras 3.15 fails with more); "
+                        "training.loop: custom runs training.steps_per_execution")
+        return 1
+    return plan.steps_per_execution * plan.accumulate_steps
+
+
+def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], valid_ds, options: dict[str, Any],
+                run_dir: Workdir, epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
+    """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
+    or ``training.loop: custom``) over ``StepPlan.from_options(options)``; both
+    run ``model.train_step``, validate ``valid_ds`` at each epoch end (with any
+    number of replicas), run the same per-epoch callbacks and resume from
+    ``run_dir.backup_dir`` (left in place: ``run`` deletes it at the end).
+    ``train_data()`` builds the training batches anew (``fit_in_steps`` says
+    why). Returns the per-epoch history."""
+    loop = training_loop(options, strategy)
+    plan = StepPlan.from_options(options)
+    backup = TrainingBackup(run_dir.backup_dir)
     if loop == "custom":
-        backup = run_dir.backup_dir / "custom_loop.weights.h5"
-        history = custom_fit(
-            model, strategy, train_ds,
-            epochs=options["epochs"],
-            steps_per_epoch=options["steps_per_epoch"],
-            backup_path=backup,
-            backup_every_steps=None if every == "epoch" else int(every),
-            steps_per_execution=options.get("steps_per_execution", 1),
-            summary_dir=run_dir.logs_dir,
-            callbacks=epoch_callbacks,
-        )
-        backup.unlink(missing_ok=True)  # finished: the next run starts afresh, as with fit
-        return history
+        return custom_fit(model, strategy, train_data(), plan, validation_data=valid_ds, backup=backup,
+                          summary_dir=run_dir.logs_dir, callbacks=epoch_callbacks)
+    replicas = strategy.num_replicas_in_sync
+    if valid_ds is not None:
+        valid_ds = pad_batches_for_replicas(valid_ds, replicas)
     callbacks = [
-        AtomicBackupAndRestore(str(run_dir.backup_dir), save_freq=every),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(str(run_dir.logs_dir), update_freq=100),
         *epoch_callbacks,
     ]
-    if strategy.num_replicas_in_sync > 1 and valid_ds is not None:
-        # Keras 3.15's evaluate() builds its metrics symbolically from one
-        # distributed batch and fails on uneven per-replica splits (AddN of
-        # [3, T] and [2, T]); validate after training instead.
-        log.warning("validation during fit is off with %d replicas", strategy.num_replicas_in_sync)
-        valid_ds = None
-    return model.fit(
-        train_ds,
-        validation_data=valid_ds,
-        epochs=options["epochs"],
-        steps_per_epoch=options["steps_per_epoch"],
-        callbacks=callbacks,
-        shuffle=False,
-        verbose=options.get("verbose", 2),
-    ).history
+    return fit_in_steps(model, lambda: pad_batches_for_replicas(train_data(), replicas), plan,
+                        validation_data=valid_ds, backup=backup, callbacks=callbacks,
+                        verbose=options.get("verbose", 2))
+
+
+def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, Any]:
+    """``config`` with a static batch size (``training.batch_size``, or the one
+    ``static_shapes`` derives from ``batch_tokens``) rounded down to a multiple
+    of ``replicas`` (at least ``replicas``), so each replica gets as many rows;
+    the config itself is left unchanged (the saved config is the one asked for)."""
+    options = config["training"]
+    if replicas == 1:
+        return config
+    changed = dict(options)
+    if options.get("batch_size"):
+        size = options["batch_size"]
+        changed["batch_size"] = max(replicas, size // replicas * replicas)
+        if changed["batch_size"] != size:
+            log.info("training.batch_size %d rounded to %d, a multiple of the %d replicas",
+                     size, changed["batch_size"], replicas)
+    elif options.get("static_shapes") and options.get("batch_tokens"):
+        longest = max(options["max_src_length"], options["max_tgt_length"] + 1)
+        size = options["batch_tokens"] // longest
+        rounded = max(replicas, size // replicas * replicas)
+        if rounded != size:
+            changed["batch_tokens"] = rounded * longest
+            log.info("static batches of %d sentences rounded to %d, a multiple of the %d replicas "
+                     "(batch_tokens %d used as %d)", size, rounded, replicas, options["batch_tokens"],
+                     changed["batch_tokens"])
+    return {**config, "training": changed}
 
 
 def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -279,20 +325,35 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})  # scans train once
     training_input(train_options, len(corpus["train"]))  # a bad cache/shuffle setting fails before tokenizers
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
-    train_ds, valid_ds = datasets(config, corpus, src_tok, tgt_tok, run_dir=workdir)
+    data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
+    train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, run_dir=workdir)
+    unread = [train_ds]  # not iterated yet: the first call may use it
 
+    def train_data():  # from the start, as a new dataset (see train_model)
+        return unread.pop() if unread else datasets(data_config, corpus, src_tok, tgt_tok, run_dir=workdir)[0]
+
+    plan = StepPlan.from_options(train_options)
+    if plan.max_steps is not None and plan.epochs is not None and plan.max_steps != plan.epochs * plan.steps_per_epoch:
+        log.info("training ends at step %d, the first of max_steps=%d and epochs × steps_per_epoch = %d",
+                 plan.total, plan.max_steps, plan.epochs * plan.steps_per_epoch)
+    if plan.accumulate_steps > 1:
+        per_update = (f"{train_options['batch_tokens'] * plan.accumulate_steps:,} tokens"
+                      if train_options.get("batch_tokens") else
+                      f"{train_options['batch_size'] * plan.accumulate_steps:,} sentences")
+        log.info("%d micro-batches per update: %s per update", plan.accumulate_steps, per_update)
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))
         model.build()
         schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
                                           scale=train_options.get("learning_rate_scale", 1.0))
         model.compile(
-            optimizer=kt.paper_adam(schedule),
+            optimizer=kt.paper_adam(schedule, gradient_accumulation_steps=plan.accumulate_steps
+                                    if plan.accumulate_steps > 1 else None),
             loss=kt.MaskedLabelSmoothedCrossEntropy(train_options.get("label_smoothing", 0.1),
                                                    pad_id=model.config.pad_id),
             metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
             jit_compile=bool(train_options.get("jit", False)),
-            steps_per_execution=train_options.get("steps_per_execution", 1),
+            steps_per_execution=keras_steps_per_execution(plan, strategy, training_loop(train_options, strategy)),
         )
     write_text_atomically(workdir / "model_config.json", model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")
@@ -308,7 +369,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
 
     fit_started = time.time()
-    history = train_model(model, strategy, train_ds, valid_ds, train_options, run_dir, epoch_callbacks)
+    history = train_model(model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks)
     train_seconds = time.time() - fit_started
 
     metrics: dict[str, Any] = {
@@ -340,5 +401,6 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     metrics["total_seconds"] = round(time.time() - started, 1)
     metrics["cpu"] = cpu_record()  # the seconds (and a bf16 run's speed) depend on it
     write_text_atomically(run_dir.metrics_path, json.dumps(metrics, indent=2))
+    TrainingBackup(run_dir.backup_dir).delete()  # finished: the next run starts afresh
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
     return metrics
