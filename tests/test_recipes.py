@@ -1,5 +1,6 @@
 """The paper's WMT14 recipe, end to end on TFDS mock data: streamed from TFDS, prepared into
-shards on the first run, trained, averaged, scored, and loadable as a workdir."""
+shards on the first run, trained for a number of updates of accumulated micro-batches,
+averaged, scored, and loadable as a workdir."""
 
 import json
 import os
@@ -14,8 +15,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 TINY = [
     "model.preset=tiny", "model.max_length=64", "tokenizer.vocab_size=60", "tokenizer.max_sentences=100",
-    "training.jit=false", "training.batch_tokens=128",
-    "training.epochs=2", "training.steps_per_epoch=2", "training.steps_per_execution=1",
+    "training.jit=false", "training.batch_tokens=128", "training.accumulate_steps=2",
+    "training.epochs=null", "training.max_steps=4", "training.steps_per_epoch=2", "training.steps_per_execution=1",
     "training.backup_every_steps=epoch", "training.warmup_steps=4", "training.max_src_length=32",
     "training.max_tgt_length=31", "training.shuffle_buffer=100", "training.average_last=2",
     "data.examples_per_shard=16", "evaluation.bleu_sentences=4", "evaluation.max_sentences=8",
@@ -38,8 +39,9 @@ def test_the_recipe_is_the_papers():
     assert (data["tfds"]["valid"], data["tfds"]["test"]) == ("validation", "test")  # newstest2013, 2014
     assert config["tokenizer"]["vocab_size"] == 37000 and config["tokenizer"]["shared"]
     assert config["model"]["preset"] == "base"
-    assert training["batch_tokens"] == 25000
-    assert training["epochs"] * training["steps_per_epoch"] == 100000 and training["average_last"] == 5
+    assert training["batch_tokens"] * training["accumulate_steps"] == 25000
+    steps = training["max_steps"] or training["epochs"] * training["steps_per_epoch"]
+    assert steps == 100000 and training["average_last"] == 5
     assert training["warmup_steps"] == 4000 and training["label_smoothing"] == 0.1
     assert training["mixed_precision"] == "auto"
 
@@ -54,7 +56,7 @@ def test_wmt14_recipe_end_to_end_on_tfds_mock_data(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = json.loads((workdir / "metrics.json").read_text())
-    assert metrics["optimizer_steps"] == 4
+    assert metrics["optimizer_steps"] == 4  # updates, each of two micro-batches
     assert len(metrics["history"]["loss"]) == 2 and len(metrics["history"]["val_bleu"]) == 2
     assert len(metrics["averaged_checkpoints"]) == 2 and "bleu" in metrics["test"]
     manifest = json.loads((workdir / "prepared" / "manifest.json").read_text())
