@@ -55,7 +55,8 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
         config = load_config("demo", [*TINY, *overrides])
         corpus = load_corpus(config["data"])
         src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, workdir)  # the workdir's, reused
-        train, _ = trainer.datasets(config, corpus, src_tok, tgt_tok, run_dir=workdir)
+        prepared = trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+        train, _ = trainer.datasets(config, corpus, src_tok, tgt_tok, prepared)
         return train
 
     (src, _), tgt_out = next(iter(train_batches()))
@@ -84,7 +85,7 @@ def test_training_prepares_on_the_first_run_with_prepare_true(tmp_path, shard_re
     config = load_config("demo", [*TINY, "data.prepare=true"])
     corpus = load_corpus(config["data"])
     src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path)
-    trainer.datasets(config, corpus, src_tok, tgt_tok, run_dir=tmp_path)
+    trainer.datasets(config, corpus, src_tok, tgt_tok, trainer.find_prepared(config, tmp_path, corpus, src_tok, tgt_tok))
     assert shard_reads == [Workdir(tmp_path).prepared_dir]
     PreparedShards.load(shard_reads[0]).check(src_tok, tgt_tok, max_src_length=24, max_tgt_length=24,
                                               source=trainer._preparation(config)["source"])

@@ -126,7 +126,7 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_transformer as kt
-from training.loop import StepPlan, custom_fit, evaluator, fit_in_steps, pad_batches_for_replicas
+from training.loop import PerPipelineInput, StepPlan, custom_fit, evaluator, fit_in_steps, pad_batches_for_replicas
 from training.strategy import make_strategy
 from training.trainer import keras_steps_per_execution
 
@@ -176,9 +176,18 @@ by_fit, by_loop = model_under(mirrored, 2), model_under(mirrored, 2)
 out["fit_history"] = fit_in_steps(by_fit, lambda: pad_batches_for_replicas(train(4).repeat(), 2), plan,
                                   validation_data=pad_batches_for_replicas(valid, 2), verbose=0)
 out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan, validation_data=valid)
-out["steps"] = [int(model.optimizer.iterations) for model in (single, by_fit, by_loop)]
+# Per-replica batches from one input pipeline (as each worker's own shard files give them): the
+# pipeline's batches of 2 go to the replicas in turn, so each micro-batch is again rows 4k..4k+3.
+per_pipeline = PerPipelineInput(lambda context: train(2).repeat())
+by_split = model_under(mirrored, 2)
+out["split_history"] = custom_fit(by_split, mirrored, per_pipeline, plan, validation_data=valid)
+first = next(iter(per_pipeline.distribute(mirrored, skip=1)))  # resumed past one micro-batch each
+out["skipped_rows"] = [[int(row[0]) for row in part.numpy()]
+                       for part in mirrored.experimental_local_results(first[0][0])]
+out["expected_rows"] = [[int(row[0]) for row in src[4:6]], [int(row[0]) for row in src[6:8]]]
+out["steps"] = [int(model.optimizer.iterations) for model in (single, by_fit, by_loop, by_split)]
 out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(), model.get_weights()))
-                      for model in (by_fit, by_loop)]
+                      for model in (by_fit, by_loop, by_split)]
 out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True, verbose=0)
 out["custom_evaluate"] = evaluator(by_loop, mirrored)(valid)
 print("RESULT" + json.dumps(out))
@@ -187,7 +196,8 @@ print("RESULT" + json.dumps(out))
 
 def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
     """MirroredStrategy over 2 logical CPUs. Two accumulated micro-batches
-    split over the replicas, by ``fit_in_steps`` and by ``custom_fit``, make
+    split over the replicas, by ``fit_in_steps`` and by ``custom_fit`` (from
+    global batches, and from a ``PerPipelineInput`` of per-replica ones), make
     the updates of one big batch on one device, and each loop's validation
     on batches of 5, 3 and 1 sentences (padded to split evenly) gives one
     device's exact loss and accuracy, as do Keras' ``evaluate`` and the
@@ -196,11 +206,12 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
     result = _run(["-c", MIRRORED_SCRIPT])
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["replicas"] == 2 and out["keras_steps_per_execution"] == 1
-    assert out["steps"] == [2, 2, 2]
+    assert out["steps"] == [2, 2, 2, 2]
     assert max(out["weight_gaps"]) < 1e-5, out["weight_gaps"]  # float32 sums in other orders
+    assert out["skipped_rows"] == out["expected_rows"]
     assert 0.3 < out["untrained_accuracy"] < 0.9
     expected = out["one_device"]
-    for history in (out["fit_history"], out["custom_history"]):
+    for history in (out["fit_history"], out["custom_history"], out["split_history"]):
         assert history["val_loss"] == [pytest.approx(expected["loss"], rel=1e-5)]
         assert history["val_masked_accuracy"] == [pytest.approx(expected["masked_accuracy"], rel=1e-5)]
     for scores in (out["keras_evaluate"], out["custom_evaluate"]):
@@ -238,7 +249,8 @@ def _train_command(workdir, *extra):
 
 
 def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path):
-    """Two workers on 127.0.0.1 (the custom loop, 2 replicas): identical
+    """Two workers on 127.0.0.1 (the custom loop, 2 replicas), each preparing
+    the shards on its first run and reading its own files of them: identical
     weights and metrics, validation loss and BLEU at each epoch end."""
     import keras
     import numpy as np
@@ -253,11 +265,23 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
         workers.append(subprocess.Popen(
             _train_command(tmp_path / "run", "--strategy", "multi_worker", "--set", "evaluation.max_sentences=4",
-                           "--set", "evaluation.bleu_sentences=3"),
+                           "--set", "evaluation.bleu_sentences=3", "--set", "data.prepare=true",
+                           "--set", "data.examples_per_shard=75"),
             cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     for worker, output in zip(workers, outputs):
         assert worker.returncode == 0, output[-4000:]
+    # Each worker's pipeline reads its own files of the (identical) preparations: disjoint, all of them.
+    manifest = json.loads((tmp_path / "run" / "prepared" / "manifest.json").read_text())
+    other_manifest = json.loads((tmp_path / "run" / "worker_1" / "prepared" / "manifest.json").read_text())
+    assert (manifest["shards"], manifest["fingerprint"]) == (other_manifest["shards"], other_manifest["fingerprint"])
+    files = [shard["file"] for shard in manifest["shards"]]
+    read = []
+    for index, output in enumerate(outputs):
+        line = next(line for line in output.splitlines() if f"input pipeline {index + 1} of 2 reads" in line)
+        read.append(line.split(": ")[-1].split(", "))
+    assert len(files) >= 3 and sorted(read[0] + read[1]) == sorted(files)
+    assert not set(read[0]) & set(read[1])
     chief, other = tmp_path / "run", tmp_path / "run" / "worker_1"
     chief_metrics = json.loads((chief / "metrics.json").read_text())
     other_metrics = json.loads((other / "metrics.json").read_text())

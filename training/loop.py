@@ -45,9 +45,13 @@ global batches through one plain ``tf.data`` iterator per worker and hands
 each replica its slice of every batch (``replica_rows``); that iterator is
 saved with each backup (``tf.train.Checkpoint``; ``tf.distribute``'s own
 multi-device iterators are not checkpointable), so a resumed run reads no
-batch twice and skips none, at no extra cost. Every worker reads the whole
-input stream (the batches are split between replicas, not the data between
-workers) and keeps its own backup.
+batch twice and skips none, at no extra cost. Every worker then reads the
+whole input stream (the batches are split between replicas, not the data
+between workers) and keeps its own backup. Given a ``PerPipelineInput``
+instead (prepared shards: ``sharded_dataset_fn``), each input pipeline (one
+per worker) reads its own shard files into per-replica batches through
+``strategy.distribute_datasets_from_function``; a resumed run skips, in each
+pipeline, the batches its replicas consumed.
 
 Both split batches between replicas evenly: a batch whose rows are not a
 multiple of the replica count gets rows of padding (all ``pad_id``, which the
@@ -57,6 +61,8 @@ with any number of replicas.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 import math
 import time
@@ -282,10 +288,54 @@ def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[
     return evaluate
 
 
+@dataclasses.dataclass(frozen=True)
+class PerPipelineInput:
+    """Training input that each input pipeline reads for itself.
+
+    ``dataset_fn(input_context)`` returns that pipeline's per-replica
+    micro-batches, repeating (``keras_transformer.data.sharded_dataset_fn``:
+    its own shard files). ``custom_fit`` distributes it with
+    ``strategy.distribute_datasets_from_function``.
+    """
+
+    dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+    def distribute(self, strategy: tf.distribute.Strategy, skip: int = 0):
+        """The distributed dataset, each replica past its first ``skip`` micro-batches."""
+        if not skip:
+            return strategy.distribute_datasets_from_function(self.dataset_fn)
+
+        def skipped(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+            # A pipeline's batches go to its replicas in turn.
+            replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+            return self.dataset_fn(input_context).skip(skip * replicas)
+
+        return strategy.distribute_datasets_from_function(skipped)
+
+
+def worker_count(strategy: tf.distribute.Strategy) -> int:
+    """Workers in the strategy's cluster (1 without one)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    return sum(len(spec.get(job, ())) for job in ("chief", "worker")) or 1
+
+
+def same_on_every_worker(strategy: tf.distribute.Strategy, value: str, problem: str) -> None:
+    """Raise ``ValueError(problem)`` on every worker unless all of them pass the
+    same ``value`` (compared by digest, over the strategy's collectives)."""
+    if worker_count(strategy) == 1:
+        return
+    digest = int(hashlib.sha256(value.encode()).hexdigest()[:15], 16)  # fits an int64
+    local = tf.constant([digest], tf.int64)
+    values = strategy.gather(strategy.run(lambda: local), axis=0)
+    if len(set(values.numpy().tolist())) > 1:
+        raise ValueError(problem + ".")
+
+
 def custom_fit(
     model: keras.Model,
     strategy: tf.distribute.Strategy,
-    dataset: tf.data.Dataset,
+    dataset: tf.data.Dataset | PerPipelineInput,
     plan: StepPlan,
     *,
     validation_data: tf.data.Dataset | None = None,
@@ -298,7 +348,10 @@ def custom_fit(
     The model must be compiled under ``strategy.scope()`` (to accumulate, with
     an optimizer whose ``gradient_accumulation_steps`` is
     ``plan.accumulate_steps``). ``dataset`` yields global batches (repeating
-    forever); each replica trains on its slice of each (``replica_rows``). At
+    forever), and each replica trains on its slice of each (``replica_rows``);
+    or it is a ``PerPipelineInput``, whose pipelines give each replica batches
+    of its own (a resumed run skips those already used: its iterator is not
+    saved). At
     each epoch end ``validation_data`` (finite) is evaluated with
     ``model.test_step`` into ``val_*`` metrics, then the ``callbacks``'
     ``on_epoch_end`` run. With a ``backup`` (``TrainingBackup``) that exists,
@@ -310,22 +363,30 @@ def custom_fit(
         # Optimizer slots must exist before the first step: creating them
         # lazily inside a replica context fails.
         model.optimizer.build(model.trainable_variables)
-    iterator = iter(dataset)
     done = 0
     if backup is not None and backup.exists():
         done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
-        if backup.restore_iterator(iterator):
+    per_pipeline = isinstance(dataset, PerPipelineInput)
+    if per_pipeline:  # per-replica batches, each pipeline its own files
+        iterator = iter(dataset.distribute(strategy, skip=done * plan.accumulate_steps))
+        if done:
+            log.info("resumed from %s at step %d: each replica skips the %d batches it used", backup.directory,
+                     done, done * plan.accumulate_steps)
+    else:
+        iterator = iter(dataset)
+        if done and backup.restore_iterator(iterator):
             log.info("resumed from %s at step %d", backup.directory, done)
-        else:
+        elif done:
             log.info("resumed from %s at step %d: the backup has no input position; skipping the %d batches "
                      "already used", backup.directory, done, done * plan.accumulate_steps)
             iterator = iter(dataset.skip(done * plan.accumulate_steps))
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
+    train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch)))
 
     @tf.function
     def run_steps(iterator):
         for _ in tf.range(micro_steps):
-            strategy.run(lambda batch: model.train_step(_own_rows(batch)), args=(next(iterator),))
+            strategy.run(train_step, args=(next(iterator),))
 
     evaluate = evaluator(model, strategy) if validation_data is not None else None
 
@@ -366,7 +427,7 @@ def custom_fit(
             epoch_started = time.time()
         if at_backup:
             backup.save(model, step=done, epoch=done // plan.steps_per_epoch,
-                        accumulate_steps=plan.accumulate_steps, iterator=iterator)
+                        accumulate_steps=plan.accumulate_steps, iterator=None if per_pipeline else iterator)
         if stop:
             log.info("stopped by a callback after epoch %d", plan.epoch_number(done))
             break

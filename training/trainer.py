@@ -23,6 +23,7 @@ last step and only scores.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -34,7 +35,8 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.data import (PairSource, PreparedShards, StalePreparationError, count_tokens,
-                                    make_dataset, pairs_from_list, prepare_shards, sharded_dataset)
+                                    make_dataset, pairs_from_list, prepare_shards, sharded_dataset,
+                                    sharded_dataset_fn)
 from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
@@ -47,7 +49,8 @@ from training.config import check_prepare_mode
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
-from training.loop import StepPlan, custom_fit, fit_in_steps, is_chief, optimizer_step, pad_batches_for_replicas
+from training.loop import (PerPipelineInput, StepPlan, custom_fit, fit_in_steps, is_chief, optimizer_step,
+                           pad_batches_for_replicas, same_on_every_worker)
 from training.strategy import make_strategy
 
 log = logging.getLogger("training")
@@ -118,38 +121,68 @@ def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok,
                           seed=config["training"].get("seed", 0))
 
 
-def prepared_train_dataset(config: dict[str, Any], run_dir: Path | None, corpus, src_tok, tgt_tok):
-    """Training batches from the workdir's prepared shards, or ``None`` to read the text.
+def find_prepared(config: dict[str, Any], run_dir: Path | None, corpus, src_tok, tgt_tok, *,
+                  run_workdir: Path | None = None) -> PreparedShards | None:
+    """The prepared training split to train on, or ``None`` to read the text.
 
     ``data.prepare``: ``auto`` uses shards that ``python -m training.prepare`` wrote
     (a stale preparation is an error that says what to do); ``true`` also writes
-    them when missing or stale; ``false`` never uses them.
+    them when missing or stale; ``false`` never uses them. ``run_workdir`` is the
+    run's own workdir when ``run_dir`` is a non-chief worker's (``W/worker_N``):
+    with ``auto``, a worker without shards of its own reads ``W/prepared``, the
+    ones ``training.prepare`` wrote for the run (on a shared file system the
+    chief's, elsewhere that machine's).
     """
     check_prepare_mode(config)
     mode = config["data"].get("prepare", "auto")
     if mode is False or run_dir is None:
         return None
-    directory = Workdir(run_dir).prepared_dir
     if mode is True:
-        prepared = prepared_train_split(config, run_dir, corpus, src_tok, tgt_tok)
-    elif not PreparedShards.exists(directory):
+        return prepared_train_split(config, run_dir, corpus, src_tok, tgt_tok)
+    candidates = [Workdir(run_dir).prepared_dir]
+    if run_workdir is not None:
+        candidates.append(Workdir(run_workdir).prepared_dir)
+    directory = next((path for path in candidates if PreparedShards.exists(path)), None)
+    if directory is None:
         return None
-    else:
-        try:
-            prepared = PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config))
-        except StalePreparationError as error:
-            raise StalePreparationError(
-                f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
-                "or train on the text with --set data.prepare=false.") from error
-    options = config["training"]
+    try:
+        return PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config))
+    except StalePreparationError as error:
+        raise StalePreparationError(
+            f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
+            "or train on the text with --set data.prepare=false.") from error
+
+
+def prepared_batches(prepared: PreparedShards, options: dict[str, Any], *, per_pipeline: bool = False):
+    """Training batches of ``prepared`` (repeating): one dataset of global batches,
+    or with ``per_pipeline`` a ``PerPipelineInput`` whose input pipelines (one
+    per worker) each read their own shard files into per-replica batches."""
     shuffle_buffer = options.get("shuffle_buffer")
-    log.info("training on %d prepared examples in %d shard files (%s)", prepared.examples,
-             len(prepared.files), directory)
-    return sharded_dataset(prepared, batch_tokens=options.get("batch_tokens"),
-                           batch_size=options.get("batch_size"),
-                           **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
-                           seed=options.get("seed", 0), repeat=True, training=True,
-                           static_shapes=bool(options.get("static_shapes", False)))
+    kwargs = dict(batch_tokens=options.get("batch_tokens"), batch_size=options.get("batch_size"),
+                  **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
+                  seed=options.get("seed", 0), repeat=True, training=True,
+                  static_shapes=bool(options.get("static_shapes", False)))
+    if not per_pipeline:
+        return sharded_dataset(prepared, **kwargs)
+    dataset_fn = sharded_dataset_fn(prepared, **kwargs)
+
+    def pipeline(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
+        index, count = input_context.input_pipeline_id, input_context.num_input_pipelines
+        log.info("input pipeline %d of %d reads %d of the %d shard files: %s", index + 1, count,
+                 len(prepared.files[index::count]), len(prepared.files), ", ".join(prepared.files[index::count]))
+        return dataset_fn(input_context)
+
+    return PerPipelineInput(pipeline)
+
+
+def training_input_digest(prepared: PreparedShards | None) -> str:
+    """What a worker trains on, as a digest that workers compare: the text, or
+    a preparation (its fingerprint and files)."""
+    if prepared is None:
+        return "text"
+    return hashlib.sha256(json.dumps(
+        [prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
+        sort_keys=True, default=str).encode()).hexdigest()
 
 
 def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
@@ -180,11 +213,12 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     return {"cache": cache, "shuffle_buffer": shuffle_buffer}
 
 
-def datasets(config, corpus, src_tok, tgt_tok, run_dir: Path | None = None):
-    """The training dataset (streamed from ``corpus["train"]``, repeated) and the
-    validation one (``None`` without a valid split).
-    The training batches come from the workdir's prepared shards when ``run_dir`` has them
-    (``prepared_train_dataset``)."""
+def datasets(config, corpus, src_tok, tgt_tok, prepared: PreparedShards | None = None, *,
+             per_pipeline: bool = False):
+    """The training input (repeating) and the validation dataset (``None``
+    without a valid split). The training batches come from ``prepared``
+    (``find_prepared``; with ``per_pipeline``, split over the workers by file,
+    ``prepared_batches``) or are streamed from ``corpus["train"]``."""
     train_options = config["training"]
     common = dict(
         max_src_length=train_options["max_src_length"],
@@ -192,9 +226,10 @@ def datasets(config, corpus, src_tok, tgt_tok, run_dir: Path | None = None):
         batch_tokens=train_options.get("batch_tokens"),
         batch_size=train_options.get("batch_size"),
     )
-    source = _train_source(corpus)
-    train = prepared_train_dataset(config, run_dir, corpus, src_tok, tgt_tok)
-    if train is None:
+    if prepared is not None:
+        train = prepared_batches(prepared, train_options, per_pipeline=per_pipeline)
+    else:
+        source = _train_source(corpus)
         train = make_dataset(source.dataset(), src_tok, tgt_tok, **common,
                              **training_input(train_options, len(source)),
                              seed=train_options.get("seed", 0), repeat=True, training=True,
@@ -308,7 +343,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     train_options = config["training"]
     # First: MultiWorkerMirroredStrategy must exist before other TF ops run.
     strategy = make_strategy(train_options.get("strategy", "auto"))
-    if not is_chief(strategy):
+    run_workdir = Path(workdir)
+    chief = is_chief(strategy)
+    if not chief:
         # Every worker trains; only the chief's outputs are the run's.
         workdir = Workdir(workdir).worker(strategy.cluster_resolver.task_id).path
     keras.utils.set_random_seed(train_options.get("seed", 0))
@@ -326,11 +363,25 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     training_input(train_options, len(corpus["train"]))  # a bad cache/shuffle setting fails before tokenizers
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
     data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
-    train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, run_dir=workdir)
+    prepared = find_prepared(data_config, workdir, corpus, src_tok, tgt_tok,
+                             run_workdir=None if chief else run_workdir)
+    # Under the custom loop with several replicas, each worker reads its own shard files.
+    per_pipeline = (prepared is not None and strategy.num_replicas_in_sync > 1
+                    and training_loop(train_options, strategy) == "custom")
+    if prepared is not None:
+        log.info("training on %d prepared examples in %d shard files (%s)%s", prepared.examples,
+                 len(prepared.files), prepared.directory, ", split over the workers by file" if per_pipeline else "")
+    same_on_every_worker(
+        strategy, training_input_digest(prepared),
+        "the workers would train on different data (some on prepared shards, some on the text, or on "
+        "different preparations); give every worker the same W/prepared (python -m training.prepare on "
+        "each machine, or a shared workdir), or --set data.prepare=false on all of them")
+    train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline)
     unread = [train_ds]  # not iterated yet: the first call may use it
 
     def train_data():  # from the start, as a new dataset (see train_model)
-        return unread.pop() if unread else datasets(data_config, corpus, src_tok, tgt_tok, run_dir=workdir)[0]
+        return unread.pop() if unread else datasets(data_config, corpus, src_tok, tgt_tok, prepared,
+                                                    per_pipeline=per_pipeline)[0]
 
     plan = StepPlan.from_options(train_options)
     if plan.max_steps is not None and plan.epochs is not None and plan.max_steps != plan.epochs * plan.steps_per_epoch:

@@ -557,9 +557,10 @@ def sharded_dataset_fn(prepared: PreparedShards | PathLike, *, batch_tokens: int
                        batch_size: int | None = None, **kwargs) -> Callable:
     """A ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
 
-    ``batch_tokens`` / ``batch_size`` are global: each replica's pipeline
-    batches ``input_context.get_per_replica_batch_size`` of them, so they
-    must divide by the number of replicas. Each input pipeline (one per
+    ``batch_tokens`` / ``batch_size`` are global: each replica gets batches of
+    ``batch_tokens // replicas`` tokens (a budget, rounded down), or of
+    ``batch_size / replicas`` sentences (which must divide: see
+    ``input_context.get_per_replica_batch_size``). Each input pipeline (one per
     worker under ``MultiWorkerMirroredStrategy``, one per host on TPUs) reads
     its own files (``sharded_dataset``); ``kwargs`` are ``sharded_dataset``'s.
 
@@ -577,7 +578,11 @@ def sharded_dataset_fn(prepared: PreparedShards | PathLike, *, batch_tokens: int
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = {}
         if batch_tokens is not None:
-            per_replica["batch_tokens"] = input_context.get_per_replica_batch_size(batch_tokens)
+            replicas = input_context.num_replicas_in_sync
+            if batch_tokens < replicas:
+                raise ValueError(f"batch_tokens={batch_tokens} is fewer than one token for each of the "
+                                 f"{replicas} replicas; raise it.")
+            per_replica["batch_tokens"] = batch_tokens // replicas
         if batch_size is not None:
             per_replica["batch_size"] = input_context.get_per_replica_batch_size(batch_size)
         return sharded_dataset(prepared, num_input_pipelines=input_context.num_input_pipelines,
