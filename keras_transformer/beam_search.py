@@ -12,29 +12,46 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import ban_early_eos, decode_limits
-from keras_transformer.layers import padding_mask
+from keras_transformer.decoding import ban_early_eos, batch_free_shape, decode_limits, loose_shape
+from keras_transformer.layers import masked_score_value, padding_mask
 
-_NEG = -1.0e9  # a finite "impossible" log-probability (no inf - inf = NaN)
+_NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
 
 
 class BeamSearchOutput(NamedTuple):
     """``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding), best
     first; ``scores`` ``[batch, beam]``: log-probability / length penalty, the
     ranking criterion; ``log_probs`` ``[batch, beam]``: the sequences' summed
-    token log-probabilities under the model."""
+    token log-probabilities under the model; ``steps`` ``[]`` int32: the
+    decoder steps the search ran (at most the longest output allowed)."""
 
     tokens: tf.Tensor
     scores: tf.Tensor
     log_probs: tf.Tensor
+    steps: tf.Tensor
+
+
+class BeamState(NamedTuple):
+    """The search's loop state, one step at a time (``k`` = beam size).
+
+    Sequences start with BOS and are ``[batch, k, len]`` int32, padded with
+    ``pad_id``: ``len`` grows by one a step, or is the fixed buffer
+    (``limit + 1``) with static shapes. Empty finished slots score ``_NEG``.
+    """
+
+    step: tf.Tensor                # [] int32: tokens decoded so far
+    alive_seq: tf.Tensor           # [batch, k, len] int32: the live hypotheses
+    alive_log_probs: tf.Tensor     # [batch, k] float32: their summed log-probabilities, best first
+    cache: list                    # per decoder layer: {"self": {"key", "value"}: [batch·k, heads, len, depth]
+    #                                (reordered with the beams), "cross": projected once per sentence}
+    finished_seq: tf.Tensor        # [batch, k, len] int32: the best hypotheses that ended (EOS or limit)
+    finished_scores: tf.Tensor     # [batch, k] float32: their log-probability / length penalty, best first
+    finished_log_probs: tf.Tensor  # [batch, k] float32: their summed log-probabilities
+    finished_flags: tf.Tensor      # [batch, k] bool: the slot holds a finished hypothesis
 
 
 def length_penalty(length, alpha: float) -> tf.Tensor:
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
-
-
-def _loose(x: tf.Tensor) -> tf.TensorShape:
-    return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
 
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
@@ -98,18 +115,19 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             for layer in cache
         ]
 
-    def body(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
-        last = tf.reshape(last_token(alive_seq, t), [-1, 1])
-        logits, cache = model.decode(last, cache, source_padding,
+    def body(state: BeamState) -> BeamState:
+        t = state.step
+        last = tf.reshape(last_token(state.alive_seq, t), [-1, 1])
+        logits, cache = model.decode(last, state.cache, source_padding,
                                      cache_index=t if static_shapes else None, training=False)
         step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         log_probs = tf.reshape(step_log_probs, [batch, k, vocab])
-        candidates = tf.reshape(alive_lp[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
+        candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
         # 2k candidates guarantee k that do not end here.
         top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
         parents = top_index // vocab
         tokens = top_index % vocab
-        candidate_seq = append(tf.gather(alive_seq, parents, batch_dims=1), tokens, t)
+        candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
         # A hypothesis ends with EOS, or when its sentence reaches its length limit.
         ended = tf.equal(tokens, eos) | (t + 1 >= row_limits)[:, tf.newaxis]
 
@@ -118,51 +136,53 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         cache = reorder_self_cache(cache, tf.gather(parents, keep, batch_dims=1))
 
         penalty = length_penalty(t + 1, alpha)
-        fin_seq = grow(fin_seq)
-        pool_seq = tf.concat([fin_seq, candidate_seq], axis=1)
-        pool_scores = tf.concat([fin_scores, tf.where(ended, top_lp / penalty, _NEG)], axis=1)
-        pool_lp = tf.concat([fin_lp, top_lp], axis=1)
-        pool_flags = tf.concat([fin_flags, ended], axis=1)
+        pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
+        pool_scores = tf.concat([state.finished_scores, tf.where(ended, top_lp / penalty, _NEG)], axis=1)
+        pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
+        pool_flags = tf.concat([state.finished_flags, ended], axis=1)
         fin_scores, best = tf.math.top_k(pool_scores, k=k)
-        fin_seq = tf.gather(pool_seq, best, batch_dims=1)
-        fin_lp = tf.gather(pool_lp, best, batch_dims=1)
-        fin_flags = tf.gather(pool_flags, best, batch_dims=1)
-        return t + 1, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags
+        return BeamState(
+            step=t + 1, alive_seq=alive_seq, alive_log_probs=alive_lp, cache=cache,
+            finished_seq=tf.gather(pool_seq, best, batch_dims=1), finished_scores=fin_scores,
+            finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
+            finished_flags=tf.gather(pool_flags, best, batch_dims=1))
 
-    def running(t, alive_seq, alive_lp, cache, fin_seq, fin_scores, fin_lp, fin_flags):
-        best_alive_could_reach = alive_lp[:, 0] / length_penalty(row_limits, alpha)
-        worst_finished = tf.reduce_min(tf.where(fin_flags, fin_scores, _NEG), axis=1)
+    def running(state: BeamState) -> tf.Tensor:
+        best_alive_could_reach = state.alive_log_probs[:, 0] / length_penalty(row_limits, alpha)
+        worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1)
         settled = tf.reduce_all(worst_finished >= best_alive_could_reach)
-        return tf.logical_and(t < limit, tf.logical_not(settled))
+        return tf.logical_and(state.step < limit, tf.logical_not(settled))
 
     start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
     width = limit + 1 if static_shapes else 1
     start_seq = tf.concat([tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
                            tf.fill([batch, k, width - 1], pad)], axis=2)
     seq_shape = tf.TensorShape([None, k, width if static_shapes else None])
-    loop_vars = (
-        tf.constant(0),
-        start_seq,
-        start_lp,
-        cache,
-        tf.fill([batch, k, width], pad),
-        tf.fill([batch, k], _NEG),
-        tf.fill([batch, k], _NEG),
-        tf.zeros([batch, k], tf.bool),
+    start = BeamState(
+        step=tf.constant(0),
+        alive_seq=start_seq,
+        alive_log_probs=start_lp,
+        cache=cache,
+        finished_seq=tf.fill([batch, k, width], pad),
+        finished_scores=tf.fill([batch, k], _NEG),
+        finished_log_probs=tf.fill([batch, k], _NEG),
+        finished_flags=tf.zeros([batch, k], tf.bool),
     )
-    invariants = (
-        tf.TensorShape([]),
-        seq_shape,
-        tf.TensorShape([None, k]),
-        tf.nest.map_structure(
-            (lambda x: tf.TensorShape([None]) + x.shape[1:]) if static_shapes else _loose, cache),
-        seq_shape,
-        tf.TensorShape([None, k]),
-        tf.TensorShape([None, k]),
-        tf.TensorShape([None, k]),
+    invariants = BeamState(
+        step=tf.TensorShape([]),
+        alive_seq=seq_shape,
+        alive_log_probs=tf.TensorShape([None, k]),
+        cache=tf.nest.map_structure(batch_free_shape if static_shapes else loose_shape, cache),
+        finished_seq=seq_shape,
+        finished_scores=tf.TensorShape([None, k]),
+        finished_log_probs=tf.TensorShape([None, k]),
+        finished_flags=tf.TensorShape([None, k]),
     )
-    t, alive_seq, alive_lp, _, fin_seq, fin_scores, fin_lp, fin_flags = tf.while_loop(
-        running, body, loop_vars, shape_invariants=invariants)
+    (state,) = tf.while_loop(lambda state: running(state), lambda state: (body(state),), (start,),
+                             shape_invariants=(invariants,))
+    t, alive_seq, alive_lp = state.step, state.alive_seq, state.alive_log_probs
+    fin_seq, fin_scores, fin_lp, fin_flags = (state.finished_seq, state.finished_scores,
+                                              state.finished_log_probs, state.finished_flags)
 
     # Drop the BOS column; sentences with no finished hypothesis keep their live beams.
     alive_seq, fin_seq = alive_seq[:, :, 1:], fin_seq[:, :, 1:]
@@ -171,4 +191,4 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     scores = tf.where(any_finished[:, tf.newaxis], fin_scores, alive_lp / length_penalty(t, alpha))
     log_probs = tf.where(any_finished[:, tf.newaxis], fin_lp, alive_lp)
     # A finished row that holds fewer than k hypotheses pads with NEG-scored entries.
-    return BeamSearchOutput(tokens, scores, log_probs)
+    return BeamSearchOutput(tokens, scores, log_probs, t)

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from keras_transformer.layers import padding_mask
+from keras_transformer.layers import masked_score_value, padding_mask
 
 
-def _loose_shape(x: tf.Tensor) -> tf.TensorShape:
-    """Shape invariant for a growing cache tensor: only the feature dim is fixed."""
+def loose_shape(x: tf.Tensor) -> tf.TensorShape:
+    """Shape invariant for a growing loop variable (a cache tensor): only the last dim is fixed."""
     return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
+
+
+def batch_free_shape(x: tf.Tensor) -> tf.TensorShape:
+    """Shape invariant for a fixed-size loop variable: only the batch dim may vary."""
+    return tf.TensorShape([None]) + x.shape[1:]
 
 
 def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
@@ -23,7 +28,7 @@ def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> t
         return log_probs
     is_eos = tf.equal(tf.range(tf.shape(log_probs)[-1]), eos_id)
     too_early = tf.logical_and(is_eos, step < min_length)
-    return tf.where(too_early, tf.constant(-1.0e9, log_probs.dtype), log_probs)
+    return tf.where(too_early, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
 
 
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
@@ -93,13 +98,13 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     if static_shapes:
         tokens = tf.fill([batch, limit], pad)
         # Only the batch size may be unknown: lengths stay fixed.
-        cache_invariants = tf.nest.map_structure(lambda x: tf.TensorShape([None]) + x.shape[1:], cache)
+        cache_invariants = tf.nest.map_structure(batch_free_shape, cache)
 
         def write(tokens, chosen, t):
             return tf.where(tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens)
     else:
         tokens = tf.zeros([batch, 0], tf.int32)
-        cache_invariants = tf.nest.map_structure(_loose_shape, cache)
+        cache_invariants = tf.nest.map_structure(loose_shape, cache)
 
         def write(tokens, chosen, t):
             return tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)

@@ -49,7 +49,7 @@ def test_beam_of_one_without_length_penalty_is_greedy(model):
 
 def test_beam_scores_are_the_models_log_probabilities(model):
     out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(SOURCE)
-    tokens, scores, log_probs = (x.numpy() for x in out)
+    tokens, scores, log_probs = (x.numpy() for x in (out.tokens, out.scores, out.log_probs))
     assert tokens.shape[:2] == (3, 4)
     for b in range(3):
         assert np.all(np.diff(scores[b]) <= 1e-6), "beams are not sorted best first"
@@ -84,6 +84,7 @@ def test_stops_as_soon_as_eos_wins_everywhere(model):
         bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])
         out = beam_search(model, SOURCE, beam_size=2, max_length=20)
         assert out.tokens.shape[2] < 20  # settled long before the length limit
+        assert int(out.steps) == out.tokens.shape[2]  # one token a step
         np.testing.assert_array_equal(out.tokens.numpy()[:, 0, 0], [kt.EOS_ID] * 3)
     finally:
         bias.assign(saved)
