@@ -115,3 +115,51 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
     command = scale_check.check_command(tmp_path / "big", tmp_path / "w")
     assert command[1:5] == ["-m", "training.train", "--config", "multi30k"]
     assert f"data.dir={tmp_path / 'big'}" in command and "training.steps_per_epoch=60" in command
+
+
+def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path):
+    """Both engines translate the same sentences, strings in and out, greedy and beam at
+    batch 64 and 1; greedy outputs agree (CTranslate2 reproduces our greedy decoder)."""
+    import json
+
+    pytest.importorskip("ctranslate2")
+    from benchmarks import serving_vs_ct2
+    from keras_transformer.data.synthetic import generate_pairs
+
+    pairs = generate_pairs(12, seed=5)
+    (tmp_path / "test.src").write_text("".join(f"{src}\n" for src, _ in pairs), encoding="utf-8")
+    (tmp_path / "test.tgt").write_text("".join(f"{tgt}\n" for _, tgt in pairs), encoding="utf-8")
+    out = tmp_path / "serving.json"
+    assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
+                                "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
+                                "--batch-1-sentences", "3", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
+    assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
+    assert rows[("greedy", 64)]["sentences"] == 12 and rows[("greedy", 1)]["sentences"] == 3
+    for row in rows.values():
+        assert row["ratio"] > 0 and row["saved_model"]["sentences_per_s"] > 0
+    greedy = rows[("greedy", 64)]
+    assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
+    assert report["cpu"] and report["beam"] == 2
+
+
+def test_profile_serving_counts_the_ops_and_steps_of_each_decoder(tiny_workdir, tmp_path):
+    import json
+
+    from benchmarks import profile_serving
+    from keras_transformer.data.synthetic import generate_pairs
+
+    (tmp_path / "test.src").write_text("".join(f"{src}\n" for src, _ in generate_pairs(8, seed=6)),
+                                       encoding="utf-8")
+    out = tmp_path / "profile.json"
+    assert profile_serving.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
+                                 "--beam", "2", "--sentences", "8", "--json", str(out)]) == 0
+    rows = {(row["decoder"], row["batch"]): row for row in json.loads(out.read_text())["results"]}
+    assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
+    for row in rows.values():
+        assert row["ops_per_step"] > 100 and row["steps"] >= 1 and row["ms_per_step"] > 0
+    # Greedy runs one step per output token: alone, a sentence stops at its own EOS.
+    assert rows[("greedy", 1)]["steps"] == rows[("greedy", 1)]["output_tokens"]
+    assert rows[("greedy", 64)]["steps"] <= rows[("greedy", 64)]["output_tokens"]  # one batch: its longest
+    assert rows[("greedy", 1)]["sentences"] == 2 and rows[("greedy", 64)]["sentences"] == 8

@@ -1,0 +1,154 @@
+"""The shipped SavedModel against CTranslate2 on the same trained model.
+
+    python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
+        --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
+        [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--json out.json]
+
+Exports the workdir twice into a temporary folder: the SavedModel TF Serving
+runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
+its ``serving_default`` beam search and ``translate_greedy``) and its
+CTranslate2 conversion in float32 (``export_ctranslate2``, SentencePiece in
+Python). Both then translate the same sentences in this process, back to
+back, strings in and strings out: greedy and beam, at batch 64 (every
+sentence) and batch 1 (the first ``--batch-1-sentences``). Each
+configuration first translates one batch untimed (tracing, caches).
+
+The SavedModel is loaded with ``tf.saved_model.load`` and called through its
+signatures, graph mode, no XLA, as TF Serving runs it. CTranslate2 gets the
+same beam size, length penalty (``length_penalty=alpha``), source limit
+(``max_input_length``) and output limit (``max_decoding_length``: the longest
+source of the batch + 50, within the position table), ``min_decoding_length=0``,
+and all the CPU's cores. Each row
+reports sentences/s, ms a sentence, BLEU of its outputs, and the SavedModel's
+time over CTranslate2's (``ratio``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import sacrebleu
+import sentencepiece as spm
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
+
+from benchmarks.report import emit
+from keras_transformer import Workdir
+from keras_transformer.exporters.ctranslate2 import export_ctranslate2
+from keras_transformer.exporters.saved_model import export_saved_model
+
+BATCHES = (64, 1)
+EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
+
+
+def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str], batch: int):
+    """``(outputs, seconds)``: ``translate`` over ``sentences`` in batches of ``batch``,
+    after one untimed batch."""
+    translate(list(sentences[:batch]))
+    outputs: list[str] = []
+    started = time.perf_counter()
+    for start in range(0, len(sentences), batch):
+        outputs += translate(list(sentences[start:start + batch]))
+    return outputs, time.perf_counter() - started
+
+
+def saved_model_translators(path: Path) -> dict[str, Callable[[list[str]], list[str]]]:
+    """``{"greedy": ..., "beam": ...}``: the SavedModel's signatures as list → list."""
+    model = tf.saved_model.load(str(path))
+
+    def call(signature):
+        def translate(batch: list[str]) -> list[str]:
+            return [text.decode("utf-8") for text in signature(inputs=tf.constant(batch))["translations"].numpy()]
+        return translate
+
+    return {"greedy": call(model.signatures["translate_greedy"]), "beam": call(model.signatures["serving_default"])}
+
+
+def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: int, max_length: int,
+                    extra_length: int = EXTRA_LENGTH) -> dict[str, Callable[[list[str]], list[str]]]:
+    import ctranslate2
+
+    sp_path = next(p for name in ("spm_shared.model", "spm_src.model") if (p := path / name).exists())
+    tgt_path = path / "spm_tgt.model" if (path / "spm_tgt.model").exists() else sp_path
+    src_sp = spm.SentencePieceProcessor(model_file=str(sp_path))
+    tgt_sp = spm.SentencePieceProcessor(model_file=str(tgt_path))
+    translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count())
+
+    def call(beam_size: int):
+        def translate(batch: list[str]) -> list[str]:
+            pieces = src_sp.encode(batch, out_type=str)
+            # The SavedModel's limit: each source's ids (EOS included) + extra_length, within the
+            # position table; CTranslate2 takes one limit a batch, the longest source's.
+            longest = min(max(len(p) for p in pieces) + 1, max_input_length)
+            results = translator.translate_batch(
+                pieces, beam_size=beam_size, length_penalty=alpha if beam_size > 1 else 0,
+                max_input_length=max_input_length, max_decoding_length=min(longest + extra_length, max_length),
+                min_decoding_length=0, max_batch_size=len(batch))
+            return [tgt_sp.decode(result.hypotheses[0]) for result in results]
+        return translate
+
+    return {"greedy": call(1), "beam": call(beam)}
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    return round(sacrebleu.BLEU().corpus_score(list(hypotheses), [list(references)]).score, 2)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, type=Path, help="a trained workdir (model.keras and tokenizers)")
+    parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
+    parser.add_argument("--ref", required=True, type=Path, help="their references, for BLEU")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of both beam searches")
+    parser.add_argument("--batch-1-sentences", type=int, default=200,
+                        help="sentences translated one at a time (batch 64 uses all)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    sentences = args.src.read_text(encoding="utf-8").splitlines()
+    references = args.ref.read_text(encoding="utf-8").splitlines()
+    if len(sentences) != len(references):
+        parser.error(f"{args.src} has {len(sentences)} lines and {args.ref} {len(references)}.")
+    trained = Workdir(args.workdir).check().load("fp32")
+    max_length = trained.model.config.max_length
+    with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
+        saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha)
+        ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
+        engines = {
+            "saved_model": saved_model_translators(saved_model),
+            "ctranslate2": ct2_translators(ct2, beam=args.beam, alpha=args.alpha,
+                                           max_input_length=min(trained.max_src_length, max_length),
+                                           max_length=max_length),
+        }
+        rows = []
+        for decoder in ("greedy", "beam"):
+            for batch in BATCHES:
+                subset = sentences if batch > 1 else sentences[: args.batch_1_sentences]
+                row = {"decoder": decoder if decoder == "greedy" else f"beam{args.beam}", "batch": batch,
+                       "sentences": len(subset)}
+                for engine, translators in engines.items():  # back to back
+                    outputs, seconds = timed(translators[decoder], subset, batch)
+                    row[engine] = {"seconds": round(seconds, 3), "sentences_per_s": round(len(subset) / seconds, 1),
+                                   "ms_per_sentence": round(1000 * seconds / len(subset), 2),
+                                   "bleu": bleu(outputs, references[: len(subset)])}
+                row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                rows.append(row)
+                print(f"{row['decoder']:<7} batch {batch:>2}: SavedModel {row['saved_model']['sentences_per_s']:>7.1f} "
+                      f"sent/s ({row['saved_model']['ms_per_sentence']:.1f} ms, BLEU {row['saved_model']['bleu']}), "
+                      f"CTranslate2 {row['ctranslate2']['sentences_per_s']:>7.1f} sent/s "
+                      f"({row['ctranslate2']['ms_per_sentence']:.1f} ms, BLEU {row['ctranslate2']['bleu']}): "
+                      f"{row['ratio']}x", flush=True)
+    report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
+              "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__, "results": rows}
+    emit(report, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
