@@ -21,6 +21,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -30,30 +31,49 @@ import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the Sa
 from benchmarks.report import emit
 
 
-def _spm_model(saved_model: Path) -> spm.SentencePieceProcessor:
-    models = sorted((saved_model / "assets").glob("spm_*.model"))
-    if not models:
-        raise ValueError(f"No SentencePiece model in {saved_model / 'assets'}: is it an export of ours?")
-    target = [m for m in models if m.name in ("spm_shared.model", "spm_tgt.model")][0]
-    source = [m for m in models if m.name in ("spm_shared.model", "spm_src.model")][0]
+def spm_processors(directory: Path) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
+    """The (source, target) SentencePiece models an export ships in ``directory``
+    (a SavedModel's ``assets``, a CTranslate2 folder): ``spm_shared.model``, or
+    ``spm_src.model`` and ``spm_tgt.model``."""
+    shared = directory / "spm_shared.model"
+    source, target = (shared, shared) if shared.exists() else (directory / "spm_src.model", directory / "spm_tgt.model")
+    if not (source.exists() and target.exists()):
+        raise ValueError(f"No SentencePiece model in {directory}: is it an export of ours?")
     return spm.SentencePieceProcessor(model_file=str(source)), spm.SentencePieceProcessor(model_file=str(target))
 
 
-def saved_model_rows(path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp) -> list[dict]:
+def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str], batch: int):
+    """``(outputs, seconds)``: ``translate`` over ``sentences`` in batches of ``batch``,
+    after one untimed batch (tracing, caches)."""
+    translate(list(sentences[:batch]))
+    outputs: list[str] = []
+    started = time.perf_counter()
+    for start in range(0, len(sentences), batch):
+        outputs += translate(list(sentences[start:start + batch]))
+    return outputs, time.perf_counter() - started
+
+
+def signature_translators(path: Path) -> dict[str, Callable[[list[str]], list[str]]]:
+    """The SavedModel's ``translate_greedy`` and ``serving_default`` as list → list
+    functions, named ``greedy`` and ``beam<k>``."""
     model = tf.saved_model.load(str(path))
     beam = int(model.beam_size_tensor.numpy())
+
+    def call(signature):
+        def translate(batch: list[str]) -> list[str]:
+            return [text.decode("utf-8") for text in signature(inputs=tf.constant(batch))["translations"].numpy()]
+        return translate
+
+    return {"greedy": call(model.signatures["translate_greedy"]),
+            f"beam{beam}": call(model.signatures["serving_default"])}
+
+
+def saved_model_rows(path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp) -> list[dict]:
     rows = []
-    for name, signature in (("greedy", model.signatures["translate_greedy"]),
-                            (f"beam{beam}", model.signatures["serving_default"])):
+    for name, translate in signature_translators(path).items():
         for batch in (1, 64):
             subset = sentences[:batch_1_sentences] if batch == 1 else sentences
-            signature(inputs=tf.constant(subset[:batch]))  # trace + warm up
-            outputs = []
-            started = time.perf_counter()
-            for i in range(0, len(subset), batch):
-                outputs += [t.decode() for t in signature(inputs=tf.constant(subset[i:i + batch]))
-                            ["translations"].numpy()]
-            seconds = time.perf_counter() - started
+            outputs, seconds = timed(translate, subset, batch)
             tokens = sum(len(tgt_sp.encode(text)) + 1 for text in outputs)
             rows.append({"artifact": "saved_model", "decoder": name, "batch": batch, "sentences": len(subset),
                          "seconds": seconds, "sentences_per_s": len(subset) / seconds,
@@ -94,7 +114,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     sentences = [line.strip() for line in args.src.read_text(encoding="utf-8").splitlines() if line.strip()]
-    src_sp, tgt_sp = _spm_model(args.saved_model)
+    src_sp, tgt_sp = spm_processors(args.saved_model / "assets")
     rows = saved_model_rows(args.saved_model, sentences, args.batch_1_sentences, tgt_sp)
     if args.tflite:
         rows.append(tflite_row(args.tflite, sentences[: args.batch_1_sentences], src_sp))

@@ -29,16 +29,15 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import sacrebleu
-import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
 from benchmarks.report import emit
+from benchmarks.serving_speed import signature_translators, spm_processors, timed
 from keras_transformer import Workdir
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.exporters.saved_model import export_saved_model
@@ -47,37 +46,11 @@ BATCHES = (64, 1)
 EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
 
 
-def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str], batch: int):
-    """``(outputs, seconds)``: ``translate`` over ``sentences`` in batches of ``batch``,
-    after one untimed batch."""
-    translate(list(sentences[:batch]))
-    outputs: list[str] = []
-    started = time.perf_counter()
-    for start in range(0, len(sentences), batch):
-        outputs += translate(list(sentences[start:start + batch]))
-    return outputs, time.perf_counter() - started
-
-
-def saved_model_translators(path: Path) -> dict[str, Callable[[list[str]], list[str]]]:
-    """``{"greedy": ..., "beam": ...}``: the SavedModel's signatures as list → list."""
-    model = tf.saved_model.load(str(path))
-
-    def call(signature):
-        def translate(batch: list[str]) -> list[str]:
-            return [text.decode("utf-8") for text in signature(inputs=tf.constant(batch))["translations"].numpy()]
-        return translate
-
-    return {"greedy": call(model.signatures["translate_greedy"]), "beam": call(model.signatures["serving_default"])}
-
-
 def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: int, max_length: int,
                     extra_length: int = EXTRA_LENGTH) -> dict[str, Callable[[list[str]], list[str]]]:
     import ctranslate2
 
-    sp_path = next(p for name in ("spm_shared.model", "spm_src.model") if (p := path / name).exists())
-    tgt_path = path / "spm_tgt.model" if (path / "spm_tgt.model").exists() else sp_path
-    src_sp = spm.SentencePieceProcessor(model_file=str(sp_path))
-    tgt_sp = spm.SentencePieceProcessor(model_file=str(tgt_path))
+    src_sp, tgt_sp = spm_processors(path)
     translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count())
 
     def call(beam_size: int):
@@ -120,8 +93,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
+        signatures = signature_translators(saved_model)
         engines = {
-            "saved_model": saved_model_translators(saved_model),
+            "saved_model": {"greedy": signatures["greedy"], "beam": signatures[f"beam{args.beam}"]},
             "ctranslate2": ct2_translators(ct2, beam=args.beam, alpha=args.alpha,
                                            max_input_length=min(trained.max_src_length, max_length),
                                            max_length=max_length),

@@ -322,7 +322,7 @@ def worker_count(strategy: tf.distribute.Strategy) -> int:
 
 def same_on_every_worker(strategy: tf.distribute.Strategy, value: str, problem: str) -> None:
     """Raise ``ValueError(problem)`` on every worker unless all of them pass the
-    same ``value`` (compared by digest, over the strategy's collectives)."""
+    same ``value`` (compared by a digest of it, over the strategy's collectives)."""
     if worker_count(strategy) == 1:
         return
     digest = int(hashlib.sha256(value.encode()).hexdigest()[:15], 16)  # fits an int64

@@ -23,7 +23,6 @@ last step and only scores.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
@@ -162,27 +161,18 @@ def prepared_batches(prepared: PreparedShards, options: dict[str, Any], *, per_p
                   **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
                   seed=options.get("seed", 0), repeat=True, training=True,
                   static_shapes=bool(options.get("static_shapes", False)))
-    if not per_pipeline:
-        return sharded_dataset(prepared, **kwargs)
-    dataset_fn = sharded_dataset_fn(prepared, **kwargs)
-
-    def pipeline(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-        index, count = input_context.input_pipeline_id, input_context.num_input_pipelines
-        log.info("input pipeline %d of %d reads %d of the %d shard files: %s", index + 1, count,
-                 len(prepared.files[index::count]), len(prepared.files), ", ".join(prepared.files[index::count]))
-        return dataset_fn(input_context)
-
-    return PerPipelineInput(pipeline)
+    if per_pipeline:
+        return PerPipelineInput(sharded_dataset_fn(prepared, **kwargs))
+    return sharded_dataset(prepared, **kwargs)
 
 
-def training_input_digest(prepared: PreparedShards | None) -> str:
-    """What a worker trains on, as a digest that workers compare: the text, or
-    a preparation (its fingerprint and files)."""
+def training_input_identity(prepared: PreparedShards | None) -> str:
+    """What a worker trains on, for the workers to compare: the text, or a
+    preparation (its fingerprint and files)."""
     if prepared is None:
         return "text"
-    return hashlib.sha256(json.dumps(
-        [prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
-        sort_keys=True, default=str).encode()).hexdigest()
+    return json.dumps([prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
+                      sort_keys=True, default=str)
 
 
 def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
@@ -365,14 +355,14 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
     prepared = find_prepared(data_config, workdir, corpus, src_tok, tgt_tok,
                              run_workdir=None if chief else run_workdir)
+    loop = training_loop(train_options, strategy)
     # Under the custom loop with several replicas, each worker reads its own shard files.
-    per_pipeline = (prepared is not None and strategy.num_replicas_in_sync > 1
-                    and training_loop(train_options, strategy) == "custom")
+    per_pipeline = prepared is not None and strategy.num_replicas_in_sync > 1 and loop == "custom"
     if prepared is not None:
         log.info("training on %d prepared examples in %d shard files (%s)%s", prepared.examples,
                  len(prepared.files), prepared.directory, ", split over the workers by file" if per_pipeline else "")
     same_on_every_worker(
-        strategy, training_input_digest(prepared),
+        strategy, training_input_identity(prepared),
         "the workers would train on different data (some on prepared shards, some on the text, or on "
         "different preparations); give every worker the same W/prepared (python -m training.prepare on "
         "each machine, or a shared workdir), or --set data.prepare=false on all of them")
@@ -404,7 +394,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                                                    pad_id=model.config.pad_id),
             metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
             jit_compile=bool(train_options.get("jit", False)),
-            steps_per_execution=keras_steps_per_execution(plan, strategy, training_loop(train_options, strategy)),
+            steps_per_execution=keras_steps_per_execution(plan, strategy, loop),
         )
     write_text_atomically(workdir / "model_config.json", model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")

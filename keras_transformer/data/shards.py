@@ -534,6 +534,10 @@ def sharded_dataset(
         shuffle_buffer=shuffle_buffer, seed=seed, cache=False, repeat=repeat, static_shapes=static_shapes,
         drop_remainder=drop_remainder, training=training)
     paths = [str(path) for path in prepared.paths[input_pipeline_index::num_input_pipelines]]
+    if num_input_pipelines > 1:
+        logger.info("input pipeline %d of %d reads %d of the %d shard files: %s", input_pipeline_index + 1,
+                    num_input_pipelines, len(paths), len(prepared.files),
+                    ", ".join(prepared.files[input_pipeline_index::num_input_pipelines]))
     if len(prepared.files) % num_input_pipelines:
         logger.warning("%d shard files over %d input pipelines: some read one file more than others.",
                        len(prepared.files), num_input_pipelines)
