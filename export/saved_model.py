@@ -27,6 +27,10 @@ def parse_args(argv=None):
     parser.add_argument("--version", type=int, default=None, help="default: next free integer")
     parser.add_argument("--beam", type=int, default=4, help="beam size fixed in the export (1 = greedy)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
+    parser.add_argument("--stopping", choices=("heuristic", "exact"), default="heuristic",
+                        help="when a sentence's beam search ends: once its finished hypotheses beat the live "
+                             "beams at their current length (heuristic), or once no live beam could still win "
+                             "at any allowed length (exact, slower)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
     parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
                         help="compute precision of the exported graph (weights are float32 either way)")
@@ -43,7 +47,7 @@ def main(argv=None) -> int:
         from keras_transformer.exporters import export_saved_model
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
-                                  alpha=args.alpha, overwrite=args.overwrite, precision=args.precision,
+                                  alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
                                   progress=True)
         print(path)
         return 0

@@ -4,6 +4,11 @@ Batched and cached like greedy decoding: self-attention keys/values are
 reordered along with the beams, while the cross-attention keys/values, which
 are identical for every beam of a sentence, are computed once and never moved.
 Scores use the GNMT length penalty ``lp(n) = ((5 + n) / 6)^α`` of Wu et al. 2016.
+
+A sentence leaves the search as soon as it is settled (see ``stopping``): its
+best hypotheses are written to the output, and the dynamic-shape search drops
+its rows, so the rest of the batch decodes on fewer rows. A sentence therefore
+decodes the same alone and in any batch.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import ban_early_eos, batch_free_shape, decode_limits, loose_shape
+from keras_transformer.decoding import (ban_early_eos, batch_free_shape, decode_limits, decode_loop,
+                                        loose_shape, scatter_rows)
 from keras_transformer.layers import masked_score_value, padding_mask
 
 _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
+
+STOPPING_RULES = ("exact", "heuristic")
 
 
 class BeamSearchOutput(NamedTuple):
@@ -31,23 +39,41 @@ class BeamSearchOutput(NamedTuple):
     steps: tf.Tensor
 
 
+class Hypotheses(NamedTuple):
+    """The search's answer for every sentence of the input batch, filled in as
+    sentences settle: ``seq`` ``[batch, k, limit + 1]`` int32 (BOS first,
+    pad-filled), ``scores`` and ``log_probs`` ``[batch, k]`` float32."""
+
+    seq: tf.Tensor
+    scores: tf.Tensor
+    log_probs: tf.Tensor
+
+
 class BeamState(NamedTuple):
     """The search's loop state, one step at a time (``k`` = beam size).
 
-    Sequences start with BOS and are ``[batch, k, len]`` int32, padded with
+    A row is a sentence still being searched: ``rows`` starts as the batch
+    size and, in the dynamic-shape search, falls as sentences settle.
+    Sequences start with BOS and are ``[rows, k, len]`` int32, padded with
     ``pad_id``: ``len`` grows by one a step, or is the fixed buffer
     (``limit + 1``) with static shapes. Empty finished slots score ``_NEG``.
     """
 
     step: tf.Tensor                # [] int32: tokens decoded so far
-    alive_seq: tf.Tensor           # [batch, k, len] int32: the live hypotheses
-    alive_log_probs: tf.Tensor     # [batch, k] float32: their summed log-probabilities, best first
-    cache: list                    # per decoder layer: {"self": {"key", "value"}: [batch·k, heads, len, depth]
+    alive_seq: tf.Tensor           # [rows, k, len] int32: the live hypotheses
+    alive_log_probs: tf.Tensor     # [rows, k] float32: their summed log-probabilities, best first
+    cache: list                    # per decoder layer: {"self": {"key", "value"}: [rows·k, heads, len, depth]
     #                                (reordered with the beams), "cross": projected once per sentence}
-    finished_seq: tf.Tensor        # [batch, k, len] int32: the best hypotheses that ended (EOS or limit)
-    finished_scores: tf.Tensor     # [batch, k] float32: their log-probability / length penalty, best first
-    finished_log_probs: tf.Tensor  # [batch, k] float32: their summed log-probabilities
-    finished_flags: tf.Tensor      # [batch, k] bool: the slot holds a finished hypothesis
+    finished_seq: tf.Tensor        # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
+    finished_scores: tf.Tensor     # [rows, k] float32: their log-probability / length penalty, best first
+    finished_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities
+    finished_flags: tf.Tensor      # [rows, k] bool: the slot holds a finished hypothesis
+    done: tf.Tensor                # [rows] bool: settled (static shapes keep such rows, frozen, to the end)
+    sentence: tf.Tensor            # [rows] int32: the row's position in the input batch
+    row_limits: tf.Tensor          # [rows] int32: the row's longest output
+    source_padding: tf.Tensor      # [rows·k, src_len] bool: True for real source tokens
+    results: Hypotheses            # [batch, ...]: the hypotheses of the sentences that left
+    #                                (static shapes: (), every sentence keeps its row)
 
 
 def length_penalty(length, alpha: float) -> tf.Tensor:
@@ -56,21 +82,34 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
                 extra_length: int = 50, min_length: int = 0, static_shapes: bool = False,
-                buffer_length: int | None = None) -> BeamSearchOutput:
+                buffer_length: int | None = None, stopping: str = "heuristic") -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
-    Stops when the longest allowed length is reached or when, for every
-    sentence, ``beam_size`` finished hypotheses score better than any live
-    beam still could (log-probabilities only fall as a sequence grows).
+    A sentence is settled, and leaves the search, when its length limit is
+    reached or when ``beam_size`` finished hypotheses outscore its best live
+    beam, as ``stopping`` judges it:
+
+    * ``"exact"``: the live beam is judged by the best score it could still
+      reach, its log-probability (which only falls as it grows) over the
+      length penalty of the longest output allowed. No hypothesis that could
+      win is dropped: the search returns what an unbounded wait would.
+    * ``"heuristic"``: the live beam is judged by its score at its current
+      length (the rule of Hugging Face's beam search). With ``alpha = 0`` it
+      is the exact rule; with a large ``alpha`` it stops much earlier, at the
+      price of missing the rare longer hypothesis that would have won.
+
     ``min_length`` forbids EOS before that many tokens (benchmarks force the
     output length with it). ``static_shapes=True`` keeps every loop variable
     at a fixed shape (fixed-size KV cache, sequence buffers of an int
     ``max_length`` or of ``buffer_length``, see ``decoding.decode_limits``) so
     the search compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
-    tokens are padded to the buffer length.
+    tokens are padded to the buffer length, and settled sentences stay in the
+    batch, frozen, instead of leaving it.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
+    if stopping not in STOPPING_RULES:
+        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size
@@ -79,6 +118,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     vocab = config.tgt_vocab_size
     eos = tf.constant(config.eos_id, tf.int32)
     pad = tf.constant(config.pad_id, tf.int32)
+    buffer_width = limit + 1  # BOS and the longest output
 
     # Every beam of a sentence attends to the same source: encode once, then
     # tile the encoder output batch → batch·k (cross K/V are projected once).
@@ -87,12 +127,12 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
 
     if static_shapes:
-        # Sequences live in [batch, beams, limit + 1] buffers (BOS first), pad-filled.
+        # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.
         def last_token(seq, t):
             return tf.gather(seq, t, axis=2)
 
         def append(seq, tokens, t):
-            at = tf.equal(tf.range(limit + 1), t + 1)[tf.newaxis, tf.newaxis, :]
+            at = tf.equal(tf.range(buffer_width), t + 1)[tf.newaxis, tf.newaxis, :]
             return tf.where(at, tokens[:, :, tf.newaxis], seq)
 
         def grow(seq):
@@ -105,56 +145,93 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             return tf.concat([seq, tokens[:, :, tf.newaxis]], axis=2)
 
         def grow(seq):  # keep finished sequences as long as the candidates
-            return tf.concat([seq, tf.fill([batch, k, 1], pad)], axis=2)
+            return tf.concat([seq, tf.fill([tf.shape(seq)[0], k, 1], pad)], axis=2)
 
-    def reorder_self_cache(cache, parents):
-        flat = tf.reshape(parents + tf.range(batch)[:, tf.newaxis] * k, [-1])
-        return [
-            {"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
-             "cross": layer["cross"]}
-            for layer in cache
-        ]
+    def beam_rows(rows, beams):
+        """Flat ``[rows·k]`` indices into the ``rows·k`` beam rows of the state."""
+        return tf.reshape(rows[:, tf.newaxis] * k + beams, [-1])
 
-    def body(state: BeamState) -> BeamState:
+    def settled(state: BeamState) -> tf.Tensor:
+        length = state.row_limits if stopping == "exact" else state.step
+        best_alive = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
+        worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1)
+        return worst_finished >= best_alive
+
+    def hypotheses(state: BeamState, rows) -> Hypotheses:
+        """The answer of the state's ``rows``: their finished hypotheses, or
+        their live beams where none finished (sequences as wide as the state's)."""
+        take = lambda x: tf.gather(x, rows)  # noqa: E731
+        any_finished = tf.reduce_any(take(state.finished_flags), axis=1)
+        seq = tf.where(any_finished[:, tf.newaxis, tf.newaxis], take(state.finished_seq), take(state.alive_seq))
+        alive_lp = take(state.alive_log_probs)
+        scores = tf.where(any_finished[:, tf.newaxis], take(state.finished_scores),
+                          alive_lp / length_penalty(state.step, alpha))
+        log_probs = tf.where(any_finished[:, tf.newaxis], take(state.finished_log_probs), alive_lp)
+        return Hypotheses(seq, scores, log_probs)
+
+    def write_results(results: Hypotheses, state: BeamState, rows) -> Hypotheses:
+        """``results`` with the answers of the state's ``rows`` written at their sentences."""
+        answer = hypotheses(state, rows)
+        seq = tf.pad(answer.seq, [[0, 0], [0, 0], [0, buffer_width - tf.shape(answer.seq)[2]]],
+                     constant_values=pad)
+        at = tf.gather(state.sentence, rows)
+        return Hypotheses(scatter_rows(results.seq, at, seq), scatter_rows(results.scores, at, answer.scores),
+                          scatter_rows(results.log_probs, at, answer.log_probs))
+
+    def leave(state: BeamState) -> BeamState:
+        """The state without its settled rows, whose answers go to ``results``."""
+        staying = tf.cast(tf.where(~state.done)[:, 0], tf.int32)
+        kept_beams = beam_rows(staying, tf.range(k)[tf.newaxis])
+        take = lambda x: tf.gather(x, staying)  # noqa: E731
+        return state._replace(
+            alive_seq=take(state.alive_seq), alive_log_probs=take(state.alive_log_probs),
+            cache=tf.nest.map_structure(lambda value: tf.gather(value, kept_beams), state.cache),
+            finished_seq=take(state.finished_seq), finished_scores=take(state.finished_scores),
+            finished_log_probs=take(state.finished_log_probs), finished_flags=take(state.finished_flags),
+            done=take(state.done), sentence=take(state.sentence), row_limits=take(state.row_limits),
+            source_padding=tf.gather(state.source_padding, kept_beams),
+            results=write_results(state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32)))
+
+    def step(state: BeamState) -> BeamState:
         t = state.step
+        rows = tf.shape(state.alive_seq)[0]
         last = tf.reshape(last_token(state.alive_seq, t), [-1, 1])
-        logits, cache = model.decode(last, state.cache, source_padding,
+        logits, cache = model.decode(last, state.cache, state.source_padding,
                                      cache_index=t if static_shapes else None, training=False)
         step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
-        log_probs = tf.reshape(step_log_probs, [batch, k, vocab])
-        candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [batch, k * vocab])
+        log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
+        candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
         # 2k candidates guarantee k that do not end here.
         top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
         parents = top_index // vocab
         tokens = top_index % vocab
         candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
         # A hypothesis ends with EOS, or when its sentence reaches its length limit.
-        ended = tf.equal(tokens, eos) | (t + 1 >= row_limits)[:, tf.newaxis]
+        ended = tf.equal(tokens, eos) | (t + 1 >= state.row_limits)[:, tf.newaxis]
 
         alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
         alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
-        cache = reorder_self_cache(cache, tf.gather(parents, keep, batch_dims=1))
+        flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
+        cache = [{"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
+                  "cross": layer["cross"]} for layer in cache]
 
         penalty = length_penalty(t + 1, alpha)
+        # A settled sentence, waiting to leave (or kept to the end with static shapes), takes no new hypothesis.
+        new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
         pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
-        pool_scores = tf.concat([state.finished_scores, tf.where(ended, top_lp / penalty, _NEG)], axis=1)
+        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
         pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
         pool_flags = tf.concat([state.finished_flags, ended], axis=1)
         fin_scores, best = tf.math.top_k(pool_scores, k=k)
-        return BeamState(
+        state = state._replace(
             step=t + 1, alive_seq=alive_seq, alive_log_probs=alive_lp, cache=cache,
             finished_seq=tf.gather(pool_seq, best, batch_dims=1), finished_scores=fin_scores,
             finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
             finished_flags=tf.gather(pool_flags, best, batch_dims=1))
-
-    def running(state: BeamState) -> tf.Tensor:
-        best_alive_could_reach = state.alive_log_probs[:, 0] / length_penalty(row_limits, alpha)
-        worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1)
-        settled = tf.reduce_all(worst_finished >= best_alive_could_reach)
-        return tf.logical_and(state.step < limit, tf.logical_not(settled))
+        return state._replace(done=state.done | settled(state))
 
     start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
-    width = limit + 1 if static_shapes else 1
+    width = buffer_width if static_shapes else 1
     start_seq = tf.concat([tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
                            tf.fill([batch, k, width - 1], pad)], axis=2)
     seq_shape = tf.TensorShape([None, k, width if static_shapes else None])
@@ -167,6 +244,12 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         finished_scores=tf.fill([batch, k], _NEG),
         finished_log_probs=tf.fill([batch, k], _NEG),
         finished_flags=tf.zeros([batch, k], tf.bool),
+        done=tf.zeros([batch], tf.bool),
+        sentence=tf.range(batch),
+        row_limits=row_limits,
+        source_padding=source_padding,
+        results=() if static_shapes else Hypotheses(tf.fill([batch, k, buffer_width], pad),
+                                                    tf.fill([batch, k], _NEG), tf.fill([batch, k], _NEG)),
     )
     invariants = BeamState(
         step=tf.TensorShape([]),
@@ -177,18 +260,19 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         finished_scores=tf.TensorShape([None, k]),
         finished_log_probs=tf.TensorShape([None, k]),
         finished_flags=tf.TensorShape([None, k]),
+        done=tf.TensorShape([None]),
+        sentence=tf.TensorShape([None]),
+        row_limits=tf.TensorShape([None]),
+        source_padding=tf.TensorShape([None, None]),
+        results=() if static_shapes else Hypotheses(tf.TensorShape([None, k, None]), tf.TensorShape([None, k]),
+                                                    tf.TensorShape([None, k])),
     )
-    (state,) = tf.while_loop(lambda state: running(state), lambda state: (body(state),), (start,),
-                             shape_invariants=(invariants,))
-    t, alive_seq, alive_lp = state.step, state.alive_seq, state.alive_log_probs
-    fin_seq, fin_scores, fin_lp, fin_flags = (state.finished_seq, state.finished_scores,
-                                              state.finished_log_probs, state.finished_flags)
-
-    # Drop the BOS column; sentences with no finished hypothesis keep their live beams.
-    alive_seq, fin_seq = alive_seq[:, :, 1:], fin_seq[:, :, 1:]
-    any_finished = tf.reduce_any(fin_flags, axis=1)
-    tokens = tf.where(any_finished[:, tf.newaxis, tf.newaxis], fin_seq, alive_seq)
-    scores = tf.where(any_finished[:, tf.newaxis], fin_scores, alive_lp / length_penalty(t, alpha))
-    log_probs = tf.where(any_finished[:, tf.newaxis], fin_lp, alive_lp)
-    # A finished row that holds fewer than k hypotheses pads with NEG-scored entries.
-    return BeamSearchOutput(tokens, scores, log_probs, t)
+    state = decode_loop(step, leave, start, invariants, lambda state: state.done, limit, static_shapes)
+    if static_shapes:  # every sentence kept its row
+        results = hypotheses(state, tf.range(batch))
+        width = buffer_width
+    else:  # rows still searching at the length limit answer with what they hold
+        results = write_results(state.results, state, tf.range(tf.shape(state.alive_seq)[0]))
+        width = state.step + 1
+    # Drop the BOS column; a settled row that holds fewer than k hypotheses pads with NEG-scored entries.
+    return BeamSearchOutput(results.seq[:, :, 1:width], results.scores, results.log_probs, state.step)

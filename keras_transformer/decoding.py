@@ -7,6 +7,8 @@ static-shape form.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 from keras_transformer.layers import masked_score_value, padding_mask
@@ -66,9 +68,72 @@ def decode_limits(model, source_ids, max_length=None, extra_length: int = 50, st
     return decode_lengths(model, source_ids, max_length, extra_length), min(max_length, model.config.max_length)
 
 
+class GreedyState(NamedTuple):
+    """Greedy decoding's loop state. A row is a sentence still decoding:
+    ``rows`` starts as the batch size and, in the dynamic-shape decoder, falls
+    as finished sentences leave (a batch at a time, see ``_LEAVE_FRACTION``)."""
+
+    step: tf.Tensor            # [] int32: tokens decoded so far
+    last: tf.Tensor            # [rows, 1] int32: the token each row decodes from
+    cache: list                # per decoder layer: {"self": [rows, heads, len, depth] keys/values, "cross": ...}
+    finished: tf.Tensor        # [rows] bool: the row emitted EOS or reached its length limit
+    scores: tf.Tensor          # [rows] float32: summed log-probabilities of the chosen tokens
+    tokens: tf.Tensor          # [rows, step] int32 (static shapes: [rows, limit]), pad after EOS
+    sentence: tf.Tensor        # [rows] int32: the row's position in the input batch
+    row_limits: tf.Tensor      # [rows] int32: the row's longest output
+    source_padding: tf.Tensor  # [rows, src_len] bool: True for real source tokens
+    results: tuple             # ([batch, limit] tokens, [batch] scores) of the sentences that left
+    #                            (static shapes: (), every sentence keeps its row)
+
+
+# Finished rows leave the dynamic-shape batch once they are this share of it:
+# each departure gathers the caches of the rows that stay, so leaving one row
+# at a time would cost more than it saves.
+_LEAVE_FRACTION = 0.25
+
+
+def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
+    """``buffer`` with ``values[i]`` written over row ``rows[i]``."""
+    return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
+
+
+def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool):
+    """Run ``step`` (state → state) until every row is ``done(state)`` or
+    ``state.step`` reaches ``limit``, and return the last state.
+
+    With dynamic shapes the loop runs in rounds: each round decodes until
+    ``_LEAVE_FRACTION`` of its rows are done, and then ``leave`` (state →
+    state) takes those rows out, so later steps run on fewer rows. A done row
+    must not change in the steps it waits, which keeps every sentence's
+    output independent of its batch. The round's test sits outside the
+    decoding step: a branch inside it would cost the executor every step.
+    """
+    def running(state):
+        return tf.logical_and(state.step < limit, tf.logical_not(tf.reduce_all(done(state))))
+
+    def loop(condition, body, state):
+        (state,) = tf.while_loop(lambda state: condition(state), lambda state: (body(state),), (state,),
+                                 shape_invariants=(invariants,))
+        return state
+
+    if static_shapes:
+        return loop(running, step, start)
+
+    def round_(state):
+        rows = tf.cast(tf.size(done(state)), tf.float32)
+        due = tf.maximum(1, tf.cast(tf.math.ceil(_LEAVE_FRACTION * rows), tf.int32))
+        state = loop(lambda s: running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due), step, state)
+        return leave(state)
+
+    return loop(running, round_, start)
+
+
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
                   static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
+
+    Rows that finished leave the batch (dynamic shapes), so the rest decodes
+    on fewer rows; a sentence decodes the same alone and in any batch.
 
     Args:
         model: a ``keras_transformer.Transformer``.
@@ -96,47 +161,67 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     eos = tf.constant(config.eos_id, tf.int32)
 
     if static_shapes:
-        tokens = tf.fill([batch, limit], pad)
-        # Only the batch size may be unknown: lengths stay fixed.
-        cache_invariants = tf.nest.map_structure(batch_free_shape, cache)
-
         def write(tokens, chosen, t):
             return tf.where(tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens)
     else:
-        tokens = tf.zeros([batch, 0], tf.int32)
-        cache_invariants = tf.nest.map_structure(loose_shape, cache)
-
         def write(tokens, chosen, t):
             return tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)
 
-    def running(t, last, cache, finished, scores, tokens):
-        return tf.logical_and(t < limit, tf.logical_not(tf.reduce_all(finished)))
+    def write_results(results, state: GreedyState, rows):
+        tokens = tf.gather(state.tokens, rows)
+        tokens = tf.pad(tokens, [[0, 0], [0, limit - tf.shape(tokens)[1]]], constant_values=pad)
+        at = tf.gather(state.sentence, rows)
+        return (scatter_rows(results[0], at, tokens), scatter_rows(results[1], at, tf.gather(state.scores, rows)))
 
-    def body(t, last, cache, finished, scores, tokens):
-        logits, cache = model.decode(last, cache, source_padding,
+    def leave(state: GreedyState) -> GreedyState:
+        """The state without its finished rows, whose answers go to ``results``."""
+        staying = tf.where(~state.finished)[:, 0]
+        take = lambda x: tf.gather(x, staying)  # noqa: E731
+        return state._replace(
+            last=take(state.last), cache=tf.nest.map_structure(take, state.cache),
+            finished=take(state.finished), scores=take(state.scores), tokens=take(state.tokens),
+            sentence=take(state.sentence), row_limits=take(state.row_limits),
+            source_padding=take(state.source_padding),
+            results=write_results(state.results, state, tf.where(state.finished)[:, 0]))
+
+    def step(state: GreedyState) -> GreedyState:
+        t, finished = state.step, state.finished
+        logits, cache = model.decode(state.last, state.cache, state.source_padding,
                                      cache_index=t if static_shapes else None, training=False)
         log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)
-        scores = scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
-        finished = finished | tf.equal(chosen, eos) | (t + 1 >= row_limits)
-        return t + 1, chosen[:, tf.newaxis], cache, finished, scores, write(tokens, chosen, t)
+        scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
+        finished = finished | tf.equal(chosen, eos) | (t + 1 >= state.row_limits)
+        return state._replace(step=t + 1, last=chosen[:, tf.newaxis], cache=cache, finished=finished,
+                              scores=scores, tokens=write(state.tokens, chosen, t))
 
-    loop_vars = (
-        tf.constant(0),
-        tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32)),
-        cache,
-        tf.zeros([batch], tf.bool),
-        tf.zeros([batch], tf.float32),
-        tokens,
+    start = GreedyState(
+        step=tf.constant(0),
+        last=tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32)),
+        cache=cache,
+        finished=tf.zeros([batch], tf.bool),
+        scores=tf.zeros([batch], tf.float32),
+        tokens=tf.fill([batch, limit], pad) if static_shapes else tf.zeros([batch, 0], tf.int32),
+        sentence=tf.range(batch),
+        row_limits=row_limits,
+        source_padding=source_padding,
+        results=() if static_shapes else (tf.fill([batch, limit], pad), tf.zeros([batch], tf.float32)),
     )
-    invariants = (
-        tf.TensorShape([]),
-        tf.TensorShape([None, 1]),
-        cache_invariants,
-        tf.TensorShape([None]),
-        tf.TensorShape([None]),
-        tf.TensorShape([None, limit]) if static_shapes else tf.TensorShape([None, None]),
+    invariants = GreedyState(
+        step=tf.TensorShape([]),
+        last=tf.TensorShape([None, 1]),
+        cache=tf.nest.map_structure(batch_free_shape if static_shapes else loose_shape, cache),
+        finished=tf.TensorShape([None]),
+        scores=tf.TensorShape([None]),
+        tokens=tf.TensorShape([None, limit if static_shapes else None]),
+        sentence=tf.TensorShape([None]),
+        row_limits=tf.TensorShape([None]),
+        source_padding=tf.TensorShape([None, None]),
+        results=() if static_shapes else (tf.TensorShape([None, None]), tf.TensorShape([None])),
     )
-    _, _, _, _, scores, tokens = tf.while_loop(running, body, loop_vars, shape_invariants=invariants)
-    return tokens, scores
+    state = decode_loop(step, leave, start, invariants, lambda state: state.finished, limit, static_shapes)
+    if static_shapes:  # every sentence kept its row
+        return state.tokens, state.scores
+    tokens, scores = write_results(state.results, state, tf.range(tf.shape(state.finished)[0]))
+    return tokens[:, :state.step], scores

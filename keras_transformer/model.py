@@ -131,7 +131,7 @@ class Transformer(keras.Model):
     # --- full (teacher-forced) pass -------------------------------------------------
 
     def call(self, inputs, training=None):
-        return self.logits(self.decoder_states(inputs, training=training))
+        return self.logits(self.decoder_states(inputs, training=training), training=training)
 
     def decoder_states(self, inputs, training=None) -> tf.Tensor:
         """Last decoder layer's states ``[batch, tgt_len, d_model]`` for a
@@ -157,13 +157,13 @@ class Transformer(keras.Model):
             training=training,
         )
 
-    def logits(self, hidden) -> tf.Tensor:
+    def logits(self, hidden, training=None) -> tf.Tensor:
         """Pre-softmax projection of decoder states; float32 under any policy."""
         if self.output_projection is not None:
             logits = self.output_projection(hidden)
         else:
             kernel, _, _ = self._output_weights(hidden.dtype)
-            logits = project(hidden, kernel, transpose_kernel=True)
+            logits = project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
         return tf.cast(logits, tf.float32)
 
     def _output_weights(self, dtype) -> tuple[tf.Tensor, tf.Tensor | None, bool]:
@@ -279,7 +279,7 @@ class Transformer(keras.Model):
             cache_index=cache_index,
             training=training,
         )
-        return self.logits(hidden), cache
+        return self.logits(hidden, training=training), cache
 
     # --- export and serialization -----------------------------------------------------
 

@@ -17,29 +17,31 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from keras_transformer.beam_search import beam_search
+from keras_transformer.beam_search import STOPPING_RULES, beam_search
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.progress import progress_bar
 
 
 def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_length: int = 50,
-             buffer_length: int | None = None):
+             buffer_length: int | None = None, stopping: str = "heuristic"):
     """``(tokens [batch, len], scores [batch])`` of the best hypothesis: greedy
     for ``beam_size=1`` (log-probability), else beam search's top beam
-    (length-penalised score). ``buffer_length`` selects the static-shape
-    decoders (XLA) with buffers of that length; outputs are the same."""
+    (length-penalised score, ``stopping`` as in ``beam_search``).
+    ``buffer_length`` selects the static-shape decoders (XLA) with buffers of
+    that length; outputs are the same."""
     static = dict(static_shapes=buffer_length is not None, buffer_length=buffer_length)
     if beam_size > 1:
         out = beam_search(model, source_ids, beam_size=beam_size, alpha=alpha, extra_length=extra_length,
-                          **static)
+                          stopping=stopping, **static)
         return out.tokens[:, 0, :], out.scores[:, 0]
     return greedy_decode(model, source_ids, extra_length=extra_length, **static)
 
 
 class Translator(tf.Module):
     """Batched translation of Python strings: greedy (``beam_size=1``) or beam
-    search with length penalty ``alpha``.
+    search with length penalty ``alpha`` and stopping rule ``stopping``
+    (``"heuristic"`` or ``"exact"``, see ``beam_search``).
 
     The decoder is traced once per batch shape (``tf.function``), so
     translating a file costs one trace for each distinct padded length.
@@ -52,17 +54,19 @@ class Translator(tf.Module):
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_src_length: int | None = None,
                  extra_length: int = 50, beam_size: int = 1, alpha: float = 0.6,
-                 jit_compile: bool = False, length_bucket: int = 16):
+                 jit_compile: bool = False, length_bucket: int = 16, stopping: str = "heuristic"):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
+        if stopping not in STOPPING_RULES:
+            raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = max_src_length or model.config.max_length
         self.jit_compile = bool(jit_compile)
         self.length_bucket = int(length_bucket)
-        self._options = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length)
+        self._options = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping)
         self._compiled: dict[int, tf.types.experimental.GenericFunction] = {}
         self._decode_dynamic = tf.function(
             lambda ids: best_ids(model, ids, **self._options), reduce_retracing=True)

@@ -67,40 +67,70 @@ def test_beam_scores_are_the_models_log_probabilities(model):
         assert scores[b, 0] >= greedy_score - 1e-4
 
 
-def test_sentence_alone_equals_sentence_in_batch(model):
-    batch = beam_search(model, SOURCE, beam_size=3, max_length=10)
-    for b in range(3):
-        length = int((SOURCE[b] != 0).sum())
-        alone = beam_search(model, SOURCE[b:b + 1, :length], beam_size=3, max_length=10)
+def varied_sources(count: int, seed: int = 3) -> np.ndarray:
+    """``count`` sources of 1-9 real tokens (EOS last), padded: sentences that settle at different steps."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((count, 10), np.int32)
+    for row in rows:
+        length = rng.integers(1, 10)
+        row[:length] = rng.integers(4, 30, size=length)
+        row[length] = kt.EOS_ID
+    return rows
+
+
+@pytest.mark.parametrize("stopping", ["exact", "heuristic"])
+def test_sentence_alone_equals_sentence_in_batch(model, stopping):
+    """Settled sentences leave the batch in rounds; no one else's beams change."""
+    sources = varied_sources(9)
+    search = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=1.0, stopping=stopping))
+    batch = search(sources)
+    for b in range(len(sources)):
+        length = int((sources[b] != 0).sum())
+        alone = search(sources[b:b + 1, :length])
         best = _length(alone.tokens.numpy()[0, 0])
         np.testing.assert_array_equal(alone.tokens.numpy()[0, 0, :best], batch.tokens.numpy()[b, 0, :best])
-        np.testing.assert_allclose(alone.scores.numpy()[0, 0], batch.scores.numpy()[b, 0], rtol=1e-4)
+        assert np.all(batch.tokens.numpy()[b, 0, best:] == kt.PAD_ID)
+        np.testing.assert_allclose(alone.scores.numpy()[0], batch.scores.numpy()[b], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(alone.log_probs.numpy()[0], batch.log_probs.numpy()[b], rtol=1e-4, atol=1e-4)
 
 
-def test_stops_as_soon_as_eos_wins_everywhere(model):
+def test_heuristic_stopping_is_exact_without_length_penalty(model):
+    exact = beam_search(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="exact")
+    heuristic = beam_search(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="heuristic")
+    np.testing.assert_array_equal(heuristic.tokens.numpy(), exact.tokens.numpy())
+    np.testing.assert_allclose(heuristic.scores.numpy(), exact.scores.numpy(), rtol=1e-5)
+    assert int(heuristic.steps) == int(exact.steps)
+
+
+def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(model):
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
-        bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])
-        out = beam_search(model, SOURCE, beam_size=2, max_length=20)
-        assert out.tokens.shape[2] < 20  # settled long before the length limit
-        assert int(out.steps) == out.tokens.shape[2]  # one token a step
-        np.testing.assert_array_equal(out.tokens.numpy()[:, 0, 0], [kt.EOS_ID] * 3)
+        bias.assign(saved + 5.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # hypotheses end early and late
+        exact_steps, heuristic_steps = [], []
+        for source in varied_sources(6):
+            source = source[np.newaxis, :int((source != 0).sum())]
+            exact = beam_search(model, source, beam_size=3, alpha=1.4, stopping="exact")
+            heuristic = beam_search(model, source, beam_size=3, alpha=1.4, stopping="heuristic")
+            exact_steps.append(int(exact.steps))
+            heuristic_steps.append(int(heuristic.steps))
+            assert float(exact.scores[0, 0]) >= float(heuristic.scores[0, 0]) - 1e-5
     finally:
         bias.assign(saved)
+    # The exact bound waits until no live beam could win at the length limit.
+    assert all(h <= e for h, e in zip(heuristic_steps, exact_steps))
+    assert sum(h < e for h, e in zip(heuristic_steps, exact_steps)) >= 2, (heuristic_steps, exact_steps)
+    with pytest.raises(ValueError, match="stopping rule"):
+        beam_search(model, varied_sources(2), stopping="never")
 
 
-def test_invalid_beam_size():
-    with pytest.raises(ValueError, match="beam_size"):
-        beam_search(None, SOURCE, beam_size=0)
-
-
-@pytest.mark.parametrize("jit", [False, True])
-def test_static_shape_search_equals_the_growing_one(model, jit):
-    """Fixed-size buffers (the XLA/TPU form) give the same beams, padded to max_length."""
-    dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12)
+@pytest.mark.parametrize("jit,stopping", [(False, "exact"), (False, "heuristic"), (True, "heuristic")])
+def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
+    """Fixed-size buffers (the XLA/TPU form), where settled sentences keep their
+    rows, give the beams of the growing search, where they leave, padded to max_length."""
+    dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
     static = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=0.6, max_length=12,
-                                               static_shapes=True), jit_compile=jit)(SOURCE)
+                                               static_shapes=True, stopping=stopping), jit_compile=jit)(SOURCE)
     width = dynamic.tokens.shape[2]
     assert static.tokens.shape == (3, 3, 12)
     np.testing.assert_array_equal(static.tokens.numpy()[:, :, :width], dynamic.tokens.numpy())

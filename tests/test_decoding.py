@@ -158,3 +158,36 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
         greedy_decode(model, SOURCE, max_length=8, static_shapes=True, buffer_length=16)
     with pytest.raises(ValueError, match="static_shapes=True"):
         greedy_decode(model, SOURCE, buffer_length=16)
+
+
+def test_finished_rows_leave_the_batch_without_changing_the_others(model):
+    """Rows that finish leave the batch in rounds (dynamic shapes); each
+    sentence decodes as it does alone and as in the fixed-shape decoder,
+    where every row keeps its place to the end."""
+    rng = np.random.default_rng(5)
+    sources = np.zeros((12, 9), np.int32)
+    for row in sources:
+        length = rng.integers(1, 8)
+        row[:length] = rng.integers(4, 30, size=length)
+        row[length] = kt.EOS_ID
+    bias = model.output_projection.bias
+    saved = bias.numpy()
+    try:
+        bias.assign(saved + 9.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # some rows end with EOS
+        tokens, scores = tf.function(lambda s: greedy_decode(model, s, extra_length=12))(sources)
+        tokens, scores = tokens.numpy(), scores.numpy()
+        limits = (sources != 0).sum(axis=1) + 12  # the others at their own length limits
+        lengths = [int(np.argmax(row == kt.EOS_ID)) + 1 if kt.EOS_ID in row[:limit] else int(limit)
+                   for row, limit in zip(tokens, limits)]
+        assert len(set(lengths)) > 3, lengths  # several rounds of departures
+        fixed, fixed_scores = greedy_decode(model, sources, extra_length=12, static_shapes=True, buffer_length=32)
+        np.testing.assert_array_equal(fixed.numpy()[:, :tokens.shape[1]], tokens)
+        np.testing.assert_allclose(fixed_scores.numpy(), scores, rtol=1e-5, atol=1e-5)
+        for b in (0, 5, 11):
+            real = int((sources[b] != 0).sum())
+            alone, alone_score = greedy_decode(model, sources[b:b + 1, :real], extra_length=12)
+            np.testing.assert_array_equal(alone.numpy()[0, :lengths[b]], tokens[b, :lengths[b]])
+            assert np.all(tokens[b, lengths[b]:] == kt.PAD_ID)
+            np.testing.assert_allclose(alone_score.numpy()[0], scores[b], rtol=1e-5, atol=1e-5)
+    finally:
+        bias.assign(saved)

@@ -22,3 +22,21 @@ def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
     assert xla._compiled == compiled  # a one-sentence batch is padded to the same shape: no new compilation
     with pytest.raises(ValueError, match="length_bucket"):
         Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=0)
+
+
+def test_beam_stopping_rules_and_a_bad_rule(tiny_workdir):
+    from keras_transformer import Workdir
+    from keras_transformer.exporters.saved_model import ExportedTranslator
+    from keras_transformer.translate import Translator
+
+    trained = Workdir(tiny_workdir).load()
+    sentences = ["the hungry boy sees 3 red cats", "a dog sleeps", ""]
+    exact = Translator.from_trained_model(trained, beam_size=3, alpha=0.0, stopping="exact")
+    heuristic = Translator.from_trained_model(trained, beam_size=3, alpha=0.0)
+    # Without a length penalty the heuristic rule is exact.
+    assert heuristic.translate(sentences) == exact.translate(sentences)
+    with pytest.raises(ValueError, match="stopping rule"):
+        Translator.from_trained_model(trained, beam_size=3, stopping="patience")
+    with pytest.raises(ValueError, match="stopping rule"):
+        ExportedTranslator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=64,
+                           stopping="patience")

@@ -32,6 +32,8 @@ def parse_args(argv=None):
     parser.add_argument("--beam", type=int, default=None,
                         help="beam size (workdir: default 1 = greedy; SavedModel: default the exported beam)")
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent for beam search")
+    parser.add_argument("--stopping", choices=("heuristic", "exact"), default="heuristic",
+                        help="workdir: beam search's stopping rule (the SavedModel has its own)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)")
     parser.add_argument("--batch-size", type=int, default=64)
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
             out = args.out or translator.path.parent / "eval.json"
         else:
             translator = Translator.from_workdir(args.workdir, beam_size=args.beam or 1, alpha=args.alpha,
-                                                 precision=args.precision)
+                                                 stopping=args.stopping, precision=args.precision)
             out = args.out or args.workdir / "eval.json"
         hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size, progress=True)
         scores = score_translations(hypotheses, list(text.targets))

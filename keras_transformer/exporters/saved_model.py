@@ -21,6 +21,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from keras_transformer.beam_search import STOPPING_RULES
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
@@ -69,11 +70,13 @@ class ExportedTranslator(tf.Module):
     """
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
-                 beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50,
+                 beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+        if stopping not in STOPPING_RULES:
+            raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
         self.model = model
         self.model_variables = raw_variables(model)
         self.src_tokenizer = src_tokenizer
@@ -83,6 +86,7 @@ class ExportedTranslator(tf.Module):
         self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
         self.alpha = float(alpha)
         self.extra_length = int(extra_length)
+        self.stopping = stopping
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
         if src_model_path is not None:
             self.source_spm = tf.saved_model.Asset(str(src_model_path))
@@ -91,7 +95,7 @@ class ExportedTranslator(tf.Module):
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length)
+        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping)
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
@@ -169,7 +173,7 @@ def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path,
 
 
 def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
-                       alpha: float = 0.6, overwrite: bool = False,
+                       alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
                        progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
@@ -179,8 +183,9 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
             ``model.fit`` in a notebook), a ``Workdir`` or a workdir path.
         out: the model folder; versions go below it (``out/1``, ``out/2``, ...).
         version: the version number (default: the next free integer).
-        beam_size, alpha: the beam search of ``serving_default``, fixed in
-            the graph (``beam_size=1``: greedy).
+        beam_size, alpha, stopping: the beam search of ``serving_default``,
+            fixed in the graph (``beam_size=1``: greedy; ``stopping`` as in
+            ``keras_transformer.beam_search.beam_search``).
         overwrite: replace an existing version (atomically).
         warmup_sentences: the request TF Serving replays when it loads the model.
         precision: the graph's compute precision. fp32 runs on every server;
@@ -191,6 +196,8 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     out = Path(out)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    if stopping not in STOPPING_RULES:
+        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
     if version is not None and version < 1:
         raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
     if version is None:
@@ -209,7 +216,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                 src_path, tgt_path = write_tokenizer_files(trained, Path(spm_dir))
                 module = ExportedTranslator(
                     trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
-                    max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha,
+                    max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
                     src_model_path=src_path, tgt_model_path=tgt_path)
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())

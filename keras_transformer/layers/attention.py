@@ -87,6 +87,8 @@ def scaled_dot_product_attention(
 
 def _split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
     """``[batch, len, heads*depth]`` → ``[batch, heads, len, depth]``."""
+    if x.shape[1] == 1:  # one token (a decoding step): the same memory order, no transpose
+        return tf.reshape(x, [-1, num_heads, 1, depth])
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     x = tf.reshape(x, [batch, length, num_heads, depth])
     return tf.transpose(x, [0, 2, 1, 3])
@@ -94,6 +96,8 @@ def _split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
 
 def _merge_heads(x: tf.Tensor, d_model: int) -> tf.Tensor:
     """``[batch, heads, len, depth]`` → ``[batch, len, heads*depth]``."""
+    if x.shape[2] == 1:
+        return tf.reshape(x, [-1, 1, d_model])
     x = tf.transpose(x, [0, 2, 1, 3])
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     return tf.reshape(x, [batch, length, d_model])
@@ -271,7 +275,7 @@ class MultiHeadAttention(keras.layers.Layer):
                     for name in ("key", "value")
                 }
 
-        q, scale = self._project_query(query)
+        q, scale = self._project_query(query, training)
         mask = _with_head_axis(attention_mask)
         attended, weights = scaled_dot_product_attention(
             _split_heads(q, self.num_heads, self.depth),
@@ -292,7 +296,7 @@ class MultiHeadAttention(keras.layers.Layer):
             results += (weights,)
         return results[0] if len(results) == 1 else results
 
-    def _project_query(self, query: tf.Tensor) -> tuple[tf.Tensor, float | None]:
+    def _project_query(self, query: tf.Tensor, training=None) -> tuple[tf.Tensor, float | None]:
         """Queries and the scale still to apply to them. The paper's 1/√d_k is
         folded into the projection's kernel and bias: a d_model² multiply per
         call instead of one over every query, forward and backward (12 per
@@ -302,7 +306,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return dense(query), None
         scale = tf.constant(1.0 / math.sqrt(self.depth), self.compute_dtype)
         bias = None if dense.bias is None else tf.cast(dense.bias, self.compute_dtype) * scale
-        return project(query, tf.cast(dense.kernel, self.compute_dtype) * scale, bias), 1.0
+        kernel = tf.cast(dense.kernel, self.compute_dtype) * scale
+        return project(query, kernel, bias, with_gradient=training is not False), 1.0
 
     def compute_mask(self, query, mask=None):
         # The output is aligned with the query: its Keras mask carries over.
@@ -332,7 +337,7 @@ def _with_head_axis(mask):
         return None
     rank = mask.shape.rank
     if rank == 3:
-        return tf.cast(mask, tf.bool)[:, tf.newaxis, :, :]
+        return tf.expand_dims(tf.cast(mask, tf.bool), 1)
     if rank == 4:
         return tf.cast(mask, tf.bool)
     raise ValueError(

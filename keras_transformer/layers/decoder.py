@@ -190,6 +190,9 @@ class Decoder(TransformerBlockBase):
         length = tf.shape(x)[1]
         if cache is None:
             self_mask = causal_mask(length)[tf.newaxis]
+        elif cache_index is None and x.shape[1] == 1:
+            self_mask = None  # one new token, a growing cache: every key is its own past
+            target_padding_mask = None
         else:
             cached = cache[0]["self"]["key"]
             cached_length = tf.shape(cached)[2]

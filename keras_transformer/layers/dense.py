@@ -26,6 +26,7 @@ def project(
     bias: tf.Tensor | None = None,
     relu: bool = False,
     transpose_kernel: bool = False,
+    with_gradient: bool = True,
 ) -> tf.Tensor:
     """``relu?(x [..., k] @ kernel [k, n] + bias)`` (``kernel [n, k]`` with ``transpose_kernel``).
 
@@ -35,17 +36,26 @@ def project(
     product, inside the same function, so that TensorFlow's graph optimiser
     can fuse all three into one oneDNN matmul. Values and gradients are
     those of ``tf.matmul`` / ``tf.nn.bias_add`` / ``tf.nn.relu``.
+    ``with_gradient=False`` (inference) leaves the custom-gradient wrapper
+    out of the graph: the same values with fewer nodes, which a decoding loop
+    runs at every step.
     """
     units = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
-    flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
+    # Static sizes where they are known: every shape op here also runs once a
+    # decoding step.
+    rank2 = x.shape.rank == 2
+    depth = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+    flat = x if rank2 else tf.reshape(x, [-1, depth])
 
-    @tf.custom_gradient
-    def product(flat, kernel, *maybe_bias):
+    def forward(flat, kernel, *maybe_bias):
         y = tf.matmul(flat, kernel, transpose_b=transpose_kernel)
         if maybe_bias:
             y = tf.nn.bias_add(y, maybe_bias[0])
-        if relu:
-            y = tf.nn.relu(y)
+        return tf.nn.relu(y) if relu else y
+
+    @tf.custom_gradient
+    def product(flat, kernel, *maybe_bias):
+        y = forward(flat, kernel, *maybe_bias)
 
         def grad(upstream):
             if relu:
@@ -61,8 +71,14 @@ def project(
 
         return y, grad
 
-    y = product(flat, kernel) if bias is None else product(flat, kernel, bias)
-    y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [tf.shape(y)[-1]]], axis=0))
+    function = product if with_gradient else forward
+    y = function(flat, kernel) if bias is None else function(flat, kernel, bias)
+    if rank2:
+        return y
+    if x.shape[1:-1].is_fully_defined():  # [batch, ..., depth] with only the batch unknown
+        y = tf.reshape(y, [-1] + x.shape[1:-1].as_list() + [units])
+    else:
+        y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [units]], axis=0))
     y.set_shape(x.shape[:-1].concatenate([units]))
     return y
 
@@ -87,7 +103,8 @@ class Dense(keras.layers.Dense):
             return super().call(inputs, training=training)
         bias = None if self.bias is None else tf.cast(self.bias, self.compute_dtype)
         relu = self.activation is keras.activations.relu
-        x = project(inputs, tf.cast(self.kernel, self.compute_dtype), bias, relu=relu)
+        x = project(inputs, tf.cast(self.kernel, self.compute_dtype), bias, relu=relu,
+                    with_gradient=training is not False)
         if self.activation is not None and not relu:
             x = self.activation(x)
         return x

@@ -46,4 +46,5 @@ def key_padding_mask(padding: tf.Tensor | None) -> tf.Tensor | None:
     """``[batch, key_len]`` padding mask → ``[batch, 1, key_len]`` attention mask."""
     if padding is None:
         return None
-    return tf.cast(padding, tf.bool)[:, tf.newaxis, :]
+    # expand_dims rather than [:, None, :]: a TFLite builtin for bool tensors too.
+    return tf.expand_dims(tf.cast(padding, tf.bool), 1)
