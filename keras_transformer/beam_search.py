@@ -125,6 +125,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     memory = tf.repeat(model.encode(source_ids, training=False), k, axis=0)
     source_padding = padding_mask(tf.repeat(source_ids, k, axis=0), config.pad_id)
     cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
+    output_kernel = model.output_kernel()  # read once, outside the loop
 
     if static_shapes:
         # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.
@@ -197,7 +198,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         rows = tf.shape(state.alive_seq)[0]
         last = tf.reshape(last_token(state.alive_seq, t), [-1, 1])
         logits, cache = model.decode(last, state.cache, state.source_padding,
-                                     cache_index=t if static_shapes else None, training=False)
+                                     cache_index=t if static_shapes else None, training=False,
+                                     output_kernel=output_kernel)
         step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
         candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])

@@ -157,6 +157,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     memory = model.encode(source_ids, training=False)
     source_padding = padding_mask(source_ids, config.pad_id)
     cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
+    output_kernel = model.output_kernel()  # read once, outside the loop
     pad = tf.constant(config.pad_id, tf.int32)
     eos = tf.constant(config.eos_id, tf.int32)
 
@@ -187,7 +188,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     def step(state: GreedyState) -> GreedyState:
         t, finished = state.step, state.finished
         logits, cache = model.decode(state.last, state.cache, state.source_padding,
-                                     cache_index=t if static_shapes else None, training=False)
+                                     cache_index=t if static_shapes else None, training=False,
+                                     output_kernel=output_kernel)
         log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)

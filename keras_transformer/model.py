@@ -157,14 +157,29 @@ class Transformer(keras.Model):
             training=training,
         )
 
-    def logits(self, hidden, training=None) -> tf.Tensor:
-        """Pre-softmax projection of decoder states; float32 under any policy."""
+    def logits(self, hidden, training=None, output_kernel=None) -> tf.Tensor:
+        """Pre-softmax projection of decoder states; float32 under any policy.
+        ``output_kernel``: ``output_kernel()``, read once by a decoder."""
         if self.output_projection is not None:
             logits = self.output_projection(hidden)
+        elif output_kernel is not None:
+            logits = project(hidden, output_kernel, with_gradient=training is not False)
         else:
             kernel, _, _ = self._output_weights(hidden.dtype)
             logits = project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
         return tf.cast(logits, tf.float32)
+
+    def output_kernel(self) -> tf.Tensor | None:
+        """The tied output projection's kernel ``[d_model, vocab]`` in the compute
+        dtype (the target embedding, transposed), or ``None`` when the
+        projection is a layer of its own. Decoders read it once, before their
+        loop, and pass it to ``decode``: a product with the ``[vocab, d_model]``
+        embedding transposed in place is several times slower for a few rows
+        on a CPU, and a decoding step has a few rows."""
+        self._build_if_needed()
+        if self.output_projection is not None:
+            return None
+        return tf.transpose(tf.cast(self.target_embedding.embeddings, self.compute_dtype))
 
     def _output_weights(self, dtype) -> tuple[tf.Tensor, tf.Tensor | None, bool]:
         """``(kernel, bias, vocab_major)`` of the output projection in ``dtype``:
@@ -259,9 +274,11 @@ class Transformer(keras.Model):
         memory_padding_mask,
         cache_index=None,
         training=None,
+        output_kernel=None,
     ):
         """Logits for ``target_ids`` ``[batch, n]`` (usually n = 1) given the
         cache of everything decoded before them; returns ``(logits, cache)``.
+        ``output_kernel``: ``output_kernel()``, read before the decoding loop.
 
         Positions continue from the cache: its length for a growing cache, or
         ``cache_index`` for a fixed-size one. (The model is built: the cache
@@ -279,7 +296,7 @@ class Transformer(keras.Model):
             cache_index=cache_index,
             training=training,
         )
-        return self.logits(hidden, training=training), cache
+        return self.logits(hidden, training=training, output_kernel=output_kernel), cache
 
     # --- export and serialization -----------------------------------------------------
 

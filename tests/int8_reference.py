@@ -52,8 +52,10 @@ def quantize_rows(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.clip_by_value(tf.round(values * scale), -127.0, 127.0), scale
 
 
-def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, *, arithmetic: str):
-    """``keras_transformer.layers.dense.project`` computed as CTranslate2's int8 GEMM."""
+def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, with_gradient=True, *,
+                 arithmetic: str):
+    """``keras_transformer.layers.dense.project`` computed as CTranslate2's int8 GEMM
+    (a forward pass: ``with_gradient`` changes nothing here)."""
     weight = kernel if transpose_kernel else tf.transpose(kernel)  # [units, depth]: one scale per output
     weight_q, weight_scale = quantize_rows(weight)
     flat = tf.reshape(x, [-1, tf.shape(x)[-1]])

@@ -132,13 +132,14 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     out = tmp_path / "serving.json"
     assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
                                 "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
-                                "--batch-1-sentences", "3", "--json", str(out)]) == 0
+                                "--batch-1-sentences", "3", "--repeats", "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
     assert rows[("greedy", 64)]["sentences"] == 12 and rows[("greedy", 1)]["sentences"] == 3
     for row in rows.values():
         assert row["ratio"] > 0 and row["saved_model"]["sentences_per_s"] > 0
+        assert len(row["saved_model"]["passes"]) == 2 and row["saved_model"]["seconds"] == min(row["saved_model"]["passes"])
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
     assert report["cpu"] and report["beam"] == 2
