@@ -191,3 +191,21 @@ def test_finished_rows_leave_the_batch_without_changing_the_others(model):
             np.testing.assert_allclose(alone_score.numpy()[0], scores[b], rtol=1e-5, atol=1e-5)
     finally:
         bias.assign(saved)
+
+
+def test_the_tied_output_kernel_read_once_gives_the_same_logits():
+    import keras
+
+    keras.utils.set_random_seed(3)
+    config = kt.TransformerConfig.from_preset("tiny", vocab_size=30, dropout=0.0, max_length=64)
+    tied = kt.Transformer(config)
+    tied.build()
+    assert tied.output_projection is None and tied.output_kernel().shape == (config.d_model, 30)
+    cache = tied.initial_cache(tied.encode(SOURCE, training=False))
+    padding = tf.not_equal(SOURCE, kt.PAD_ID)
+    bos = tf.fill([3, 1], kt.BOS_ID)
+    once, _ = tied.decode(bos, cache, padding, training=False, output_kernel=tied.output_kernel())
+    every_step, _ = tied.decode(bos, cache, padding, training=False)
+    np.testing.assert_allclose(once.numpy(), every_step.numpy(), rtol=1e-5, atol=1e-5)
+    untied = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=30, tie_embeddings=False))
+    assert untied.output_kernel() is None  # its own Dense layer projects
