@@ -40,7 +40,7 @@ NO_XLA_CPU = "XLA on the CPU (not in tensorflow-tpu)"
 LIBRARY_DESELECT = {
     "tests/test_data.py::test_tfds_pairs_with_mock_data": "the [tfds] extra",
     "tests/test_hardware.py::test_every_benchmark_report_carries_the_cpu": "benchmarks/",
-    "tests/test_beam_search.py::test_static_shape_search_equals_the_growing_one[True]": NO_XLA_CPU,
+    "tests/test_beam_search.py::test_static_shape_search_equals_the_growing_one[True-heuristic]": NO_XLA_CPU,
     "tests/test_decoding.py::test_static_shape_greedy_matches_dynamic_under_xla": NO_XLA_CPU,
     "tests/test_decoding.py::test_static_buffer_keeps_per_sentence_limits_under_xla": NO_XLA_CPU,
     "tests/test_model.py::test_cached_decoding_inside_a_static_shape_while_loop": NO_XLA_CPU,
