@@ -26,6 +26,13 @@ _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score,
 STOPPING_RULES = ("exact", "heuristic")
 
 
+def check_stopping(stopping: str) -> str:
+    """``stopping`` if it names a rule of ``beam_search``, else a ``ValueError`` that lists them."""
+    if stopping not in STOPPING_RULES:
+        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
+    return stopping
+
+
 class BeamSearchOutput(NamedTuple):
     """``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding), best
     first; ``scores`` ``[batch, beam]``: log-probability / length penalty, the
@@ -108,8 +115,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
-    if stopping not in STOPPING_RULES:
-        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
+    check_stopping(stopping)
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size

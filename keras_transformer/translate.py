@@ -17,7 +17,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from keras_transformer.beam_search import STOPPING_RULES, beam_search
+from keras_transformer.beam_search import beam_search, check_stopping
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.progress import progress_bar
@@ -58,8 +58,7 @@ class Translator(tf.Module):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
-        if stopping not in STOPPING_RULES:
-            raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
+        check_stopping(stopping)
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer

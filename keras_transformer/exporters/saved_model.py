@@ -21,7 +21,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from keras_transformer.beam_search import STOPPING_RULES
+from keras_transformer.beam_search import check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
@@ -75,8 +75,6 @@ class ExportedTranslator(tf.Module):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-        if stopping not in STOPPING_RULES:
-            raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
         self.model = model
         self.model_variables = raw_variables(model)
         self.src_tokenizer = src_tokenizer
@@ -86,7 +84,7 @@ class ExportedTranslator(tf.Module):
         self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
         self.alpha = float(alpha)
         self.extra_length = int(extra_length)
-        self.stopping = stopping
+        self.stopping = check_stopping(stopping)
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
         if src_model_path is not None:
             self.source_spm = tf.saved_model.Asset(str(src_model_path))
@@ -196,8 +194,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     out = Path(out)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-    if stopping not in STOPPING_RULES:
-        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
+    check_stopping(stopping)  # refused before the model is loaded
     if version is not None and version < 1:
         raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
     if version is None:
