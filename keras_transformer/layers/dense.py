@@ -20,6 +20,25 @@ def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return tf.matmul(a, b, transpose_a=True)
 
 
+def as_rows(x: tf.Tensor) -> tf.Tensor:
+    """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by
+    static sizes where they are known (a decoding loop runs every shape op
+    here once a step); a rank-2 ``x`` is returned as it is."""
+    if x.shape.rank == 2:
+        return x
+    depth = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+    return tf.reshape(x, [-1, depth])
+
+
+def from_rows(y: tf.Tensor, like: tf.Tensor, units) -> tf.Tensor:
+    """``y [rows, units]`` back in ``like``'s leading axes: ``[..., units]``."""
+    if like.shape.rank == 2:
+        return y
+    if like.shape[1:-1].is_fully_defined():  # [batch, ..., depth] with only the batch unknown
+        return tf.reshape(y, [-1] + like.shape[1:-1].as_list() + [units])
+    return tf.reshape(y, tf.concat([tf.shape(like)[:-1], [units]], axis=0))
+
+
 def project(
     x: tf.Tensor,
     kernel: tf.Tensor,
@@ -41,11 +60,7 @@ def project(
     runs at every step.
     """
     units = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
-    # Static sizes where they are known: every shape op here also runs once a
-    # decoding step.
-    rank2 = x.shape.rank == 2
-    depth = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-    flat = x if rank2 else tf.reshape(x, [-1, depth])
+    flat = as_rows(x)
 
     def forward(flat, kernel, *maybe_bias):
         y = tf.matmul(flat, kernel, transpose_b=transpose_kernel)
@@ -73,12 +88,7 @@ def project(
 
     function = product if with_gradient else forward
     y = function(flat, kernel) if bias is None else function(flat, kernel, bias)
-    if rank2:
-        return y
-    if x.shape[1:-1].is_fully_defined():  # [batch, ..., depth] with only the batch unknown
-        y = tf.reshape(y, [-1] + x.shape[1:-1].as_list() + [units])
-    else:
-        y = tf.reshape(y, tf.concat([tf.shape(x)[:-1], [units]], axis=0))
+    y = from_rows(y, x, units)
     y.set_shape(x.shape[:-1].concatenate([units]))
     return y
 

@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer import native
+from keras_transformer.layers.dense import as_rows, from_rows
 
 
 def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
@@ -30,19 +31,14 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
     ``with_gradient=False`` (inference) computes the same forward pass
     without the custom-gradient wrapper: fewer nodes in a decoding loop.
     """
-    rank2 = x.shape.rank == 2
-    depth = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
-    flat = x if rank2 else tf.reshape(x, [-1, depth])
+    flat = as_rows(x)
     if not with_gradient:
         normalize = _plain_normalize(epsilon)
     elif native_ops:
         normalize = _native_normalize(native_ops, epsilon)
     else:
         normalize = _normalize(epsilon)
-    y = normalize(flat, gamma, beta)
-    if rank2:
-        return y
-    y = tf.reshape(y, tf.shape(x))
+    y = from_rows(normalize(flat, gamma, beta), x, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1])
     y.set_shape(x.shape)
     return y
 
