@@ -4,8 +4,8 @@ XLA), CTranslate2 running our own weights (fp32, int8) and keras-hub.
     python -m benchmarks.decode_speed [--systems ours ours-xla ct2-fp32 ct2-int8 keras-hub keras-hub-xla]
                                       [--steps 16 64 256] [--batch 64 1] [--repeats 3] [--json out.json]
 
-The workload is issue #7's small model (shared vocabulary 8,192, d_model 256,
-4+4 layers, 8 heads, d_ff 1,024) with random weights (seed 0: every process
+The workload is ``benchmarks.workload``'s small model (shared vocabulary 8,192,
+d_model 256, 4+4 layers, 8 heads, d_ff 1,024) with random weights (seed 0: every process
 builds the same model); EOS is banned until the requested length, so every run
 decodes exactly that many steps. Each system runs in its own process (XLA and
 thread pools are process-wide): one warm-up call (tracing/compiling), then
@@ -17,21 +17,18 @@ export path) and uses all cores. Prints a table and one JSON line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from typing import Callable
-
-import numpy as np
 
 from benchmarks.report import emit
+from benchmarks.timing import timed_calls
+from benchmarks.workload import DEFAULT
 
-VOCAB = 8192
 SYSTEMS = ("ours", "ours-xla", "ct2-fp32", "ct2-int8", "keras-hub", "keras-hub-xla")
 
 
@@ -41,36 +38,9 @@ def workload_model(max_length: int):
     import keras_transformer as kt
 
     keras.utils.set_random_seed(0)
-    config = kt.TransformerConfig.from_preset(
-        "small", vocab_size=VOCAB, share_embeddings=True, tie_embeddings=True,
-        max_length=max(512, max_length + 1), dropout=0.1)
-    model = kt.Transformer(config)
+    model = kt.Transformer(DEFAULT.config(tie_embeddings=True, max_length=max(512, max_length + 1)))
     model.build()
     return model
-
-
-def sources(batch: int, length: int = 64, seed: int = 0) -> np.ndarray:
-    """Random ids with ~15% padding at the ends, EOS last (EOS = 3, PAD = 0)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(4, VOCAB, size=(batch, length)).astype(np.int32)
-    for row in ids:
-        real = int(length * rng.uniform(0.7, 1.0))
-        row[real - 1] = 3
-        row[real:] = 0
-    return ids
-
-
-def timed(function: Callable, *args, repeats: int) -> dict:
-    """Warm-up call, then median and minimum of ``repeats`` calls (outputs fetched)."""
-    started = time.perf_counter()
-    function(*args)
-    warmup = time.perf_counter() - started
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        function(*args)
-        times.append(time.perf_counter() - started)
-    return {"median_s": statistics.median(times), "min_s": min(times), "warmup_s": warmup}
 
 
 def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
@@ -86,21 +56,21 @@ def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]
 
     rows = []
     for batch in batches:
-        ids = tf.constant(sources(batch))
+        ids = tf.constant(DEFAULT.sources(batch))
         for steps in steps_list:
             # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
             greedy = tf.function(
                 lambda s, n=steps: greedy_decode(model, s, max_length=n, min_length=n, static_shapes=jit),
                 jit_compile=jit)
             rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
-                         **timed(fetch(greedy), ids, repeats=repeats)})
+                         **timed_calls(fetch(greedy), ids, repeats=repeats)})
         if beam > 1:
             steps = 64 if 64 in steps_list else steps_list[0]
             search = tf.function(lambda s, n=steps: beam_search(model, s, beam_size=beam, max_length=n,
                                                                 min_length=n, static_shapes=jit),
                                  jit_compile=jit)
             rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
-                         **timed(fetch(search), ids, repeats=repeats)})
+                         **timed_calls(fetch(search), ids, repeats=repeats)})
     return rows
 
 
@@ -109,7 +79,7 @@ class _IdPieces:
     the random-weight model is ``▁t{i}`` (ids 0-3 are the reserved pieces)."""
 
     reserved = ("<pad>", "<unk>", "<s>", "</s>")
-    vocab_size = VOCAB
+    vocab_size = DEFAULT.vocab
 
     def piece(self, i: int) -> str:
         return self.reserved[i] if i < 4 else f"▁t{i}"
@@ -130,7 +100,7 @@ def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int
                                             intra_threads=os.cpu_count() or 1)
         for batch in batches:
             # CTranslate2 appends the source EOS itself (add_source_eos).
-            tokens = [[pieces.piece(int(i)) for i in row if i > 3] for row in sources(batch)]
+            tokens = [[pieces.piece(int(i)) for i in row if i > 3] for row in DEFAULT.sources(batch)]
 
             def run(k: int, n: int):
                 return lambda: translator.translate_batch(
@@ -139,11 +109,11 @@ def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int
 
             for steps in steps_list:
                 rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
-                             **timed(run(1, steps), repeats=repeats)})
+                             **timed_calls(run(1, steps), repeats=repeats)})
             if beam > 1:
                 steps = 64 if 64 in steps_list else steps_list[0]
                 rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
-                             **timed(run(beam, steps), repeats=repeats)})
+                             **timed_calls(run(beam, steps), repeats=repeats)})
     return rows
 
 
@@ -151,7 +121,7 @@ def _keras_hub(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[
     from benchmarks import keras_hub_reference
 
     return keras_hub_reference.decode_rows(jit=jit, batches=batches, steps_list=steps_list, beam=beam,
-                                           repeats=repeats, sources=sources)
+                                           repeats=repeats)
 
 
 def run_system(system: str, batches, steps_list, beam: int, repeats: int) -> list[dict]:
@@ -212,8 +182,7 @@ def main(argv=None) -> int:
         "benchmark": "decode_speed",
         "machine": {"platform": platform.platform()},  # the CPU: emit's "cpu" record
         "versions": versions(),
-        "workload": {"vocab": VOCAB, "d_model": 256, "layers": "4+4", "heads": 8, "d_ff": 1024,
-                     "source_length": 64, "weights": "random (seed 0)", "repeats": args.repeats},
+        "workload": {**dataclasses.asdict(DEFAULT), "weights": "random (seed 0)", "repeats": args.repeats},
         "results": rows,
     }
     print(f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}")

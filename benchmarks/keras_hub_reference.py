@@ -1,11 +1,11 @@
-"""keras-hub running issue #7's workload, for side-by-side speed numbers with our model.
+"""keras-hub running the benchmarks' workload, for side-by-side speed numbers with our model.
 
     python -m benchmarks.keras_hub_reference --part train --jit off [--precision fp32] [--steps 10]
     python -m benchmarks.keras_hub_reference --part decode --jit off [--batch 64 1] [--steps 64] [--beam 4]
 
-Same workload as ``benchmarks.train_speed`` and ``benchmarks.decode_speed`` (shared
-vocabulary 8,192, d_model 256, 4+4 layers, 8 heads, d_ff 1,024, dropout 0.1, post-LN,
-batch 64, length 64 with ~15% padding), built only from keras-hub layers so the
+Same workload as ``benchmarks.train_speed`` and ``benchmarks.decode_speed``
+(``benchmarks.workload``: shared vocabulary 8,192, d_model 256, 4+4 layers, 8 heads,
+d_ff 1,024, dropout 0.1, post-LN, batch 64, length 64 with ~15% padding), built only from keras-hub layers so the
 comparison measures keras-hub, not a re-implementation of it:
 
 * ``keras_hub.layers.ReversibleEmbedding`` (``tie_weights=True``): ONE matrix for source
@@ -26,7 +26,6 @@ can call it in its own process next to ``train_speed`` / ``decode_speed``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import statistics
@@ -40,43 +39,10 @@ import tensorflow as tf
 from keras import ops
 
 import keras_transformer as kt
-from benchmarks.decode_speed import sources, timed
-from benchmarks.train_speed import (
-    BATCH,
-    D,
-    FF,
-    LAYERS,
-    LENGTH,
-    VOCAB,
-    matmul_flops_per_step,
-    mfu_figures,
-    timed_steps_and_peaks,
-)
+from benchmarks.timing import mfu_figures, timed_calls, timed_steps_and_peaks
+from benchmarks.workload import DEFAULT, SMOKE, Workload
 
 SYSTEM = "keras-hub"
-
-
-@dataclasses.dataclass(frozen=True)
-class Workload:
-    """Model and batch sizes; the defaults are issue #7's (shared with train_speed)."""
-
-    vocab: int = VOCAB
-    d_model: int = D
-    layers: int = LAYERS
-    heads: int = 8
-    d_ff: int = FF
-    dropout: float = 0.1
-    batch: int = BATCH
-    length: int = LENGTH
-
-    @property
-    def is_issue_workload(self) -> bool:
-        """Only the default sizes match ``train_speed.matmul_flops_per_step()`` (for MFU)."""
-        return self == Workload()
-
-
-# Plumbing checks only (seconds of CPU): never report these timings as results.
-SMOKE = Workload(vocab=64, d_model=16, layers=2, heads=2, d_ff=32, batch=2, length=8)
 
 
 class KerasHubSeq2Seq(keras.Model):
@@ -86,7 +52,7 @@ class KerasHubSeq2Seq(keras.Model):
     ``generate`` runs cached decoding with a keras-hub sampler.
     """
 
-    def __init__(self, workload: Workload = Workload(), **kwargs):
+    def __init__(self, workload: Workload = DEFAULT, **kwargs):
         super().__init__(**kwargs)
         w = self.workload = workload
         self.embedding = keras_hub.layers.ReversibleEmbedding(
@@ -217,39 +183,21 @@ def make_sampler(decoder: str) -> keras_hub.samplers.Sampler:
     raise ValueError(f"unknown decoder {decoder!r}: greedy or beamK")
 
 
-def build_model(workload: Workload = Workload(), seed: int = 0) -> KerasHubSeq2Seq:
+def build_model(workload: Workload = DEFAULT, seed: int = 0) -> KerasHubSeq2Seq:
     keras.utils.set_random_seed(seed)
     model = KerasHubSeq2Seq(workload)
     model.build_with_dummy()
     return model
 
 
-def training_batch(workload: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(source_ids, target_in_ids, target_out_ids)``: train_speed's own batch for the
-    issue workload (same tokens, so tokens/s compare directly); otherwise drawn with
-    ``decode_speed.sources`` (~15% padding at the ends, EOS last)."""
-    if workload.is_issue_workload:
-        from benchmarks.train_speed import training_batch as issue_batch
-
-        source, target_in, target = issue_batch()
-        return source, target_in, target
-    source = sources(workload.batch, workload.length, seed=0)
-    target = sources(workload.batch, workload.length, seed=1)
-    if workload.vocab != VOCAB:  # sources() draws ids below 8,192; fold into a smaller vocabulary
-        source = np.where(source > 3, 4 + source % (workload.vocab - 4), source).astype(np.int32)
-        target = np.where(target > 3, 4 + target % (workload.vocab - 4), target).astype(np.int32)
-    target_in = np.concatenate([np.full((workload.batch, 1), kt.BOS_ID, np.int32), target[:, :-1]], axis=1)
-    return source, target_in, target
-
-
-def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Workload = Workload()) -> dict:
+def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Workload = DEFAULT) -> dict:
     """``model.fit`` ms/step (forward + backward + Adam), measured as train_speed.run_one does:
     3 warm-up steps, then the median of 5 runs of ``steps`` steps with the matmul peak
     measured around each (``timed_steps_and_peaks``).
 
     Loss and optimizer are ours (``MaskedLabelSmoothedCrossEntropy``, ``paper_adam``) so
-    that only the model differs. MFU uses train_speed's analytic FLOPs and a matmul peak
-    measured in this process (issue workload only).
+    that only the model differs. MFU uses the workload's analytic FLOPs and a matmul peak
+    measured in this process.
     """
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
@@ -257,7 +205,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
         model = build_model(workload)
         model.compile(optimizer=kt.paper_adam(d_model=workload.d_model),
                       loss=kt.MaskedLabelSmoothedCrossEntropy(), jit_compile=jit)
-        source, target_in, target = training_batch(workload)
+        source, target_in, target = workload.training_batch()
         dataset = tf.data.Dataset.from_tensors(((source, target_in), target)).repeat()
         model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
         times, peaks = timed_steps_and_peaks(model, dataset, steps, precision)
@@ -268,8 +216,7 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
     row = {"system": SYSTEM, "precision": precision, "xla": jit, "ms_per_step": 1000 * step,
            "min_ms_per_step": 1000 * min(times), "target_tokens": target_tokens,
            "target_tokens_per_s": target_tokens / step}
-    if workload.is_issue_workload:
-        row.update(mfu_figures(matmul_flops_per_step(), times, peaks))
+    row.update(mfu_figures(workload.matmul_flops_per_step(), times, peaks))
     return row
 
 
@@ -280,23 +227,20 @@ def decode_function(model: KerasHubSeq2Seq, decoder: str, steps: int, xla: bool)
 
 
 def decode_rows(jit: bool, batches=(64, 1), steps_list=(64,), beam: int = 4, repeats: int = 3,
-                sources: Callable[..., np.ndarray] = sources, workload: Workload = Workload()) -> list[dict]:
+                workload: Workload = DEFAULT) -> list[dict]:
     """Rows in decode_speed's convention: greedy for every ``steps_list`` entry, beam once
     per batch at 64 steps (else the first entry); warm-up, then median/min of ``repeats``
     calls with the ids fetched to host."""
     model = build_model(workload)
     rows = []
     for batch in batches:
-        ids = sources(batch, workload.length)
-        if workload.vocab != VOCAB:  # sources() draws ids below 8,192; fold into a smaller vocabulary
-            ids = np.where(ids > 3, 4 + ids % (workload.vocab - 4), ids).astype(np.int32)
-        ids = tf.constant(ids)
+        ids = tf.constant(workload.sources(batch))
         runs = [("greedy", steps) for steps in steps_list]
         if beam > 1:
             runs.append((f"beam{beam}", 64 if 64 in steps_list else steps_list[0]))
         for decoder, steps in runs:
             function = decode_function(model, decoder, steps, jit)
-            result = timed(lambda s, f=function: f(s).numpy(), ids, repeats=repeats)
+            result = timed_calls(lambda s, f=function: f(s).numpy(), ids, repeats=repeats)
             rows.append({"system": SYSTEM, "decoder": decoder, "batch": batch, "steps": steps, "xla": jit,
                          **result, "ms_per_step": 1000 * result["median_s"] / steps})
     return rows
@@ -316,7 +260,7 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny model and batch, to check the plumbing; timings are not results")
     args = parser.parse_args(argv)
-    workload = SMOKE if args.smoke else Workload()
+    workload = SMOKE if args.smoke else DEFAULT
     for jit in args.jit:
         if args.part == "train":
             steps = args.steps[0] if args.steps else 10

@@ -26,6 +26,7 @@ import statistics
 
 from benchmarks.report import emit
 from benchmarks.timing import fit_step_times
+from benchmarks.workload import matmul_flops
 
 TOKENS_PER_UPDATE = 25_000   # the paper: ~25k source and ~25k target tokens a batch
 UPDATES = 100_000
@@ -42,18 +43,6 @@ ACCELERATORS = {
     "TPU v2-8 (8 cores), bf16": 180.0,
     "TPU v5e-1, bf16": 197.0,
 }
-
-
-def matmul_flops(config, src_tokens: float, tgt_tokens: float, length: float) -> float:
-    """2·m·n·k for every matmul of one update (forward, and backward as 2 × forward)."""
-    d, ff = config.d_model, config.d_ff
-    projections = 4 * d * d
-    ffn = 2 * d * ff
-    attention = 2 * length * d  # QKᵀ and weights·V per query token
-    encoder = config.num_encoder_layers * (projections + ffn + attention)
-    decoder = config.num_decoder_layers * (2 * projections + ffn + 2 * attention)
-    output = d * config.tgt_vocab_size
-    return 3 * 2 * (src_tokens * encoder + tgt_tokens * (decoder + output))
 
 
 def paper_utilisation() -> float:

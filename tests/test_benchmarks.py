@@ -5,7 +5,7 @@ generator and its runner's measurement."""
 
 import pytest
 
-from benchmarks.train_speed import mfu_figures
+from benchmarks.timing import mfu_figures
 
 
 def test_each_run_is_divided_by_the_higher_of_its_two_neighbouring_peaks():
@@ -28,16 +28,34 @@ def test_a_steady_machine_gives_the_single_peak_figure():
     assert figures["mfu_vs_best_peak"] == pytest.approx(0.5)
 
 
-def test_recipe_estimate_counts_flops_as_train_speed_does_and_runs(tmp_path):
+def test_the_workload_flop_count_is_the_built_model_s_matmuls():
+    """The MFU's FLOP count reads the same config the benchmarks build, and counts
+    every matmul kernel of that model: 2 FLOPs per weight per token forward, 3x with
+    the backward pass, plus the attention scores."""
+    import keras_transformer as kt
+    from benchmarks import workload
+
+    assert (workload.PAD_ID, workload.BOS_ID, workload.EOS_ID) == (kt.PAD_ID, kt.BOS_ID, kt.EOS_ID)
+    default = workload.DEFAULT.config()
+    small = kt.TransformerConfig.from_preset("small", share_embeddings=True)
+    assert default == small  # the benchmark workload is the small preset
+
+    tiny = workload.Workload(vocab=48, d_model=16, layers=2, heads=2, d_ff=24, batch=3, length=5)
+    model = kt.Transformer(tiny.config(tie_embeddings=True))
+    model.build()
+    kernels = sum(int(v.shape[0] * v.shape[1]) for v in model.weights
+                  if len(v.shape) == 2 and "embedding" not in v.path)
+    output = tiny.d_model * tiny.vocab  # the tied projection reuses the embedding matrix
+    tokens = tiny.batch * tiny.length
+    attention = 2 * tiny.length * tiny.d_model * tiny.layers * (1 + 2)  # encoder self; decoder self + cross
+    assert tiny.matmul_flops_per_step() == 6 * tokens * (kernels + output + attention)
+
+
+def test_recipe_estimate_runs(tmp_path):
     import json
 
-    import keras_transformer as kt
-    from benchmarks import recipe_estimate, train_speed
+    from benchmarks import recipe_estimate
 
-    small = kt.TransformerConfig.from_preset("small", vocab_size=train_speed.VOCAB, share_embeddings=True)
-    tokens = train_speed.BATCH * train_speed.LENGTH
-    assert recipe_estimate.matmul_flops(small, tokens, tokens, train_speed.LENGTH) == pytest.approx(
-        train_speed.matmul_flops_per_step())
     # 100k updates in 12 hours on 8 P100s: about a quarter of their fp32 peak.
     assert 0.2 < recipe_estimate.paper_utilisation() < 0.3
 

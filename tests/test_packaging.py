@@ -4,6 +4,7 @@ The TPU install path (requirements/tpu.txt's header) puts the project and TF Tex
 `--no-deps`, then tpu.txt: nothing in it may pull the plain `tensorflow`, whose files would
 overwrite tensorflow-tpu's (.ci/tpu_path checks that on a real install)."""
 
+import ast
 import base64
 import hashlib
 import importlib.metadata
@@ -170,6 +171,75 @@ def test_library_tests_import_no_program(path):
     text = (CHECKOUT / path).read_text()
     assert not re.search(r"^(from|import) (training|export|benchmarks)\b", text, re.MULTILINE)
     assert not re.search(r"def \w+\([^)]*\btiny_workdir\b", text)  # the trained demo workdir
+
+
+# --------------------------------------------------------------------------- import circles
+
+IMPORT_ROOTS = ("keras_transformer", "training", "export", "benchmarks")
+
+
+def import_graph(root: Path, packages=IMPORT_ROOTS) -> dict[str, set[str]]:
+    """Module name -> the modules of ours it imports, at the top or inside a function."""
+    modules = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            modules[name.removesuffix(".__init__")] = path
+
+    def ours(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(ours(alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([base] if base else []))
+                targets.update(ours(f"{base}.{alias.name}") or ours(base) for alias in node.names)
+        graph[name] = targets - {None, name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a longer loop."""
+    reachable = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph[todo.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        reachable[start] = seen
+    circles = {tuple(sorted(m for m in graph if m == start or (m in reachable[start] and start in reachable[m])))
+               for start in graph if start in reachable[start]}
+    return sorted(list(circle) for circle in circles)
+
+
+def test_no_module_imports_itself_back():
+    """No import circle, not even through an import inside a function: each module can be
+    read, and imported, after the ones it uses."""
+    assert import_circles(import_graph(CHECKOUT)) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_function_level_import(tmp_path):
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    (tmp_path / "benchmarks" / "a.py").write_text("from benchmarks.b import f\n")
+    (tmp_path / "benchmarks" / "b.py").write_text("def f():\n    from benchmarks import c\n")
+    (tmp_path / "benchmarks" / "c.py").write_text("from . import a\n")
+    (tmp_path / "benchmarks" / "d.py").write_text("import benchmarks.a\n")
+    graph = import_graph(tmp_path, packages=("benchmarks",))
+    assert graph["benchmarks.d"] == {"benchmarks.a"}
+    assert import_circles(graph) == [["benchmarks.a", "benchmarks.b", "benchmarks.c"]]
 
 
 # --------------------------------------------------------------------------- record_check

@@ -28,6 +28,7 @@ from keras_transformer.data.sources import (
     read_text_file_pairs,
     read_tsv_pairs,
     text_file_pairs,
+    tfds_pairs,
     tsv_pairs,
 )
 from keras_transformer.data.synthetic import (
@@ -40,7 +41,6 @@ from keras_transformer.data.synthetic import (
     sample_sentence,
     write_parallel_files,
 )
-from keras_transformer.data.tfds_source import tfds_pairs
 
 __all__ = [
     "Clause",

@@ -619,6 +619,24 @@ def tsv_pairs(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> tf.da
     return read_tsv_pairs(path, src_column, tgt_column).to_dataset()
 
 
+def tfds_pairs(
+    name: str,
+    split: str,
+    src_key: str | None = None,
+    tgt_key: str | None = None,
+    data_dir: PathLike | None = None,
+    *,
+    download: bool = True,
+) -> tf.data.Dataset:
+    """Cleaned pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``),
+    streamed. Without ``src_key``/``tgt_key`` the builder's ``supervised_keys`` give the
+    direction (``keras_transformer.data.tfds_source``).
+
+    ``download=False`` only reads what ``data_dir`` already holds (offline use).
+    """
+    return PairSource.from_tfds(name, split, src_key, tgt_key, data_dir, download=download).dataset()
+
+
 def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
     tally = _Tally(("<list>",))
     sources: list[str] = []

@@ -7,7 +7,8 @@ explicit keys the builder's direction is used (``as_supervised=True``);
 ``src_key``/``tgt_key`` pick features by name, e.g. to train the reverse
 direction. Texts are cleaned like files (``keras_transformer.data.sources``):
 whitespace normalised, pairs with an empty side or invalid UTF-8 dropped;
-``PairSource.from_tfds`` also counts them (one scan over the split).
+``PairSource.from_tfds`` and ``tfds_pairs`` (in ``sources``) also count them (one scan
+over the split); this module only reads the raw strings.
 ``tensorflow_datasets`` is imported on first use only (it is slow to import).
 """
 
@@ -18,28 +19,8 @@ import os
 import tensorflow as tf
 
 
-
 def _scalar_string(spec) -> bool:
     return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.rank == 0
-
-
-def tfds_pairs(
-    name: str,
-    split: str,
-    src_key: str | None = None,
-    tgt_key: str | None = None,
-    data_dir: str | os.PathLike | None = None,
-    *,
-    download: bool = True,
-) -> tf.data.Dataset:
-    """Cleaned pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``),
-    streamed.
-
-    ``download=False`` only reads what ``data_dir`` already holds (offline use).
-    """
-    from keras_transformer.data.sources import PairSource
-
-    return PairSource.from_tfds(name, split, src_key, tgt_key, data_dir, download=download).dataset()
 
 
 def tfds_examples(
@@ -51,7 +32,8 @@ def tfds_examples(
     *,
     download: bool = True,
 ) -> tf.data.Dataset:
-    """The raw ``(source, target)`` strings of a TFDS split, uncleaned (see ``tfds_pairs``)."""
+    """The raw ``(source, target)`` strings of a TFDS split, uncleaned (``sources.tfds_pairs``
+    cleans them)."""
     import tensorflow_datasets as tfds
 
     if (src_key is None) != (tgt_key is None):
