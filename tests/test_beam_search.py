@@ -1,7 +1,6 @@
 """Beam search: k=1 is greedy, scores are the model's own log-probabilities,
 beams are ranked by the length-penalised score, batching changes nothing."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -9,22 +8,14 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.beam_search import beam_search, length_penalty
 from keras_transformer.decoding import greedy_decode
+from tiny_models import peaked_tiny_model
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)
 
 
 @pytest.fixture(scope="module")
 def model():
-    keras.utils.set_random_seed(11)
-    config = kt.TransformerConfig.from_preset("tiny", vocab_size=30, dropout=0.0, max_length=64,
-                                              tie_embeddings=False)
-    model = kt.Transformer(config)
-    model.build()
-    kernel = model.output_projection.kernel
-    kernel.assign(kernel * 4.0)  # varied, fairly peaked predictions from random weights
-    bias = model.output_projection.bias
-    bias.assign(bias + 2.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # EOS now and then
-    return model
+    return peaked_tiny_model(seed=11, kernel_scale=4.0, eos_bias=2.0)
 
 
 def _length(row):

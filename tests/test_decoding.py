@@ -7,21 +7,12 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer.decoding import greedy_decode
+from tiny_models import peaked_tiny_model
 
 
 @pytest.fixture(scope="module")
 def model():
-    import keras
-
-    keras.utils.set_random_seed(7)
-    config = kt.TransformerConfig.from_preset("tiny", vocab_size=30, dropout=0.0, max_length=64,
-                                              tie_embeddings=False)
-    model = kt.Transformer(config)
-    model.build()
-    # Spread the output projection so random weights produce varied tokens.
-    kernel = model.output_projection.kernel
-    kernel.assign(kernel * 8.0)
-    return model
+    return peaked_tiny_model(seed=7, kernel_scale=8.0)
 
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)

@@ -7,7 +7,6 @@ import collections
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from keras_transformer.data import (
 )
 from keras_transformer.data import shards as shards_module
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
+from loopback import free_ports
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 PAIRS = demo_splits(train=300, valid=0, test=0, seed=3)["train"]  # no two sources alike
@@ -240,20 +240,10 @@ with open(out, "w") as handle:
 """
 
 
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def test_two_workers_on_loopback_see_disjoint_parts_that_make_the_corpus(prepared, tmp_path):
     """One pass of two MultiWorkerMirroredStrategy workers: by file through
     distribute_datasets_from_function, and one pipeline through experimental_distribute_dataset."""
-    ports = _free_ports(2)
+    ports = free_ports(2)
     workers = []
     for index in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},

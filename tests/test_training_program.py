@@ -13,6 +13,7 @@ import yaml
 from keras_transformer.hardware import cpu_record
 from keras_transformer import Workdir
 from training.config import apply_override, config_path, load_config
+from loopback import free_ports
 from training.strategy import make_strategy
 
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -231,18 +232,6 @@ def test_static_batch_sizes_are_rounded_to_the_replicas():
     assert batching_for_replicas(load_config("demo"), 4) == load_config("demo")  # buckets: padded instead
 
 
-def _free_ports(count):
-    import socket
-
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def _train_command(workdir, *extra):
     return [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(workdir),
             *MICRO, *extra]
@@ -257,7 +246,7 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
 
     import keras_transformer  # noqa: F401
 
-    ports = _free_ports(2)
+    ports = free_ports(2)
     workers = []
     for index in range(2):
         tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},

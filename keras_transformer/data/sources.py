@@ -254,6 +254,20 @@ def _line_dataset(path: Path, facts: _FileFacts) -> tf.data.Dataset:
 # --------------------------------------------------------------------------- cleaning in Python
 
 
+def _keep_pair(tally: _Tally, number: int, src: str, tgt: str, keep: Keep,
+               sources: list[str], targets: list[str]) -> None:
+    """Count line ``number``'s decoded pair as kept, or as empty when a side is blank;
+    append the kept sides that ``keep`` asks for, normalised."""
+    if _blank(src) or _blank(tgt):
+        tally.skip("empty", number)
+        return
+    tally.kept += 1
+    if keep[0]:
+        sources.append(normalize_whitespace(src))
+    if keep[1]:
+        targets.append(normalize_whitespace(tgt))
+
+
 def _text_rows(tally: _Tally, src_lines: list[bytes], tgt_lines: list[bytes], keep: Keep):
     """Clean one batch of aligned lines: counts into ``tally``; out, the kept
     sources and targets (each list empty unless ``keep`` asks for that side)."""
@@ -267,14 +281,7 @@ def _text_rows(tally: _Tally, src_lines: list[bytes], tgt_lines: list[bytes], ke
         except UnicodeDecodeError:
             tally.skip("invalid_utf8", number)
             continue
-        if _blank(src) or _blank(tgt):
-            tally.skip("empty", number)
-            continue
-        tally.kept += 1
-        if keep[0]:
-            sources.append(normalize_whitespace(src))
-        if keep[1]:
-            targets.append(normalize_whitespace(tgt))
+        _keep_pair(tally, number, src, tgt, keep, sources, targets)
     return sources, targets
 
 
@@ -299,14 +306,7 @@ def _tsv_rows(tally: _Tally, lines: list[bytes], keep: Keep, src_column: int, tg
             tally.skip("malformed", number)
             continue
         src, tgt = fields[src_column], fields[tgt_column]
-        if _blank(src) or _blank(tgt):
-            tally.skip("empty", number)
-            continue
-        tally.kept += 1
-        if keep[0]:
-            sources.append(normalize_whitespace(src))
-        if keep[1]:
-            targets.append(normalize_whitespace(tgt))
+        _keep_pair(tally, number, src, tgt, keep, sources, targets)
     return sources, targets
 
 

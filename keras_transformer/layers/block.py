@@ -70,8 +70,8 @@ class TransformerBlockBase(keras.layers.Layer):
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.supports_masking = True
 
-    def block_kwargs(self) -> dict:
-        """Constructor arguments for a sublayer with the same hyper-parameters."""
+    def _hyper_parameters(self) -> dict:
+        """The block's hyper-parameters: every constructor argument but the initializer."""
         return {
             "d_model": self.d_model,
             "num_heads": self.num_heads,
@@ -82,9 +82,12 @@ class TransformerBlockBase(keras.layers.Layer):
             "activation": self.activation,
             "norm_first": self.norm_first,
             "layer_norm_epsilon": self.layer_norm_epsilon,
-            "kernel_initializer": self._initializer(),
-            "dtype": self.dtype_policy,
         }
+
+    def block_kwargs(self) -> dict:
+        """Constructor arguments for a sublayer with the same hyper-parameters."""
+        return {**self._hyper_parameters(), "kernel_initializer": self._initializer(),
+                "dtype": self.dtype_policy}
 
     def _initializer(self):
         return clone_initializer(self.kernel_initializer)
@@ -138,20 +141,41 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            {
-                "d_model": self.d_model,
-                "num_heads": self.num_heads,
-                "d_ff": self.d_ff,
-                "dropout": self.dropout,
-                "attention_dropout": self.attention_dropout,
-                "activation_dropout": self.activation_dropout,
-                "activation": self.activation,
-                "norm_first": self.norm_first,
-                "layer_norm_epsilon": self.layer_norm_epsilon,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-            }
-        )
+        config.update(self._hyper_parameters())
+        config["kernel_initializer"] = keras.initializers.serialize(self.kernel_initializer)
+        return config
+
+
+class StackBase(TransformerBlockBase):
+    """``num_layers`` identical blocks of one kind, plus the final LayerNorm that a
+    pre-LN stack needs (``norm_first``); the encoder and decoder stacks."""
+
+    def __init__(self, num_layers: int, **kwargs):
+        super().__init__(**kwargs)
+        if num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
+        self.num_layers = int(num_layers)
+
+    def _build_stack(self, layer_class, *build_shapes) -> None:
+        """Create and build ``layer_stack`` (``layer_0`` …) and ``final_norm``."""
+        self.layer_stack = []
+        for i in range(self.num_layers):
+            layer = layer_class(**self.block_kwargs(), name=f"layer_{i}")
+            layer.build(*build_shapes)
+            self.layer_stack.append(layer)
+        self.final_norm = None
+        if self.norm_first:
+            self.final_norm = self._layer_norm("final_norm")
+            self.final_norm.build(build_shapes[0])
+        self.built = True
+
+    def _finish(self, x: tf.Tensor) -> tf.Tensor:
+        """The stack's output: ``x`` through the final LayerNorm where there is one."""
+        return x if self.final_norm is None else apply_layer_norm(self.final_norm, x)
+
+    def get_config(self):
+        config = super().get_config()
+        config["num_layers"] = self.num_layers
         return config
 
 

@@ -7,8 +7,8 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.layers.block import (
+    StackBase,
     TransformerBlockBase,
-    apply_layer_norm,
     residual_connection,
 )
 from keras_transformer.layers.masks import causal_mask, key_padding_mask, merge_masks
@@ -107,7 +107,7 @@ class DecoderLayer(TransformerBlockBase):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Decoder(TransformerBlockBase):
+class Decoder(StackBase):
     """A stack of ``num_layers`` ``DecoderLayer``s (plus a final LayerNorm when
     ``norm_first``), building the look-ahead and padding masks itself.
 
@@ -137,23 +137,8 @@ class Decoder(TransformerBlockBase):
         TensorShape([2, 5, 16])
     """
 
-    def __init__(self, num_layers: int, **kwargs):
-        super().__init__(**kwargs)
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
-        self.num_layers = int(num_layers)
-
     def build(self, x_shape, memory_shape=None):
-        self.layer_stack = []
-        for i in range(self.num_layers):
-            layer = DecoderLayer(**self.block_kwargs(), name=f"layer_{i}")
-            layer.build(x_shape, memory_shape)
-            self.layer_stack.append(layer)
-        self.final_norm = None
-        if self.norm_first:
-            self.final_norm = self._layer_norm("final_norm")
-            self.final_norm.build(x_shape)
-        self.built = True
+        self._build_stack(DecoderLayer, x_shape, memory_shape)
 
     def initial_cache(self, memory, max_length: int | None = None) -> list:
         """Per-layer caches for decoding against ``memory``.
@@ -218,8 +203,7 @@ class Decoder(TransformerBlockBase):
             if cache is not None:
                 new_cache.append(results[1])
             all_weights.append(results[-1])
-        if self.final_norm is not None:
-            x = apply_layer_norm(self.final_norm, x)
+        x = self._finish(x)
 
         results = (x,)
         if cache is not None:
@@ -227,8 +211,3 @@ class Decoder(TransformerBlockBase):
         if return_attention_weights:
             results += (all_weights,)
         return results[0] if len(results) == 1 else results
-
-    def get_config(self):
-        config = super().get_config()
-        config["num_layers"] = self.num_layers
-        return config

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
+import tensorflow as tf  # noqa: F401  (the docstring examples)
 
 from keras_transformer.layers.block import (
+    StackBase,
     TransformerBlockBase,
-    apply_layer_norm,
     residual_connection,
 )
 from keras_transformer.layers.masks import key_padding_mask
@@ -75,7 +75,7 @@ class EncoderLayer(TransformerBlockBase):
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
-class Encoder(TransformerBlockBase):
+class Encoder(StackBase):
     """A stack of ``num_layers`` ``EncoderLayer``s (plus a final LayerNorm when
     ``norm_first``). Takes embedded inputs: the embedding lives in the model so
     that it can be shared with the decoder.
@@ -95,23 +95,8 @@ class Encoder(TransformerBlockBase):
         TensorShape([2, 5, 16])
     """
 
-    def __init__(self, num_layers: int, **kwargs):
-        super().__init__(**kwargs)
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}.")
-        self.num_layers = int(num_layers)
-
     def build(self, input_shape):
-        self.layer_stack = []
-        for i in range(self.num_layers):
-            layer = EncoderLayer(**self.block_kwargs(), name=f"layer_{i}")
-            layer.build(input_shape)
-            self.layer_stack.append(layer)
-        self.final_norm = None
-        if self.norm_first:
-            self.final_norm = self._layer_norm("final_norm")
-            self.final_norm.build(input_shape)
-        self.built = True
+        self._build_stack(EncoderLayer, input_shape)
 
     def call(self, x, padding_mask=None, return_attention_weights=False, training=None):
         padding_mask = _padding_or_keras_mask(x, padding_mask)
@@ -121,11 +106,5 @@ class Encoder(TransformerBlockBase):
                 x, padding_mask=padding_mask, return_attention_weights=True, training=training
             )
             all_weights.append(weights)
-        if self.final_norm is not None:
-            x = apply_layer_norm(self.final_norm, x)
+        x = self._finish(x)
         return (x, all_weights) if return_attention_weights else x
-
-    def get_config(self):
-        config = super().get_config()
-        config["num_layers"] = self.num_layers
-        return config
