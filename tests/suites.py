@@ -17,6 +17,7 @@ LIBRARY_TESTS = [
     "tests/test_config.py",
     "tests/test_data.py",
     "tests/test_decoding.py",
+    "tests/test_doctests.py",
     "tests/test_fast_layers.py",
     "tests/test_feed_forward.py",
     "tests/test_hardware.py",

@@ -32,6 +32,7 @@ from keras_transformer.workdir import Workdir  # noqa: E402
 import export.ctranslate2 as ct2_program  # noqa: E402
 import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 import int8_reference  # noqa: E402
+from examples import modules_with_examples, run_examples  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -333,6 +334,19 @@ def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, te
         print(f"\n[{corruption}] int8 against the emulation of the correct model: {_summary(errors)} "
               f"(correct model: {_summary(correct)})")
     assert errors.mean() > 5 * EMULATION_MEAN and errors.max() > EMULATION_MAX
+
+
+def test_the_docstring_examples_that_start_from_the_demo_workdir_run(workdir, tmp_path):
+    """The library's examples built on ``Workdir("runs/demo")`` (the converter's among
+    them), with the trained tiny workdir as runs/demo (tests/test_doctests.py runs the rest)."""
+    names = [name for name, needs_demo in modules_with_examples().items() if needs_demo]
+    assert "keras_transformer.exporters.ctranslate2" in names
+    for name in names:
+        directory = tmp_path / name
+        directory.mkdir()
+        result = run_examples(name, directory, demo_workdir=workdir)
+        assert result.attempted > 0 and result.failed == 0, f"{name}: {result.failed} of {result.attempted} failed"
+    assert (tmp_path / "keras_transformer.exporters.ctranslate2" / "demo-ct2" / "model.bin").exists()
 
 
 def test_refuses_to_overwrite_without_force(workdir, tmp_path):

@@ -8,7 +8,6 @@ The fresh process is one for the whole matrix: the test module run as a
 script (``reload_and_continue``) loads every file the fixture saved."""
 
 import dataclasses
-import doctest
 import json
 import os
 import subprocess
@@ -291,18 +290,6 @@ def test_model_export_serves_logits_for_ids_of_any_length_however_the_model_was_
     signature = serving.signatures["serving_default"].structured_input_signature[1]
     assert signature == {name: tf.TensorSpec([None, None], tf.int32, name=name)
                          for name in ("source_ids", "target_ids")}
-
-
-def test_the_export_docstring_example_runs(tmp_path, monkeypatch):
-    """``Transformer.export``'s example, run as a doctest: greedy and beam
-    decoding endpoints added to a ``keras.export.ExportArchive``, written out
-    and reloaded."""
-    monkeypatch.chdir(tmp_path)
-    (test,) = doctest.DocTestFinder().find(kt.Transformer.export, "Transformer.export",
-                                           globs=vars(sys.modules[kt.Transformer.__module__]))
-    result = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE).run(test)
-    assert result.attempted > 10 and result.failed == 0
-    assert (tmp_path / "exports/decoders/saved_model.pb").exists()
 
 
 # --- registration and configs ---------------------------------------------------------------

@@ -183,10 +183,12 @@ class KerasTransformerConverter(Converter):
             (the SentencePiece models).
 
     Example:
-        >>> trained = Workdir("runs/demo").load()  # doctest: +SKIP
+        >>> from keras_transformer import Workdir
+        >>> trained = Workdir("runs/demo").load()
         >>> converter = KerasTransformerConverter(trained.model, trained.src_tokenizer,
-        ...                                       trained.tgt_tokenizer)  # doctest: +SKIP
-        >>> converter.convert("demo-ct2", quantization="int8")  # doctest: +SKIP
+        ...                                       trained.tgt_tokenizer)
+        >>> converter.convert("demo-ct2", quantization="int8")
+        'demo-ct2'
     """
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, files: dict[str, Path] | None = None):

@@ -169,6 +169,7 @@ class MultiHeadAttention(keras.layers.Layer):
         ``return_attention_weights`` is set.
 
     Example:
+        >>> from keras_transformer.layers.masks import causal_mask
         >>> mha = MultiHeadAttention(d_model=64, num_heads=4)
         >>> x = tf.random.normal([2, 5, 64])
         >>> mha(x, attention_mask=causal_mask(5)[tf.newaxis]).shape

@@ -34,6 +34,7 @@ class FeedForward(keras.layers.Layer):
     Masking: position-wise, so padding needs no mask here.
 
     Example:
+        >>> import tensorflow as tf
         >>> FeedForward(d_model=16, d_ff=64)(tf.zeros([2, 3, 16])).shape
         TensorShape([2, 3, 16])
     """
