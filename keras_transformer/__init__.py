@@ -3,12 +3,14 @@
 The model and its training pieces (``Transformer``, ``TransformerConfig``,
 ``paper_adam``, the loss and metric), a training run's directory
 (``Workdir``, ``TrainedModel``), translation (``Translator``) and the
-exporters (``keras_transformer.exporters``).
+exporters (``keras_transformer.exporters``). The paper's layers are in
+``keras_transformer.layers``; the speed kernels they run on, in
+``keras_transformer.kernels``.
 """
 
-from keras_transformer import decoding, exporters, layers
+from keras_transformer import decoding, exporters, kernels, layers
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, PRESETS, UNK_ID, TransformerConfig
-from keras_transformer.fused_adam import FusedAdam
+from keras_transformer.kernels import FusedAdam, native
 from keras_transformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, masked_accuracy
 from keras_transformer.model import Transformer
 from keras_transformer.precision import PRECISIONS, with_precision
@@ -40,8 +42,10 @@ __all__ = [
     "WorkdirError",
     "decoding",
     "exporters",
+    "kernels",
     "layers",
     "masked_accuracy",
+    "native",
     "paper_adam",
     "with_precision",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import keras
@@ -9,8 +10,12 @@ import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import Decoder, Encoder, PositionalEmbedding, padding_mask
-from keras_transformer.layers.dense import Dense, project
-from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy, projected_smoothed_cross_entropy
+from keras_transformer import kernels
+from keras_transformer.layers.dense import Dense
+from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
+
+
+_COMPILE_SIGNATURE = inspect.signature(keras.Model.compile)
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -163,10 +168,10 @@ class Transformer(keras.Model):
         if self.output_projection is not None:
             logits = self.output_projection(hidden)
         elif output_kernel is not None:
-            logits = project(hidden, output_kernel, with_gradient=training is not False)
+            logits = kernels.project(hidden, output_kernel, with_gradient=training is not False)
         else:
             kernel, _, _ = self._output_weights(hidden.dtype)
-            logits = project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
+            logits = kernels.project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
         return tf.cast(logits, tf.float32)
 
     def output_kernel(self) -> tf.Tensor | None:
@@ -192,25 +197,63 @@ class Transformer(keras.Model):
 
     # --- training ---------------------------------------------------------------------
 
+    def compile(self, *args, fuse_output_and_loss: bool | None = None, **kwargs):
+        """``keras.Model.compile``, which also decides how the training step runs.
+
+        Args:
+            fuse_output_and_loss: train with the output projection and the loss
+                fused (``kernels.projected_smoothed_cross_entropy``): the same
+                loss, metrics and updates as Keras' step, without the
+                ``[tokens, vocab]`` logits gradient. ``None`` (the default)
+                fuses when ``loss`` is a ``MaskedLabelSmoothedCrossEntropy``
+                and there are no ``loss_weights``; ``True`` insists on it
+                (a ``ValueError`` otherwise), ``False`` keeps Keras' step.
+            *args, **kwargs: those of ``keras.Model.compile``.
+        """
+        bound = _COMPILE_SIGNATURE.bind(self, *args, **kwargs).arguments
+        super().compile(*args, **kwargs)
+        token_mean_loss = (isinstance(bound.get("loss"), MaskedLabelSmoothedCrossEntropy)
+                           and bound.get("loss_weights") is None)
+        if fuse_output_and_loss and not token_mean_loss:
+            raise ValueError("fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy(...) and no "
+                             "loss_weights; leave it at None to fuse only then.")
+        # Both read by the steps below; set here, from compile's own arguments.
+        self.token_mean_loss = token_mean_loss
+        self.fuse_output_and_loss = token_mean_loss if fuse_output_and_loss is None else bool(fuse_output_and_loss)
+        self._fuse_choice = fuse_output_and_loss  # saved with the compile config
+
+    def get_compile_config(self):
+        config = super().get_compile_config()
+        if config and getattr(self, "_fuse_choice", None) is not None:
+            config["fuse_output_and_loss"] = self._fuse_choice
+        return config
+
+    def compile_from_config(self, config):
+        """Keras' own, which skips a model whose ``compile`` is overridden: the
+        saved compile arguments, and ``fuse_output_and_loss`` where one was given."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if hasattr(self, "optimizer") and self.built:
+            self.optimizer.build(self.trainable_variables)  # the optimizer's variables, to load into
+
     def train_step(self, data):
         """Keras' training step, with the output projection and the loss fused
-        when the compiled loss is ``MaskedLabelSmoothedCrossEntropy``.
+        when ``compile`` chose it (``fuse_output_and_loss``).
 
-        ``projected_smoothed_cross_entropy`` back-propagates through the
-        projection without writing the ``[tokens, vocab]`` logits gradient:
-        ~28 ms less per step on the speed benchmark, fp32 and bf16
-        (``benchmarks/README.md``). Loss, metrics and updated weights match
-        Keras' step (``tests/test_model.py``); loss scaling and replica
-        scaling go through the same calls as in Keras' step. Any other loss,
-        loss weights or a quantized output layer take Keras' step.
+        ``kernels.projected_smoothed_cross_entropy`` back-propagates through the
+        projection without writing the ``[tokens, vocab]`` logits gradient.
+        Loss, metrics and updated weights match Keras' step
+        (``tests/test_model.py``); loss scaling and replica scaling go through
+        the same calls as in Keras' step. A quantized output layer takes
+        Keras' step.
         """
-        if not self._fuses_output_and_loss():
+        quantized = self.output_projection is not None and self.output_projection.quantization_mode is not None
+        if not getattr(self, "fuse_output_and_loss", False) or quantized:
             return super().train_step(data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             hidden = self.decoder_states(x, training=True)
             kernel, bias, vocab_major = self._output_weights(hidden.dtype)
-            token_losses, logits = projected_smoothed_cross_entropy(
+            token_losses, logits = kernels.projected_smoothed_cross_entropy(
                 hidden, kernel, y, self.loss.label_smoothing, bias=bias, vocab_major=vocab_major
             )
             loss = self.loss.reduce_token_losses(y, token_losses, sample_weight)
@@ -225,8 +268,8 @@ class Transformer(keras.Model):
 
     def test_step(self, data):
         """Keras' evaluation step, with the loss averaged over target tokens
-        when the compiled loss is ``MaskedLabelSmoothedCrossEntropy`` (and no
-        sample weights are given).
+        when the compiled loss is ``MaskedLabelSmoothedCrossEntropy`` without
+        loss weights (and no sample weights are given).
 
         Keras weights each batch's loss by its sentences, so its ``val_loss``
         is a sentence-weighted mean of per-batch token means, which moves with
@@ -237,10 +280,7 @@ class Transformer(keras.Model):
         them. Other losses take Keras' step.
         """
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        compile_loss = getattr(self, "_compile_loss", None)
-        if (sample_weight is not None or not isinstance(self.loss, MaskedLabelSmoothedCrossEntropy)
-                or getattr(compile_loss, "_user_loss_weights", None) is not None
-                or getattr(self, "_loss_tracker", None) is None):
+        if sample_weight is not None or not getattr(self, "token_mean_loss", False):
             return super().test_step(data)
         y_pred = self(x, training=False)
         loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=None, training=False)
@@ -248,15 +288,6 @@ class Transformer(keras.Model):
         tokens = tf.reduce_sum(tf.cast(tf.not_equal(y, self.loss.pad_id), loss.dtype))
         self._loss_tracker.update_state(loss * replicas, sample_weight=tokens)
         return self.compute_metrics(x, y, y_pred, sample_weight=None)
-
-    def _fuses_output_and_loss(self) -> bool:
-        compile_loss = getattr(self, "_compile_loss", None)
-        return (
-            isinstance(self.loss, MaskedLabelSmoothedCrossEntropy)
-            and getattr(compile_loss, "_user_loss_weights", None) is None
-            and getattr(self, "_loss_tracker", None) is not None
-            and (self.output_projection is None or self.output_projection.quantization_mode is None)
-        )
 
     # --- incremental decoding -------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from keras_transformer.fused_adam import FusedAdam
+from keras_transformer.kernels import FusedAdam
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

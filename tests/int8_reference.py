@@ -13,7 +13,7 @@ uint8 (its u8×s8 GEMMs), multiplied by the int8 weight, corrected by
   (``pmaddubsw``, SSE4.1 to AVX2), so a pair above 32,767 is clipped.
 
 Emulating both on the Keras model (float64, every matmul of the forward pass
-goes through ``keras_transformer.layers.dense.project``) reproduces the
+goes through ``keras_transformer.kernels.project``) reproduces the
 CTranslate2 int8 model's teacher-forced log-probabilities to ~0.002 nats on
 average with the matching backend, while the two arithmetics differ from each
 other by 0.13-0.19 nats and from float32 by 0.01 (exact) and 0.13-0.19
@@ -34,14 +34,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import keras_transformer.layers.attention as attention_module
-import keras_transformer.layers.dense as dense_module
-import keras_transformer.model as model_module
+from keras_transformer import kernels
 from keras_transformer import hardware
 
 ARITHMETICS = ("exact", "saturating")
-# Every module that binds ``project`` for the inference forward pass.
-_PROJECT_USERS = (dense_module, attention_module, model_module)
+# The one seam every projection of the forward pass goes through (``kernels.project``).
+_PROJECT_USERS = (kernels,)
 
 
 def quantize_rows(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -54,7 +52,7 @@ def quantize_rows(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, with_gradient=True, *,
                  arithmetic: str):
-    """``keras_transformer.layers.dense.project`` computed as CTranslate2's int8 GEMM
+    """``keras_transformer.kernels.project`` computed as CTranslate2's int8 GEMM
     (a forward pass: ``with_gradient`` changes nothing here)."""
     weight = kernel if transpose_kernel else tf.transpose(kernel)  # [units, depth]: one scale per output
     weight_q, weight_scale = quantize_rows(weight)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.layers import Dense, Dropout, LayerNormalization, project
+from keras_transformer.kernels import project
+from keras_transformer.layers import Dense, Dropout, LayerNormalization
 
 from layer_harness import run_layer_test
 

@@ -329,7 +329,7 @@ KERAS_OBJECTS = {
 NOT_KERAS_OBJECTS = {
     "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "PRESETS",  # constants
     "TransformerConfig",  # a dataclass: a Transformer's config stores it as a dict
-    "decoding", "exporters", "layers",  # modules
+    "decoding", "exporters", "kernels", "layers", "native",  # modules
     "PRECISIONS", "with_precision",  # precision names and a function that rebuilds a model in one
     "SubwordTokenizer",  # a tf.Module: tokenizers are saved as SentencePiece model files
     "Translator", "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
@@ -337,7 +337,7 @@ NOT_KERAS_OBJECTS = {
     "paper_adam",  # a factory: it returns a FusedAdam, which is what Keras saves
     # tensor functions, never handed to Keras
     "layers.causal_mask", "layers.key_padding_mask", "layers.masked_score_value", "layers.merge_masks",
-    "layers.padding_mask", "layers.project", "layers.scaled_dot_product_attention",
+    "layers.padding_mask", "layers.scaled_dot_product_attention",
     "layers.sinusoidal_positions",
 }
 

@@ -216,11 +216,9 @@ def test_fused_training_step_equals_keras_step(tied):
         model = kt.Transformer(config)
         # SGD: Adam would turn rounding noise in gradients that are zero in
         # exact arithmetic (attention key biases) into full-size steps.
-        model.compile(optimizer=keras.optimizers.SGD(0.5),
-                      loss=kt.MaskedLabelSmoothedCrossEntropy(), metrics=[kt.MaskedAccuracy()])
-        if not fused:
-            model._fuses_output_and_loss = lambda: False
-        assert model._fuses_output_and_loss() is fused
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=kt.MaskedLabelSmoothedCrossEntropy(),
+                      metrics=[kt.MaskedAccuracy()], fuse_output_and_loss=fused)
+        assert model.fuse_output_and_loss is fused
         history = model.fit((src, tgt), out, sample_weight=sample_weight, batch_size=3, epochs=3,
                             verbose=0, shuffle=False)
         results.append((history.history, model.get_weights()))
@@ -232,10 +230,9 @@ def test_fused_training_step_equals_keras_step(tied):
 
 
 def test_loss_weights_take_keras_training_step():
-    """The fused step reads loss weights from a Keras internal
-    (``_compile_loss._user_loss_weights``); were it renamed, the fused step would
-    drop them silently. Pins the check and its effect: the weighted loss is half
-    the fused step's unweighted one (dropout 0, learning rate 0: same forward)."""
+    """``compile`` sees the loss weights among its own arguments and keeps Keras'
+    step for them, which applies them: the weighted loss is half the fused step's
+    unweighted one (dropout 0, learning rate 0: same forward)."""
     src, tgt = batch(10)
     labels = np.roll(tgt, -1, axis=1)
     model = kt.Transformer(tiny())
@@ -243,16 +240,33 @@ def test_loss_weights_take_keras_training_step():
     for weights in (None, 0.5):
         model.compile(optimizer=keras.optimizers.SGD(0.0), loss=kt.MaskedLabelSmoothedCrossEntropy(),
                       loss_weights=weights)
-        assert model._fuses_output_and_loss() == (weights is None)
+        assert model.fuse_output_and_loss == (weights is None)
         history = model.fit((src, tgt), labels, batch_size=3, epochs=1, verbose=0, shuffle=False)
         losses[weights] = history.history["loss"][0]
     assert losses[0.5] == pytest.approx(0.5 * losses[None], rel=1e-5)
 
 
+def test_the_fusion_choice_is_saved_with_the_compile_config(tmp_path):
+    """A ``.keras`` file compiles the reloaded model with its saved arguments, an
+    explicit ``fuse_output_and_loss`` among them (the default is recomputed)."""
+    for choice, expected in ((False, False), (None, True)):
+        model = kt.Transformer(tiny())
+        model.compile(optimizer=kt.paper_adam(d_model=model.config.d_model),
+                      loss=kt.MaskedLabelSmoothedCrossEntropy(), fuse_output_and_loss=choice)
+        model.build()
+        path = tmp_path / f"{choice}.keras"
+        model.save(path)
+        reloaded = keras.models.load_model(path)
+        assert reloaded.compiled and isinstance(reloaded.optimizer, kt.FusedAdam)
+        assert reloaded.fuse_output_and_loss is expected and reloaded.token_mean_loss
+
+
 def test_other_losses_take_keras_training_step():
     model = kt.Transformer(tiny())
     model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    assert not model._fuses_output_and_loss()
+    assert not model.fuse_output_and_loss and not model.token_mean_loss
+    with pytest.raises(ValueError, match="fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy"):
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", fuse_output_and_loss=True)
     src, tgt = batch(10)
     history = model.fit((src, tgt), np.roll(tgt, -1, axis=1), batch_size=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])

@@ -16,9 +16,9 @@ import pytest
 import tensorflow as tf
 import yaml
 
-from keras_transformer import native
+from keras_transformer.kernels import native
 from keras_transformer.layers import LayerNormalization
-from keras_transformer.layers.layer_norm import layer_norm
+from keras_transformer.kernels import layer_norm
 
 from reference import layer_norm as reference_layer_norm
 
@@ -175,7 +175,7 @@ def test_failed_build_falls_back_with_the_reason(monkeypatch, fresh_loader, tmp_
     monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", "false")  # a "compiler" that always fails
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
         assert native.load() is None
     assert "unavailable" in caplog.text and "false failed" in caplog.text
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [".lock"], "no library may be left behind"
@@ -203,7 +203,7 @@ def test_hung_compiler_times_out_and_falls_back(monkeypatch, fresh_loader, tmp_p
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("CXX", str(compiler))
     monkeypatch.setattr(native, "_BUILD_TIMEOUT_S", 0.3)
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
         assert native.load() is None
     assert "timed out" in caplog.text
 
@@ -238,7 +238,7 @@ def fake(monkeypatch, fresh_loader, tmp_path):
 def _reload(caplog):
     native._load_once.cache_clear()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="keras_transformer.native"):
+    with caplog.at_level(logging.INFO, logger="keras_transformer.kernels.native"):
         return native.load()
 
 
@@ -248,7 +248,7 @@ def _warnings(caplog):
 
 def test_off_by_default_builds_and_loads_nothing(fake, monkeypatch, caplog):
     monkeypatch.delenv("KERAS_TRANSFORMER_NATIVE_OPS")
-    with caplog.at_level(logging.DEBUG, logger="keras_transformer.native"):
+    with caplog.at_level(logging.DEBUG, logger="keras_transformer.kernels.native"):
         assert not native.enabled()
         assert native.load() is None and native.usable() is None
         assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
@@ -261,14 +261,14 @@ def test_off_by_default_builds_and_loads_nothing(fake, monkeypatch, caplog):
                                              ("0", False), ("false", False), ("off", False), ("", False)])
 def test_environment_variable(monkeypatch, value, expected, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", value)
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
         assert native.enabled() is expected
     assert caplog.records == []
 
 
 def test_unknown_environment_value_is_off_with_a_warning(monkeypatch, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "sometimes")
-    with caplog.at_level(logging.WARNING, logger="keras_transformer.native"):
+    with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
         assert native.enabled() is False
     assert "'sometimes'" in caplog.text
 

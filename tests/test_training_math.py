@@ -173,8 +173,7 @@ def test_projected_loss_equals_projection_then_loss(vocab_major, with_bias, eps,
     """The fused output projection + loss gives the values and gradients
     (hidden, kernel, bias) of ``project`` followed by the loss, also where
     label probabilities underflow (spread 60: logits hundreds apart)."""
-    from keras_transformer.layers.dense import project
-    from keras_transformer.losses import projected_smoothed_cross_entropy, smoothed_cross_entropy
+    from keras_transformer.kernels import project, projected_smoothed_cross_entropy, smoothed_cross_entropy
 
     rng = np.random.default_rng(3)
     hidden = tf.constant(rng.normal(size=(2, 5, 8)).astype("float32") * spread)

@@ -6,7 +6,7 @@ from keras_transformer.layers.attention import (
     scaled_dot_product_attention,
 )
 from keras_transformer.layers.decoder import Decoder, DecoderLayer
-from keras_transformer.layers.dense import Dense, project
+from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.encoder import Encoder, EncoderLayer
 from keras_transformer.layers.feed_forward import FeedForward
@@ -35,7 +35,6 @@ __all__ = [
     "masked_score_value",
     "merge_masks",
     "padding_mask",
-    "project",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
 ]

@@ -8,7 +8,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from keras_transformer.layers.dense import Dense, project
+from keras_transformer import kernels
+from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 
@@ -308,7 +309,7 @@ class MultiHeadAttention(keras.layers.Layer):
         scale = tf.constant(1.0 / math.sqrt(self.depth), self.compute_dtype)
         bias = None if dense.bias is None else tf.cast(dense.bias, self.compute_dtype) * scale
         kernel = tf.cast(dense.kernel, self.compute_dtype) * scale
-        return project(query, kernel, bias, with_gradient=training is not False), 1.0
+        return kernels.project(query, kernel, bias, with_gradient=training is not False), 1.0
 
     def compute_mask(self, query, mask=None):
         # The output is aligned with the query: its Keras mask carries over.

@@ -1,59 +1,20 @@
-"""Dropout drawing 16 random bits per element instead of a float32."""
+"""``keras.layers.Dropout`` computed by the dropout kernel (``kernels.dropout``)."""
 
 from __future__ import annotations
 
 import keras
-import tensorflow as tf
 
-_LEVELS = 1 << 16
-
-
-def _apply_mask(x: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-    """``x · mask`` whose gradient reuses the mask (one multiply backward)."""
-
-    @tf.custom_gradient
-    def masked(x):
-        return x * mask, lambda upstream: upstream * mask
-
-    return masked(x)
-
-
-def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
-    """Inverted dropout of ``x`` with drop probability ``rate``.
-
-    Each element gets 16 random bits (two per ``uint32`` drawn): half the
-    random numbers and no float conversion compared with
-    ``tf.nn.experimental.stateless_dropout``, which made the RNG alone 3% of
-    a CPU training step (fwd + bwd on ``[64, 64, 256]``: 2.4 against 3.6 ms).
-    The drop probability is ``rate`` rounded to a multiple of 2⁻¹⁶
-    (|error| ≤ 7.7e-6), and kept values are scaled by the inverse of the
-    resulting keep probability, so the expectation is unchanged (exactly in
-    float32; in bfloat16 the scale rounds, as in Keras' own dropout).
-
-    Args:
-        x: any float tensor.
-        rate: drop probability in (0, 1).
-        seed: int32/int64 ``[2]`` seed of the stateless RNG.
-    """
-    threshold = round(rate * _LEVELS)
-    size = tf.size(x)
-    bits = tf.random.stateless_uniform(
-        [(size + 1) // 2], seed=seed, minval=None, maxval=None, dtype=tf.uint32
-    )
-    halves = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
-    keep = tf.reshape(halves >= tf.constant(threshold, tf.uint16), tf.shape(x))
-    scale = tf.constant(_LEVELS / (_LEVELS - threshold), x.dtype)
-    return _apply_mask(x, tf.where(keep, scale, tf.zeros([], x.dtype)))
-
+from keras_transformer import kernels
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
-    """``keras.layers.Dropout`` computed by ``dropout`` (16-bit randomness).
+    """``keras.layers.Dropout`` computed by ``kernels.dropout`` (16-bit randomness).
 
     Same config, seeding (``seed``, Keras' ``SeedGenerator``) and
     expectation as Keras' layer; ``noise_shape`` takes Keras' path.
 
     Example:
+        >>> import tensorflow as tf
         >>> Dropout(0.1)(tf.ones([2, 8]), training=True).shape
         TensorShape([2, 8])
     """
@@ -61,4 +22,4 @@ class Dropout(keras.layers.Dropout):
     def call(self, inputs, training=False):
         if not training or self.rate == 0 or self.noise_shape is not None:
             return super().call(inputs, training=training)
-        return dropout(inputs, self.rate, self.seed_generator.next())
+        return kernels.dropout(inputs, self.rate, self.seed_generator.next())

@@ -1,100 +1,16 @@
-"""LayerNorm over the last axis with a hand-written gradient."""
+"""``keras.layers.LayerNormalization`` computed by the LayerNorm kernel (``kernels.layer_norm``)."""
 
 from __future__ import annotations
-
-from types import ModuleType
 
 import keras
 import tensorflow as tf
 
-from keras_transformer import native
-from keras_transformer.layers.dense import as_rows, from_rows
-
-
-def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
-               native_ops: ModuleType | None = None, with_gradient: bool = True) -> tf.Tensor:
-    """``γ·(x − μ)/√(σ² + ε) + β`` over the last axis of a float32 ``x``.
-
-    With ``native_ops`` (``keras_transformer.native.usable()``, ``None`` unless
-    the native ops are enabled), forward and backward are one C++ kernel each,
-    about half the time of the TensorFlow-op version below on a CPU.
-    Otherwise TensorFlow ops compute it, and the gradient
-    is the closed form
-    ``dx = (ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) / √(σ² + ε)`` with ``ĝ = γ·dy``.
-    ``dy·x̂`` is formed once and serves both ``dγ = Σ dy·x̂`` and the row
-    means ``mean(ĝ·x̂) = (dy·x̂)·γ / d`` (a matrix-vector product), and the
-    column sums are ``BiasAddGrad``, which is faster than ``reduce_sum``
-    over the first axis. Forward + backward on ``[4096, 256]``: 6.0 ms by
-    autodiff through ``tf.nn.moments``, ~5.3 ms for the closed form written
-    plainly, ~4.6 ms for this; with 20 LayerNorms in a step of the
-    benchmark model, the last change saved 15–37 ms a step (two A/B runs).
-    ``with_gradient=False`` (inference) computes the same forward pass
-    without the custom-gradient wrapper: fewer nodes in a decoding loop.
-    """
-    flat = as_rows(x)
-    if not with_gradient:
-        normalize = _plain_normalize(epsilon)
-    elif native_ops:
-        normalize = _native_normalize(native_ops, epsilon)
-    else:
-        normalize = _normalize(epsilon)
-    y = from_rows(normalize(flat, gamma, beta), x, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1])
-    y.set_shape(x.shape)
-    return y
-
-
-def _statistics(flat, epsilon: float):
-    mean = tf.reduce_mean(flat, axis=-1, keepdims=True)
-    centered = flat - mean
-    inverse_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
-    return centered * inverse_std, inverse_std
-
-
-def _plain_normalize(epsilon: float):
-    def normalize(flat, gamma, beta):
-        normalized, _ = _statistics(flat, epsilon)
-        return normalized * gamma + beta
-
-    return normalize
-
-
-def _native_normalize(ops: ModuleType, epsilon: float):
-    @tf.custom_gradient
-    def normalize(flat, gamma, beta):
-        y, mean, inverse_std = ops.keras_transformer_layer_norm(flat, gamma, beta, epsilon=epsilon)
-
-        def grad(upstream):
-            return ops.keras_transformer_layer_norm_grad(upstream, flat, gamma, mean, inverse_std)
-
-        return y, grad
-
-    return normalize
-
-
-def _normalize(epsilon: float):
-    @tf.custom_gradient
-    def normalize(flat, gamma, beta):
-        normalized, inverse_std = _statistics(flat, epsilon)
-
-        def grad(upstream):
-            width = tf.cast(tf.shape(flat)[-1], tf.float32)
-            upstream_normalized = upstream * normalized
-            d_gamma = tf.raw_ops.BiasAddGrad(out_backprop=upstream_normalized)
-            d_beta = tf.raw_ops.BiasAddGrad(out_backprop=upstream)
-            scaled = upstream * gamma
-            mean_scaled = tf.reduce_mean(scaled, axis=-1, keepdims=True)
-            mean_scaled_normalized = tf.matmul(upstream_normalized, gamma[:, tf.newaxis] / width)
-            d_flat = inverse_std * (scaled - mean_scaled - normalized * mean_scaled_normalized)
-            return d_flat, d_gamma, d_beta
-
-        return normalized * gamma + beta, grad
-
-    return normalize
+from keras_transformer import kernels
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class LayerNormalization(keras.layers.LayerNormalization):
-    """``keras.layers.LayerNormalization`` computed by ``layer_norm``.
+    """``keras.layers.LayerNormalization`` computed by ``kernels.layer_norm``.
 
     Same weights, config and values as Keras' layer (float32 statistics
     under any policy); the last-axis, centred-and-scaled case, the only one
@@ -102,9 +18,9 @@ class LayerNormalization(keras.layers.LayerNormalization):
     (several axes, ``center``/``scale`` off) take Keras' path.
 
     In training (``training=True``) on a CPU-only process outside XLA, it runs
-    the native C++ kernels (``keras_transformer.native``) when they are
+    the native C++ kernels (``keras_transformer.kernels.native``) when they are
     enabled and build. They are off by default; turn them on with
-    ``keras_transformer.native.set_enabled(True)``, the environment variable
+    ``keras_transformer.kernels.native.set_enabled(True)``, the environment variable
     ``KERAS_TRANSFORMER_NATIVE_OPS=1`` or, in ``training.train``, the config
     key ``training.native_ops: true``. Inference always uses TensorFlow's ops, so exported SavedModels and
     TFLite models contain only standard ops; the two paths agree to float32
@@ -121,7 +37,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
         if not last_axis_only or self.gamma is None or self.beta is None or self.rms_scaling:
             return super().call(inputs)
         x = tf.cast(inputs, tf.float32)
-        y = layer_norm(x, tf.cast(self.gamma, tf.float32), tf.cast(self.beta, tf.float32),
-                       float(self.epsilon), native.usable() if training is True else None,
-                       with_gradient=training is not False)
+        y = kernels.layer_norm(x, tf.cast(self.gamma, tf.float32), tf.cast(self.beta, tf.float32),
+                               float(self.epsilon), kernels.native.usable() if training is True else None,
+                               with_gradient=training is not False)
         return tf.cast(y, self.compute_dtype)

@@ -12,7 +12,7 @@ nothing for inference, GPUs or TPUs.
 They are **off by default**: nothing is compiled or loaded, and nothing is
 logged, unless they are enabled by one of
 
-* ``keras_transformer.native.set_enabled(True)`` (``False`` turns them off,
+* ``keras_transformer.kernels.native.set_enabled(True)`` (also ``keras_transformer.native``) (``False`` turns them off,
   ``None`` returns to the environment's choice), which wins over
 * the environment: ``KERAS_TRANSFORMER_NATIVE_OPS=1`` (or ``true``, ``yes``,
   ``on``); unset, ``0``, ``false``, ``no``, ``off`` or empty: off;
@@ -22,7 +22,7 @@ Once enabled they remain an accelerator, never a requirement: callers fall
 back to TensorFlow's own ops, with one logged warning, when there is no C++
 compiler, the build fails or the cache is not safe to use; and silently when
 the process sees a GPU or TPU or the graph is XLA-compiled. Exported graphs
-never contain them (see ``layers.layer_norm``), so SavedModels load in TF
+never contain them (see ``kernels.layer_norm``), so SavedModels load in TF
 Serving and convert to TFLite as before.
 
 The cache holds native code that the process will execute, so it is checked

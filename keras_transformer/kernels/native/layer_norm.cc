@@ -2,7 +2,7 @@
 // backward, one pass over the data each: TensorFlow's ops take ~12 passes
 // forward and ~18 backward (each a full read/write of the matrix), and on a
 // CPU that streams ~10 GB/s per core the passes, not the arithmetic, are
-// the cost. Built by keras_transformer/native/__init__.py on first use.
+// the cost. Built by keras_transformer/kernels/native/__init__.py on first use.
 
 #include <algorithm>
 #include <cmath>

@@ -1,0 +1,54 @@
+"""The speed kernels, kept apart from the paper's layers.
+
+The layers (``keras_transformer.layers``), the loss and the model compute the paper's
+formulas; how those formulas become fast TensorFlow graphs lives here, and they reach
+it only through the names below. Each kernel gives the values and gradients of the
+plain TensorFlow ops it replaces (the tests check them against those, and against
+NumPy), and each runs unchanged on CPU, GPU and TPU and under XLA, except the native
+ops, which are CPU-only, opt-in and never in an exported graph.
+
+=====================================  =====================================================
+kernel                                 what it does, and who calls it
+=====================================  =====================================================
+``project``                            ``x @ W + b`` (ReLU fused) with the weight gradient
+                                       in the faster orientation: ``layers.Dense``, the
+                                       attention projections, the output projection
+``layer_norm``                         LayerNorm with a closed-form gradient, or the native
+                                       C++ kernels: ``layers.LayerNormalization``
+``dropout``                            inverted dropout from 16 random bits an element:
+                                       ``layers.Dropout``
+``smoothed_cross_entropy``             label-smoothed cross-entropy from one softmax:
+                                       ``MaskedLabelSmoothedCrossEntropy``
+``projected_smoothed_cross_entropy``   the same with the output projection inside its
+                                       gradient: ``Transformer.train_step``
+``FusedAdam``                          Adam's update as one kernel a variable:
+                                       ``paper_adam``
+``native``                             the opt-in C++ ops and their build cache
+=====================================  =====================================================
+
+The choice between a kernel and Keras' own path is made in the open: a layer uses its
+kernel unless its settings are ones the kernel does not cover (a quantized ``Dense``,
+several LayerNorm axes, a dropout ``noise_shape``), and ``Transformer.compile`` decides
+once whether the training step fuses the output projection with the loss
+(``fuse_output_and_loss``).
+"""
+
+from keras_transformer.kernels import native
+from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
+from keras_transformer.kernels.dropout import dropout
+from keras_transformer.kernels.fused_adam import FusedAdam
+from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.projection import as_rows, from_rows, project, transposed_product
+
+__all__ = [
+    "FusedAdam",
+    "as_rows",
+    "dropout",
+    "from_rows",
+    "layer_norm",
+    "native",
+    "project",
+    "projected_smoothed_cross_entropy",
+    "smoothed_cross_entropy",
+    "transposed_product",
+]
