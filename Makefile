@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba test test-install test-oldest test-all test-slow clean
+.PHONY: install demo multi30k tatoeba test test-quick test-install test-oldest test-all test-slow clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ tatoeba: $(STAMP)
 # Default suite: tiny models, seconds per test (CI runs this).
 test: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q
+
+# The quick tier for the edit-run loop (under ~2 min on 2 cores; tests/suites.py lists it).
+test-quick: $(STAMP)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q $$($(BIN)/python tests/suites.py quick)
 
 # The package as users install it: a fresh clone, `pip install` without extras into a clean venv,
 # used from outside the checkout (tests/test_install.py; .ci/run runs it after `make test`).

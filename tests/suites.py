@@ -6,6 +6,7 @@ TensorFlow and Keras. The programs' tests need the checkout's training/, export/
 and the extras. tests/test_packaging.py checks that every tests/test_*.py is in exactly one list.
 
     python tests/suites.py library    # pytest arguments, one per line
+    python tests/suites.py quick      # the quick tier (make test-quick)
 """
 
 import sys
@@ -67,6 +68,36 @@ PROGRAM_TESTS = {
 }
 
 
+# The quick tier for the edit-run loop (`make test-quick`, under ~2 minutes on 2 cores): the
+# paper's layers and model, the training math, configs, docstring examples and packaging, and
+# one cached-decoding check of each decoder; the XLA tests of LIBRARY_DESELECT stay out.
+QUICK_TESTS = [
+    "tests/test_attention.py",
+    "tests/test_positional.py",
+    "tests/test_feed_forward.py",
+    "tests/test_blocks.py",
+    "tests/test_model.py",
+    "tests/test_fast_layers.py",
+    "tests/test_training_math.py",
+    "tests/test_config.py",
+    "tests/test_precision.py",
+    "tests/test_hardware.py",
+    "tests/test_synthetic.py",
+    "tests/test_doctests.py",
+    "tests/test_packaging.py",
+    "tests/test_decoding.py::test_cached_greedy_equals_full_recompute",
+    "tests/test_beam_search.py::test_beam_scores_are_the_models_log_probabilities",
+]
+
+
+def quick_pytest_args() -> list[str]:
+    args = list(QUICK_TESTS)
+    for node in LIBRARY_DESELECT:
+        if node.split("::")[0] in QUICK_TESTS:
+            args += ["--deselect", node]
+    return args
+
+
 def library_pytest_args() -> list[str]:
     args = list(LIBRARY_TESTS)
     for node in LIBRARY_DESELECT:
@@ -75,6 +106,7 @@ def library_pytest_args() -> list[str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["library"]:
-        sys.exit("usage: python tests/suites.py library")
-    print("\n".join(library_pytest_args()))
+    tiers = {"library": library_pytest_args, "quick": quick_pytest_args}
+    if len(sys.argv) != 2 or sys.argv[1] not in tiers:
+        sys.exit("usage: python tests/suites.py library|quick")
+    print("\n".join(tiers[sys.argv[1]]()))

@@ -164,6 +164,16 @@ def test_every_test_file_is_in_one_suite():
         assert f"def {test.split('[')[0]}(" in (CHECKOUT / path).read_text(), f"no test {node}"
 
 
+def test_the_quick_tier_names_library_tests_that_exist():
+    """`make test-quick` runs library tests only (no trained workdir, no program)."""
+    for node in suites.QUICK_TESTS:
+        path, _, test = node.partition("::")
+        assert path in suites.LIBRARY_TESTS, node
+        assert not test or f"def {test}(" in (CHECKOUT / path).read_text(), f"no test {node}"
+    args = suites.quick_pytest_args()
+    assert "tests/test_model.py::test_fit_with_xla" in args[args.index("--deselect") + 1:]
+
+
 @pytest.mark.parametrize("path", suites.LIBRARY_TESTS)
 def test_library_tests_import_no_program(path):
     """The library suite runs where only the package is installed: no module-level imports of
