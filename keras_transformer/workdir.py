@@ -7,6 +7,7 @@ goes through ``Workdir``, the one place that knows its layout::
     W/config.yaml          the resolved training config
     W/tokenizer/           spm_shared.model, or spm_src.model + spm_tgt.model
     W/model.keras          the final (averaged) model
+    W/model_config.json    its TransformerConfig, readable without loading the model
     W/metrics.json         history and scores of the run
     W/backup/              the resumable state while training runs
     W/checkpoints/         the last epochs' weights, for averaging
@@ -31,6 +32,7 @@ from typing import Any
 import keras
 import yaml
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.files import write_text_atomically
 from keras_transformer.precision import AUTO, PRECISIONS, with_precision
 from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
@@ -112,6 +114,10 @@ class Workdir:
         return self.path / "model.keras"
 
     @property
+    def model_config_path(self) -> Path:
+        return self.path / "model_config.json"
+
+    @property
     def tokenizer_dir(self) -> Path:
         return self.path / "tokenizer"
 
@@ -191,6 +197,17 @@ class Workdir:
         return precision
 
     # Loading.
+    def transformer_config(self) -> TransformerConfig:
+        """The model's architecture from ``model_config.json``: its sizes and ids,
+        without TensorFlow building or loading the model."""
+        if not self.model_config_path.is_file():
+            raise WorkdirError(f"{self.model_config_path} not found: the run has not built its model yet "
+                               "(python -m training.train writes it before training starts).")
+        try:
+            return TransformerConfig.from_dict(json.loads(self.model_config_path.read_text(encoding="utf-8")))
+        except (ValueError, TypeError) as error:
+            raise WorkdirError(f"{self.model_config_path} does not hold a TransformerConfig: {error}") from error
+
     def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer]:
         src_path, tgt_path = self.tokenizer_paths
         for path in {src_path, tgt_path}:

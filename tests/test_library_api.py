@@ -28,6 +28,15 @@ def test_workdir_knows_the_layout(tiny_workdir):
     assert run.worker(1).path == tiny_workdir / "worker_1"
 
 
+def test_the_workdir_gives_the_architecture_without_loading_the_model(tiny_workdir, trained, tmp_path):
+    assert kt.Workdir(tiny_workdir).transformer_config() == trained.model.config
+    with pytest.raises(kt.WorkdirError, match="model_config.json not found"):
+        kt.Workdir(tmp_path).transformer_config()
+    (tmp_path / "model_config.json").write_text('{"d_model": 7, "num_heads": 2}')
+    with pytest.raises(kt.WorkdirError, match="does not hold a TransformerConfig"):
+        kt.Workdir(tmp_path).transformer_config()
+
+
 def test_workdir_errors_say_what_is_missing(tiny_workdir, tmp_path):
     with pytest.raises(kt.WorkdirError, match="does not exist"):
         kt.Workdir(tmp_path / "nope").check()

@@ -48,6 +48,46 @@ def test_bad_overrides_say_what_is_wrong(override, message):
         apply_override(config, override)
 
 
+def test_every_config_resolves_every_schema_key_and_each_can_be_set():
+    """The schema names every key once, with its default: each shipped config
+    resolves to all of them, and ``--set`` reaches each key with every config."""
+    import dataclasses
+
+    from keras_transformer.tokenization import DEFAULT_MAX_SENTENCES
+    from training.config import SECTIONS, section_defaults
+
+    assert section_defaults("tokenizer")["max_sentences"] == DEFAULT_MAX_SENTENCES
+    for name in sorted(path.stem for path in Path(config_path("demo")).parent.glob("*.yaml")):
+        config = load_config(name)
+        for section, schema in SECTIONS.items():
+            assert set(config[section]) == {field.name for field in dataclasses.fields(schema)}, (name, section)
+    base = load_config("base", ["training.shuffle_buffer=5", "evaluation.max_sentences=null"])
+    assert base["training"]["shuffle_buffer"] == 5 and base["evaluation"]["max_sentences"] is None
+
+
+def test_a_config_file_gets_the_defaults_and_its_mistakes_named(tmp_path):
+    from training.config import section_defaults
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("data: {kind: text, dir: corpus}\ntraining: {max_src_length: 50, max_tgt_length: 60}\n")
+    config = load_config(str(path), ["training.jit=true"])
+    assert config["training"] == {**section_defaults("training"), "max_src_length": 50, "max_tgt_length": 60,
+                                  "jit": True}
+    assert config["tokenizer"] == section_defaults("tokenizer") and config["model"] == {}
+    for text, message in [
+        ("training: {max_src_length: 5, max_tgt_length: 5, epocs: 3}", r"no key\(s\) \['epocs'\] in section 'training'"),
+        ("training: {max_src_length: 5}", "training.max_tgt_length is required"),
+        ("training: {max_src_length: 5, max_tgt_length: 5, jit: 'yes'}", "training.jit='yes': use true or false"),
+        ("training: {max_src_length: 5, max_tgt_length: 5, cache: 3}", "use auto, true or false or a string"),
+        ("trainer: {}", r"unknown section\(s\) \['trainer'\]"),
+    ]:
+        path.write_text(text + "\n")
+        with pytest.raises(ValueError, match=message):
+            load_config(str(path))
+    with pytest.raises(ValueError, match="training.mixed_precision='fp8': use auto, fp32, bf16 or fp16"):
+        load_config("demo", ["training.mixed_precision=fp8"])
+
+
 def test_unknown_config_lists_the_known_ones():
     with pytest.raises(ValueError, match="demo"):
         config_path("nonexistent")

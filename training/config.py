@@ -1,11 +1,19 @@
 """Training configs: YAML files in ``training/configs/`` plus ``--set a.b=value``
 overrides; the resolved config is saved in the work directory
-(``keras_transformer.Workdir.save_config``)."""
+(``keras_transformer.Workdir.save_config``).
 
-from __future__ import annotations
+The schema below is the one place where every key of the ``data``, ``tokenizer``,
+``training`` and ``evaluation`` sections is named, typed and given its default:
+``load_config`` fills in what a file leaves out (so ``--set`` reaches every key with
+every config), refuses unknown keys and values of the wrong type, and the programs
+read the resolved values. The ``model`` section holds ``TransformerConfig`` fields
+(plus ``preset``) and is validated there.
+"""
 
+import dataclasses
+import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional, Union
 
 import yaml
 
@@ -13,6 +21,158 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 # data.prepare: train on the workdir's prepared shards when it has them (auto), prepare them
 # on the first run (true), or always read the text (false).
 PREPARE_MODES = ("auto", True, False)
+
+
+# --------------------------------------------------------------------------- the schema
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSection:
+    """``data``: where the corpus comes from."""
+
+    kind: Literal["synthetic", "text", "tsv", "tfds"] = "text"
+    dir: Optional[str] = None  # text: {dir}/{split}.src|.tgt (or .gz); a relative path from the checkout
+    prepare: Literal["auto", True, False] = "auto"  # train on W/prepared shards: when present | make them | never
+    examples_per_shard: int = 100_000  # per prepared shard file; one file per worker at least
+    synthetic: Optional[dict] = None  # kind synthetic: {train, valid, test, seed} sizes of the demo pair
+    tsv: Optional[dict] = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
+    tfds: Optional[dict] = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSection:
+    """``tokenizer``: the SentencePiece model(s), trained on the training split."""
+
+    vocab_size: int = 8000
+    shared: bool = True  # one model for both languages
+    model_type: Literal["unigram", "bpe"] = "unigram"
+    max_sentences: Optional[int] = 500_000  # a random sample a model (= tokenization.DEFAULT_MAX_SENTENCES)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingSection:
+    """``training``: the run. Steps are optimizer updates."""
+
+    max_src_length: int  # subwords; longer training pairs are dropped
+    max_tgt_length: int
+    seed: int = 0
+    strategy: Literal["auto", "default", "mirrored", "multi_worker", "tpu"] = "auto"
+    loop: Literal["auto", "fit", "custom"] = "auto"  # auto: custom under multi_worker, else fit
+    mixed_precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
+    native_ops: bool = False  # the C++ LayerNorm in CPU training
+    jit: bool = False  # XLA
+    batch_tokens: Optional[int] = None  # tokens a side a batch (length buckets); or batch_size
+    batch_size: Optional[int] = None  # sentences a batch
+    accumulate_steps: int = 1  # micro-batches an update
+    shuffle_buffer: Optional[int] = None  # examples; null: the whole split (small corpora only)
+    cache: Union[Literal["auto"], bool, str] = "auto"  # tokenized train split in memory (auto: up to 1M pairs)
+    static_shapes: bool = False  # pad every batch to the length limits (TPU / XLA)
+    warmup_steps: int = 4000
+    learning_rate_scale: float = 1.0  # times the paper's d_model^-0.5 schedule
+    label_smoothing: float = 0.1
+    epochs: Optional[int] = None  # with steps_per_epoch; the first of epochs and max_steps reached ends the run
+    max_steps: Optional[int] = None
+    max_minutes: Optional[float] = None  # stop after the last epoch that fits
+    steps_per_epoch: Optional[int] = None  # validation, BLEU, logs and averaging checkpoints at each epoch end
+    steps_per_execution: int = 1
+    average_last: int = 1  # epochs averaged at the end
+    backup_every_steps: Union[Literal["epoch"], int] = "epoch"
+    verbose: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationSection:
+    """``evaluation``: validation BLEU during training and the final test scores."""
+
+    bleu_sentences: int = 0  # validation sentences translated (greedy) after each epoch; 0: none
+    max_sentences: Optional[int] = None  # test sentences scored at the end; null: all
+
+
+SECTIONS = {"data": DataSection, "tokenizer": TokenizerSection, "training": TrainingSection,
+            "evaluation": EvaluationSection}
+
+
+def section_defaults(section: str) -> dict[str, Any]:
+    """The schema's default of every key of ``section`` that has one."""
+    return {field.name: field.default for field in dataclasses.fields(SECTIONS[section])
+            if field.default is not dataclasses.MISSING}
+
+
+def with_defaults(section: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (a section, possibly partial) over the schema's defaults."""
+    return {**section_defaults(section), **options}
+
+
+def _allowed(annotation) -> list:
+    """The plain types and literal values an annotation admits."""
+    origin = typing.get_origin(annotation)
+    if origin is Union:
+        return [item for argument in typing.get_args(annotation) for item in _allowed(argument)]
+    if origin is Literal:
+        return [("literal", value) for value in typing.get_args(annotation)]
+    return [annotation]
+
+
+def _admits(allowed: list, value) -> bool:
+    for item in allowed:
+        if isinstance(item, tuple):
+            if value == item[1] and type(value) is type(item[1]):
+                return True
+        elif item is type(None):
+            if value is None:
+                return True
+        elif item is float:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return True
+        elif item is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return True
+        elif isinstance(value, item):
+            return True
+    return False
+
+
+def _describe(allowed: list) -> str:
+    def literal(value) -> str:
+        return {True: "true", False: "false", None: "null"}.get(value, value) if not isinstance(value, str) else value
+
+    names = [literal(item[1]) if isinstance(item, tuple) else
+             {type(None): "null", int: "an integer", float: "a number", bool: "true or false",
+              str: "a string", dict: "a mapping"}.get(item, getattr(item, "__name__", str(item)))
+             for item in allowed]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[str, Any]:
+    """``config`` with every schema key present (defaults filled in), or a ``ValueError``
+    naming the first unknown key, missing required key or value of the wrong type."""
+    unknown = sorted(set(config) - set(SECTIONS) - {"model"})
+    if unknown:
+        raise ValueError(f"{where}: unknown section(s) {unknown}; the sections are "
+                         f"{sorted([*SECTIONS, 'model'])}.")
+    resolved = dict(config)
+    resolved["model"] = dict(config.get("model") or {})
+    for section, schema in SECTIONS.items():
+        options = config.get(section) or {}
+        if not isinstance(options, dict):
+            raise ValueError(f"{where}: {section} must be a mapping of keys, got {options!r}.")
+        fields = {field.name: field for field in dataclasses.fields(schema)}
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            raise ValueError(f"{where}: no key(s) {unknown} in section {section!r}; known keys: {sorted(fields)}.")
+        hints = typing.get_type_hints(schema)
+        values = with_defaults(section, options)
+        for name in fields:
+            if name not in values:
+                raise ValueError(f"{where}: {section}.{name} is required (no default).")
+            allowed = _allowed(hints[name])
+            if not _admits(allowed, values[name]):
+                raise ValueError(f"{where}: {section}.{name}={values[name]!r}: use {_describe(allowed)}.")
+        resolved[section] = values
+    return resolved
+
+
+# --------------------------------------------------------------------------- files and overrides
 
 
 def config_path(name_or_path: str) -> Path:
@@ -30,12 +190,12 @@ def config_path(name_or_path: str) -> Path:
 
 
 def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """The config as nested dicts, with each ``section.key=value`` override applied.
+    """The config as nested dicts, every schema key resolved, with each
+    ``section.key=value`` override applied.
 
-    Values are parsed as YAML (``true``, ``3``, ``1e-3``, ``[1, 2]``). Only keys
-    present in the file can be set, so a typo fails instead of being ignored;
-    keys under a ``model`` section are free (they are TransformerConfig fields,
-    validated there).
+    Values are parsed as YAML (``true``, ``3``, ``1e-3``, ``[1, 2]``). Only keys of
+    the schema can be set, so a typo fails instead of being ignored; keys under
+    ``model`` are free (they are TransformerConfig fields, validated there).
     """
     path = config_path(name_or_path)
     try:
@@ -45,9 +205,10 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
         raise ValueError(f"{path} is not valid YAML: {error}") from error
     if not isinstance(config, dict):
         raise ValueError(f"{path} must hold a mapping of sections (data, tokenizer, model, training, ...).")
+    config = resolve_config(config, str(path))
     for override in overrides:
         apply_override(config, override)
-    return config
+    return resolve_config(config, "--set")
 
 
 def apply_override(config: dict[str, Any], override: str) -> None:
@@ -74,7 +235,7 @@ def apply_override(config: dict[str, Any], override: str) -> None:
 
 def check_prepare_mode(config: dict[str, Any]) -> None:
     """Raise ``ValueError`` unless ``data.prepare`` is one of ``PREPARE_MODES``."""
-    mode = (config.get("data") or {}).get("prepare", "auto")
+    mode = with_defaults("data", config.get("data") or {})["prepare"]
     if not (mode == "auto" or mode is True or mode is False):
         raise ValueError(f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
                          "true (prepare them on the first run) or false.")

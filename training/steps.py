@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from training.config import with_defaults
+
 
 class BackupError(ValueError):
     """A backup this run cannot resume from; the message says what to do."""
@@ -68,15 +70,16 @@ class StepPlan:
     def from_options(cls, options: dict) -> "StepPlan":
         """The plan of a config's ``training`` section (``backup_every_steps``:
         ``epoch`` or a number)."""
-        every = options.get("backup_every_steps", "epoch")
+        options = with_defaults("training", options)
+        every = options["backup_every_steps"]
         if every != "epoch" and (not isinstance(every, int) or isinstance(every, bool)):
             raise ValueError(f"training.backup_every_steps must be 'epoch' or a number of steps, got {every!r}.")
         return cls(
-            steps_per_epoch=options.get("steps_per_epoch"),
-            epochs=options.get("epochs"),
-            max_steps=options.get("max_steps"),
-            accumulate_steps=options.get("accumulate_steps", 1),
-            steps_per_execution=options.get("steps_per_execution", 1),
+            steps_per_epoch=options["steps_per_epoch"],
+            epochs=options["epochs"],
+            max_steps=options["max_steps"],
+            accumulate_steps=options["accumulate_steps"],
+            steps_per_execution=options["steps_per_execution"],
             backup_every_steps=None if every == "epoch" else every,
         )
 

@@ -49,10 +49,10 @@ def resolved_config(args) -> dict:
         training["mixed_precision"] = args.mixed_precision
     if args.jit:
         training["jit"] = True
-    if training.get("mixed_precision", "fp32") not in TRAINING_PRECISIONS:
+    if training["mixed_precision"] not in TRAINING_PRECISIONS:
         fail(PROG, f"training.mixed_precision={training['mixed_precision']!r}: "
                    f"use one of {list(TRAINING_PRECISIONS)}.")
-    if training.get("strategy", "auto") not in STRATEGIES:
+    if training["strategy"] not in STRATEGIES:
         fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
     try:
         StepPlan.from_options(training)

@@ -39,12 +39,12 @@ from keras_transformer.data import (PairSource, PreparedShards, StalePreparation
 from keras_transformer.files import write_text_atomically, write_through_temp
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
-from keras_transformer.tokenization import (DEFAULT_MAX_SENTENCES, SubwordTokenizer, tokenizer_paths,
+from keras_transformer.tokenization import (SubwordTokenizer, tokenizer_paths,
                                             train_tokenizers)
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import KeepLastWeights, TimeBudget, TrainingBackup, ValidationBleu, average_weights
-from training.config import check_prepare_mode
+from training.config import check_prepare_mode, with_defaults
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
@@ -69,20 +69,20 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
     """Train SentencePiece on the training split only (once; reused on resume),
     streamed, on at most ``tokenizer.max_sentences`` sentences per model (a
     seeded random sample; null: all of them)."""
-    options = config["tokenizer"]
+    options = with_defaults("tokenizer", config["tokenizer"])
     directory = Workdir(workdir).tokenizer_dir
-    shared = bool(options.get("shared", True))
+    shared = bool(options["shared"])
     src_path, tgt_path = tokenizer_paths(directory, shared)
     if not (src_path.exists() and tgt_path.exists()):
         started = time.time()
         train = _train_source(corpus)
-        max_sentences = options.get("max_sentences", DEFAULT_MAX_SENTENCES)
+        max_sentences = options["max_sentences"]
         log.info("training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a model)",
                  len(train), "all" if max_sentences is None else f"{max_sentences:,}")
         train_tokenizers(
             train.sentences("source"), train.sentences("target"), directory,
             vocab_size=options["vocab_size"], shared=shared,
-            model_type=options.get("model_type", "unigram"), max_sentences=max_sentences, progress=True,
+            model_type=options["model_type"], max_sentences=max_sentences, progress=True,
         )
         log.info("trained tokenizers in %.1fs", time.time() - started)
     return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
@@ -116,8 +116,8 @@ def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok,
             log.info("%s Preparing it again.", error)
     log.info("preparing %d training pairs in %s", len(_train_source(corpus)), directory)
     return prepare_shards(_train_source(corpus).dataset(), src_tok, tgt_tok, directory, **wanted,
-                          examples_per_shard=config["data"].get("examples_per_shard", 100_000),
-                          seed=config["training"].get("seed", 0))
+                          examples_per_shard=with_defaults("data", config["data"])["examples_per_shard"],
+                          seed=with_defaults("training", config["training"])["seed"])
 
 
 def find_prepared(config: dict[str, Any], run_dir: Path | None, corpus, src_tok, tgt_tok, *,
@@ -133,7 +133,7 @@ def find_prepared(config: dict[str, Any], run_dir: Path | None, corpus, src_tok,
     chief's, elsewhere that machine's).
     """
     check_prepare_mode(config)
-    mode = config["data"].get("prepare", "auto")
+    mode = with_defaults("data", config["data"])["prepare"]
     if mode is False or run_dir is None:
         return None
     if mode is True:
@@ -156,11 +156,12 @@ def prepared_batches(prepared: PreparedShards, options: dict[str, Any], *, per_p
     """Training batches of ``prepared`` (repeating): one dataset of global batches,
     or with ``per_pipeline`` a ``PerPipelineInput`` whose input pipelines (one
     per worker) each read their own shard files into per-replica batches."""
-    shuffle_buffer = options.get("shuffle_buffer")
-    kwargs = dict(batch_tokens=options.get("batch_tokens"), batch_size=options.get("batch_size"),
+    options = with_defaults("training", options)
+    shuffle_buffer = options["shuffle_buffer"]
+    kwargs = dict(batch_tokens=options["batch_tokens"], batch_size=options["batch_size"],
                   **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
-                  seed=options.get("seed", 0), repeat=True, training=True,
-                  static_shapes=bool(options.get("static_shapes", False)))
+                  seed=options["seed"], repeat=True, training=True,
+                  static_shapes=bool(options["static_shapes"]))
     if per_pipeline:
         return PerPipelineInput(sharded_dataset_fn(prepared, **kwargs))
     return sharded_dataset(prepared, **kwargs)
@@ -186,12 +187,13 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     smaller window trains on short, then long sentences), allowed only for a
     small split: a large one needs a bound (a ``ValueError`` says so).
     """
-    cache = train_options.get("cache", "auto")
+    train_options = with_defaults("training", train_options)
+    cache = train_options["cache"]
     if cache == "auto":
         cache = pairs <= IN_MEMORY_PAIRS
     elif not isinstance(cache, (bool, str)):
         raise ValueError(f"training.cache must be auto, true, false or a file path prefix, got {cache!r}.")
-    shuffle_buffer = train_options.get("shuffle_buffer")
+    shuffle_buffer = train_options["shuffle_buffer"]
     if shuffle_buffer is None:
         if pairs > IN_MEMORY_PAIRS:
             raise ValueError(
@@ -209,12 +211,12 @@ def datasets(config, corpus, src_tok, tgt_tok, prepared: PreparedShards | None =
     without a valid split). The training batches come from ``prepared``
     (``find_prepared``; with ``per_pipeline``, split over the workers by file,
     ``prepared_batches``) or are streamed from ``corpus["train"]``."""
-    train_options = config["training"]
+    train_options = with_defaults("training", config["training"])
     common = dict(
         max_src_length=train_options["max_src_length"],
         max_tgt_length=train_options["max_tgt_length"],
-        batch_tokens=train_options.get("batch_tokens"),
-        batch_size=train_options.get("batch_size"),
+        batch_tokens=train_options["batch_tokens"],
+        batch_size=train_options["batch_size"],
     )
     if prepared is not None:
         train = prepared_batches(prepared, train_options, per_pipeline=per_pipeline)
@@ -222,8 +224,8 @@ def datasets(config, corpus, src_tok, tgt_tok, prepared: PreparedShards | None =
         source = _train_source(corpus)
         train = make_dataset(source.dataset(), src_tok, tgt_tok, **common,
                              **training_input(train_options, len(source)),
-                             seed=train_options.get("seed", 0), repeat=True, training=True,
-                             static_shapes=bool(train_options.get("static_shapes", False)))
+                             seed=train_options["seed"], repeat=True, training=True,
+                             static_shapes=bool(train_options["static_shapes"]))
     valid = None
     if corpus["valid"]:
         valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
@@ -249,7 +251,8 @@ def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
 def training_loop(options: dict[str, Any], strategy) -> str:
     """``fit`` or ``custom``: ``training.loop``, where ``auto`` is ``custom``
     under ``MultiWorkerMirroredStrategy`` (Keras 3.15's ``fit`` fails there)."""
-    loop = options.get("loop", "auto")
+    options = with_defaults("training", options)
+    loop = options["loop"]
     if loop not in LOOPS:
         raise ValueError(f"training.loop must be one of {LOOPS}, got {loop!r}.")
     if loop == "auto":
@@ -282,6 +285,7 @@ def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], vali
     ``run_dir.backup_dir`` (left in place: ``run`` deletes it at the end).
     ``train_data()`` builds the training batches anew (``fit_in_steps`` says
     why). Returns the per-epoch history."""
+    options = with_defaults("training", options)
     loop = training_loop(options, strategy)
     plan = StepPlan.from_options(options)
     backup = TrainingBackup(run_dir.backup_dir)
@@ -298,7 +302,7 @@ def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], vali
     ]
     return fit_in_steps(model, lambda: pad_batches_for_replicas(train_data(), replicas), plan,
                         validation_data=valid_ds, backup=backup, callbacks=callbacks,
-                        verbose=options.get("verbose", 2))
+                        verbose=options["verbose"])
 
 
 def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, Any]:
@@ -306,17 +310,17 @@ def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, An
     ``static_shapes`` derives from ``batch_tokens``) rounded down to a multiple
     of ``replicas`` (at least ``replicas``), so each replica gets as many rows;
     the config itself is left unchanged (the saved config is the one asked for)."""
-    options = config["training"]
+    options = with_defaults("training", config["training"])
     if replicas == 1:
         return config
     changed = dict(options)
-    if options.get("batch_size"):
+    if options["batch_size"]:
         size = options["batch_size"]
         changed["batch_size"] = max(replicas, size // replicas * replicas)
         if changed["batch_size"] != size:
             log.info("training.batch_size %d rounded to %d, a multiple of the %d replicas",
                      size, changed["batch_size"], replicas)
-    elif options.get("static_shapes") and options.get("batch_tokens"):
+    elif options["static_shapes"] and options["batch_tokens"]:
         longest = max(options["max_src_length"], options["max_tgt_length"] + 1)
         size = options["batch_tokens"] // longest
         rounded = max(replicas, size // replicas * replicas)
@@ -330,19 +334,19 @@ def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, An
 
 def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     started = time.time()
-    train_options = config["training"]
+    train_options = with_defaults("training", config["training"])
     # First: MultiWorkerMirroredStrategy must exist before other TF ops run.
-    strategy = make_strategy(train_options.get("strategy", "auto"))
+    strategy = make_strategy(train_options["strategy"])
     run_workdir = Path(workdir)
     chief = is_chief(strategy)
     if not chief:
         # Every worker trains; only the chief's outputs are the run's.
         workdir = Workdir(workdir).worker(strategy.cluster_resolver.task_id).path
-    keras.utils.set_random_seed(train_options.get("seed", 0))
-    precision = resolve_precision(train_options.get("mixed_precision", "fp32"))
+    keras.utils.set_random_seed(train_options["seed"])
+    precision = resolve_precision(train_options["mixed_precision"])
     log.info("mixed precision: %s (%s)", precision.precision, precision.reason)
     keras.config.set_dtype_policy(dtype_policy(precision.precision))
-    if train_options.get("native_ops"):  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
+    if train_options["native_ops"]:  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
         kt.native.set_enabled(True)
     workdir.mkdir(parents=True, exist_ok=True)
     run_dir = Workdir(workdir)
@@ -379,34 +383,34 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                  plan.total, plan.max_steps, plan.epochs * plan.steps_per_epoch)
     if plan.accumulate_steps > 1:
         per_update = (f"{train_options['batch_tokens'] * plan.accumulate_steps:,} tokens"
-                      if train_options.get("batch_tokens") else
+                      if train_options["batch_tokens"] else
                       f"{train_options['batch_size'] * plan.accumulate_steps:,} sentences")
         log.info("%d micro-batches per update: %s per update", plan.accumulate_steps, per_update)
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))
         model.build()
         schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
-                                          scale=train_options.get("learning_rate_scale", 1.0))
+                                          scale=train_options["learning_rate_scale"])
         model.compile(
             optimizer=kt.paper_adam(schedule, gradient_accumulation_steps=plan.accumulate_steps
                                     if plan.accumulate_steps > 1 else None),
-            loss=kt.MaskedLabelSmoothedCrossEntropy(train_options.get("label_smoothing", 0.1),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(train_options["label_smoothing"],
                                                    pad_id=model.config.pad_id),
             metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
-            jit_compile=bool(train_options.get("jit", False)),
+            jit_compile=bool(train_options["jit"]),
             steps_per_execution=keras_steps_per_execution(plan, strategy, loop),
         )
-    write_text_atomically(workdir / "model_config.json", model.config.to_json())
+    write_text_atomically(Workdir(workdir).model_config_path, model.config.to_json())
     log.info("model: %s parameters", f"{model.count_params():,}")
 
-    evaluation = config.get("evaluation", {})
+    evaluation = with_defaults("evaluation", config.get("evaluation") or {})
     translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
-    keeper = KeepLastWeights(run_dir.checkpoints_dir, keep=train_options.get("average_last", 1))
+    keeper = KeepLastWeights(run_dir.checkpoints_dir, keep=train_options["average_last"])
     epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
-    bleu_sentences = evaluation.get("bleu_sentences", 0)
+    bleu_sentences = evaluation["bleu_sentences"]
     if bleu_sentences and corpus["valid"]:
         epoch_callbacks.append(ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir))
-    if train_options.get("max_minutes"):
+    if train_options["max_minutes"]:
         epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
 
     fit_started = time.time()
@@ -416,7 +420,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     metrics: dict[str, Any] = {
         "train_seconds": round(train_seconds, 1),
         "optimizer_steps": optimizer_step(model),
-        "precision": {"config": train_options.get("mixed_precision", "fp32"),
+        "precision": {"config": train_options["mixed_precision"],
                       "used": precision.precision, "reason": precision.reason},
         "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
@@ -428,7 +432,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         except ImportError:
             log.info("learning_curves.png not drawn: install matplotlib (the [plots] extra) for it")
     eval_split = "test" if corpus["test"] else "valid"
-    pairs = corpus[eval_split][: evaluation.get("max_sentences", len(corpus[eval_split]))]
+    pairs = corpus[eval_split][: evaluation["max_sentences"]]
     kept = keeper.paths()
     if len(kept) > 1:
         if pairs:
