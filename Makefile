@@ -25,7 +25,7 @@ demo: $(STAMP)
 	  "the hungry boy sees 3 red cats" "yesterday a sad teacher gave an old book to the farmer" \
 	  "the children will not sleep because the dogs watch 12 birds"
 
-# Issue #8's quality recipe on real data (../shared/corpora, not part of the quick start):
+# The one-hour quality recipe on real data (../shared/corpora, not part of the quick start):
 # train within a 57-minute budget, export with beam search, score test2016 with the SavedModel.
 M30K ?= ../shared/corpora/multi30k_de_en
 M30K_RUN ?= runs/multi30k

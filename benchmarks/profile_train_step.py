@@ -2,7 +2,7 @@
 
     python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--serial] [--steps 5] [--top 25]
 
-Runs issue #7's small training workload (``benchmarks.train_speed``) under
+Runs the benchmarks' small training workload (``benchmarks.train_speed``) under
 ``tf.profiler``, reads the host trace (``*.xplane.pb``, parsed with the
 protobuf that ships in TensorFlow: no TensorBoard plugin needed) and sums the
 duration of every executed TF op by op type and by category (matmul,

@@ -2,7 +2,7 @@
 
     python -m benchmarks.train_memory [--steps 1000] [--batch 16] [--length 64] [--every 100] [--json out.json]
 
-``base`` (6+6 layers, d_model 512, d_ff 2048, 8 heads) with issue #7's shared
+``base`` (6+6 layers, d_model 512, d_ff 2048, 8 heads) with the benchmarks' shared
 8,192 vocabulary, trained with ``model.fit`` on one fixed batch of
 ``batch × length`` pairs (~15% padding), fp32. The process's resident set size
 (RSS, from /proc) is sampled every ``--every`` steps; reported: the peak RSS

@@ -54,10 +54,9 @@ def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing
     computed from one fused softmax (oneDNN's on CPU) and a hand-written
     gradient ``upstream · (softmax - q)``: with an 8k vocabulary the
     ``[tokens, V]`` logits are the largest tensor of a step, and every pass
-    over them counts. Two separate cross-entropies took ~20% of a training
-    step's op time; max/exp/sum passes written out in TF ops took 93 ms
-    fwd+bwd on the benchmark's ``[4096, 8192]``, this takes ~50
-    (``benchmarks/profile_train_step.py``). Training a ``Transformer`` with
+    over them counts: two separate cross-entropies took about a fifth of a
+    training step's op time, and max/exp/sum passes written out in TF ops take
+    nearly twice as long as this (``benchmarks/profile_train_step.py``). Training a ``Transformer`` with
     ``MaskedLabelSmoothedCrossEntropy`` goes further: see
     ``projected_smoothed_cross_entropy``.
 
@@ -102,8 +101,8 @@ def projected_smoothed_cross_entropy(
 
     The gradient of the logits, ``u·(softmax - q)``, is a row-scaled softmax
     minus a row constant minus a one-hot: ``diag(u)·P - (ε/V)·u·1ᵀ - (1-ε)·diag(u)·Y``.
-    Written out it costs three passes over the ``[tokens, V]`` tensor (~35 ms
-    of ~200 for projection + loss on the benchmark's ``[4096, 8192]``). Pushed
+    Written out it costs three passes over the ``[tokens, V]`` tensor (about a
+    sixth of the projection and loss together). Pushed
     through the projection's two products it needs none: ``diag(u)`` moves
     onto the ``[tokens, d_model]`` side, the constant becomes a column sum of
     the kernel, and the one-hot becomes a gather (hidden gradient) and a

@@ -9,10 +9,11 @@ import tensorflow as tf
 def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens).
 
-    oneDNN runs this product at ~175 GFLOP/s when ``p > q`` and ~275 when
-    ``p ≤ q`` on the benchmark CPU (``[4096, 8192]ᵀ [4096, 256]``: 98 against
-    63 ms), so the tall case is computed as ``(bᵀ a)ᵀ``: the extra transpose
-    is of a weight-sized tensor only. Elsewhere (GPU, TPU) it costs no more.
+    oneDNN runs this product markedly faster when ``p ≤ q`` than when ``p > q``
+    (the output projection's ``[tokens, vocab]ᵀ [tokens, d_model]`` is the large
+    case; ``benchmarks/README.md`` has the measurements), so the tall case is
+    computed as ``(bᵀ a)ᵀ``: the extra transpose is of a weight-sized tensor
+    only. Elsewhere (GPU, TPU) it costs no more.
     """
     p, q = a.shape[-1], b.shape[-1]
     if p is not None and q is not None and p > q:
