@@ -12,14 +12,25 @@ FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
 DEMO = 'Workdir("runs/demo")'  # examples that start from the trained demo workdir
 
 
-def modules_with_examples() -> dict[str, bool]:
-    """Every library module with examples -> whether they start from ``runs/demo``."""
+def modules_with_examples(missing_extras: list | None = None) -> dict[str, bool]:
+    """Every library module with examples -> whether they start from ``runs/demo``.
+
+    A module that needs an extra this environment lacks (its ``ImportError`` names
+    the extra to install) is left out, and its name and message appended to
+    ``missing_extras``; any other import error is raised."""
     names = ["keras_transformer"] + [
         info.name for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer.")]
     found = {}
     for name in sorted(names):
-        tests = [test for test in doctest.DocTestFinder().find(importlib.import_module(name), name)
-                 if test.examples]
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            if "pip install 'keras-transformer-nmt[" not in str(error):
+                raise
+            if missing_extras is not None:
+                missing_extras.append((name, str(error)))
+            continue
+        tests = [test for test in doctest.DocTestFinder().find(module, name) if test.examples]
         if tests:
             found[name] = any(DEMO in example.source for test in tests for example in test.examples)
     return found
