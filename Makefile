@@ -10,8 +10,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# The tests that import pretrained Marian checkpoints make them with transformers and PyTorch:
+# a CPU build, from PyTorch's own index (PyPI's Linux wheel brings several GB of CUDA libraries).
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e ".[all,test]"
+	$(BIN)/python -m pip install --quiet "$(TORCH)" --extra-index-url $(TORCH_INDEX)
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -24,6 +24,7 @@ LIBRARY_TESTS = [
     "tests/test_hardware.py",
     "tests/test_keras_round_trips.py",
     "tests/test_learning.py",
+    "tests/test_marian_config.py",
     "tests/test_model.py",
     "tests/test_native_ops.py",
     "tests/test_packaging.py",
@@ -64,6 +65,7 @@ PROGRAM_TESTS = {
     "tests/test_programs.py": "training/, export/ and programs/",
     "tests/test_recipes.py": "training/ and the [tfds] extra",
     "tests/test_library_api.py": "training/ (its demo workdir)",
+    "tests/test_marian_import.py": "training/, export/, the [marian, tflite, ct2] extras, transformers and torch",
     "tests/test_install.py": "a clone and a clean venv (make test-install)",
 }
 

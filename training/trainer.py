@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -36,7 +37,8 @@ import keras_transformer as kt
 from keras_transformer.data import (PairSource, PreparedShards, StalePreparationError, count_tokens,
                                     make_dataset, pairs_from_list, prepare_shards, sharded_dataset,
                                     sharded_dataset_fn)
-from keras_transformer.files import write_text_atomically, write_through_temp
+from keras_transformer.files import (replace_directory, staging_directory, write_text_atomically,
+                                     write_through_temp)
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
 from keras_transformer.tokenization import (SubwordTokenizer, tokenizer_paths,
@@ -65,10 +67,54 @@ def _train_source(corpus) -> PairSource:
     return train if isinstance(train, PairSource) else PairSource.from_pairs(train)
 
 
-def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
+def starting_point(config: dict[str, Any]) -> Workdir | None:
+    """The finished workdir that ``model.init_from`` names, checked, or ``None``."""
+    init_from = (config.get("model") or {}).get("init_from")
+    if init_from is None:
+        return None
+    path = Path(init_from)
+    if not path.is_dir() and not path.is_absolute() and (CHECKOUT / path).is_dir():
+        path = CHECKOUT / path  # like data.dir, a path from the checkout
+    try:
+        return Workdir(path).check()
+    except ValueError as error:
+        raise ValueError(f"model.init_from={init_from}: {error}") from error
+
+
+def start_from(config: dict[str, Any], source: Workdir) -> dict[str, Any]:
+    """``config`` for a run that starts from ``source``'s model: its architecture
+    (``model_config.json``) and its tokenizer replace the config's ``model`` and
+    ``tokenizer`` sections, which are logged where they are overridden."""
+    architecture = source.transformer_config().to_dict()
+    ignored = sorted(key for key, value in config["model"].items()
+                     if key not in ("init_from", "preset") and architecture.get(key, value) != value)
+    if ignored:
+        log.info("model.init_from=%s: the architecture is that model's; the config's model.%s "
+                 "are not used", source.path, ", model.".join(ignored))
+    return {**config, "model": {**architecture, "init_from": str(source.path)},
+            "tokenizer": dict(source.config.get("tokenizer") or config["tokenizer"])}
+
+
+def copy_tokenizer(source: Workdir, workdir: Path):
+    """``source``'s tokenizer files into ``workdir`` (once; kept on resume), and the
+    tokenizers read back from there."""
+    run_dir = Workdir(workdir)
+    if not run_dir.tokenizer_dir.is_dir():
+        staging = staging_directory(run_dir.tokenizer_dir, "copy")
+        for path in source.tokenizer_dir.iterdir():
+            if path.is_file():
+                shutil.copyfile(path, staging / path.name)
+        replace_directory(staging, run_dir.tokenizer_dir)
+    return run_dir.load_tokenizers()
+
+
+def build_tokenizers(config: dict[str, Any], corpus, workdir: Path, source: Workdir | None = None):
     """Train SentencePiece on the training split only (once; reused on resume),
     streamed, on at most ``tokenizer.max_sentences`` sentences per model (a
-    seeded random sample; null: all of them)."""
+    seeded random sample; null: all of them). A run that starts from another
+    model (``source``) takes that model's tokenizer instead."""
+    if source is not None:
+        return copy_tokenizer(source, workdir)
     options = with_defaults("tokenizer", config["tokenizer"])
     directory = Workdir(workdir).tokenizer_dir
     shared = bool(options["shared"])
@@ -90,6 +136,7 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path):
 
 def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConfig:
     options = dict(config["model"])
+    options.pop("init_from", None)
     preset = options.pop("preset", "base")
     options.setdefault("src_vocab_size", src_tok.vocab_size)
     options.setdefault("tgt_vocab_size", tgt_tok.vocab_size)
@@ -348,6 +395,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     keras.config.set_dtype_policy(dtype_policy(precision.precision))
     if train_options["native_ops"]:  # opt-in; false leaves KERAS_TRANSFORMER_NATIVE_OPS's choice
         kt.native.set_enabled(True)
+    source = starting_point(config)
+    if source is not None:
+        config = start_from(config, source)
     workdir.mkdir(parents=True, exist_ok=True)
     run_dir = Workdir(workdir)
     run_dir.save_config(config)
@@ -355,7 +405,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
     log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})  # scans train once
     training_input(train_options, len(corpus["train"]))  # a bad cache/shuffle setting fails before tokenizers
-    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
+    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir, source)
     data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
     prepared = find_prepared(data_config, workdir, corpus, src_tok, tgt_tok,
                              run_workdir=None if chief else run_workdir)
@@ -389,6 +439,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))
         model.build()
+        if source is not None:  # a resumed run's backup then replaces these weights
+            model.load_weights(source.model_path)
+            log.info("starting from the weights of %s", source.model_path)
         schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
                                           scale=train_options["learning_rate_scale"])
         model.compile(

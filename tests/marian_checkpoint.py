@@ -1,0 +1,134 @@
+"""A real, tiny OPUS-MT-shaped Marian checkpoint, made offline with ``transformers``
+and ``torch`` (no hub): SentencePiece models trained on the demo language pair,
+a ``vocab.json`` made from them, a ``MarianTokenizer`` and a ``MarianMTModel``
+trained briefly so that greedy decoding ends with EOS, both ``save_pretrained``.
+
+Shaped as real OPUS-MT checkpoints are: ``</s>`` = 0, ``<unk>`` = 1, ``<pad>``
+last, the decoder starting from the pad id, ``bad_words_ids = [[pad]]``,
+swish, scaled embeddings, a non-zero ``final_logits_bias`` and one shared,
+tied embedding matrix.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+
+from keras_transformer.data.synthetic import generate_pairs
+
+SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=96)
+
+
+def _train_spm(sentences: list[str], prefix: Path, vocab_size: int) -> None:
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocab_size,
+        model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2,
+        # Marian's models: <unk> at 0, no bos/eos/pad pieces of their own (vocab.json numbers them).
+        unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
+
+
+def write_marian_tokenizer(directory: Path, pairs: list[tuple[str, str]], vocab_size: int = 160) -> list[str]:
+    """``source.spm``, ``target.spm``, ``vocab.json`` and ``tokenizer_config.json`` in
+    ``directory`` (by ``MarianTokenizer.save_pretrained``); returns the vocabulary
+    by id: ``</s>``, ``<unk>``, the pieces of both models, ``<pad>``."""
+    import sentencepiece as spm
+    from transformers import MarianTokenizer
+
+    directory.mkdir(parents=True, exist_ok=True)
+    scratch = directory / "spm"
+    scratch.mkdir(exist_ok=True)
+    _train_spm([source for source, _ in pairs], scratch / "source", vocab_size)
+    _train_spm([target for _, target in pairs], scratch / "target", vocab_size)
+    pieces: list[str] = ["</s>", "<unk>"]
+    for side in ("source", "target"):
+        model = spm.SentencePieceProcessor(model_file=str(scratch / f"{side}.model"))
+        for index in range(model.get_piece_size()):
+            piece = model.id_to_piece(index)
+            if not model.is_control(index) and not model.is_unknown(index) and piece not in pieces:
+                pieces.append(piece)
+    pieces.append("<pad>")
+    (scratch / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
+    tokenizer = MarianTokenizer(source_spm=str(scratch / "source.model"), target_spm=str(scratch / "target.model"),
+                                vocab=str(scratch / "vocab.json"), source_lang="src", target_lang="tgt")
+    tokenizer.save_pretrained(str(directory))
+    for path in scratch.iterdir():
+        path.unlink()
+    scratch.rmdir()
+    return pieces
+
+
+def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 250, seed: int = 0) -> dict:
+    """A trained tiny ``MarianMTModel`` and its tokenizer in ``directory``; returns
+    ``{"pairs": the training pairs, "vocab": pieces by id}``."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    directory = Path(directory)
+    data = generate_pairs(pairs, seed=seed)
+    vocab = write_marian_tokenizer(directory, data)
+    tokenizer = MarianTokenizer.from_pretrained(str(directory))
+    pad = len(vocab) - 1
+    torch.manual_seed(seed)
+    random.seed(seed)
+    config = MarianConfig(
+        vocab_size=len(vocab), decoder_vocab_size=len(vocab), **SIZES, activation_function="swish",
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=pad, eos_token_id=0,
+        forced_eos_token_id=0, decoder_start_token_id=pad, bos_token_id=None)
+    model = MarianMTModel(config)
+    with torch.no_grad():  # a buffer, not trained: stays as set
+        model.final_logits_bias.copy_(0.3 * torch.randn_like(model.final_logits_bias))
+        model.final_logits_bias[0, pad] = 0.0
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(steps):
+        batch = random.sample(data, 32)
+        inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], padding=True,
+                           return_tensors="pt")
+        labels = inputs["labels"].masked_fill(inputs["labels"] == pad, -100)
+        loss = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    model.generation_config.bad_words_ids = [[pad]]
+    model.generation_config.num_beams = 1
+    model.generation_config.max_length = 64
+    model.save_pretrained(str(directory))
+    return {"pairs": data, "vocab": vocab, "final_loss": float(loss)}
+
+
+def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int = 60) -> list[list[int]]:
+    """``MarianMTModel.generate`` greedy ids of ``sentences`` (the start token
+    removed, pad after EOS removed)."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(str(directory))
+    model = MarianMTModel.from_pretrained(str(directory)).eval()
+    inputs = tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+    ids = []
+    for row in out.numpy()[:, 1:]:
+        row = list(row)
+        ids.append(row[: row.index(0) + 1] if 0 in row else row)
+    return ids
+
+
+def torch_logits(directory: Path, source_ids: np.ndarray, target_in: np.ndarray, pad: int) -> np.ndarray:
+    """Teacher-forced logits of the PyTorch model, with the source padding masked."""
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(str(directory)).eval()
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(source_ids), attention_mask=torch.tensor(source_ids != pad),
+                    decoder_input_ids=torch.tensor(target_in))
+    return out.logits.numpy()
