@@ -24,6 +24,7 @@ LIBRARY_TESTS = [
     "tests/test_hardware.py",
     "tests/test_keras_round_trips.py",
     "tests/test_learning.py",
+    "tests/test_marian_tokenizer.py",
     "tests/test_model.py",
     "tests/test_native_ops.py",
     "tests/test_packaging.py",
