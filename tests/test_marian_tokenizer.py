@@ -398,3 +398,37 @@ def test_workdir_loads_the_marian_pair(marian_dir, tmp_path):
     (workdir.tokenizer_dir / "vocab.json").write_text("[]")
     with pytest.raises(WorkdirError, match="vocab.json"):
         workdir.load_tokenizers()
+
+
+def test_saved_model_export_embeds_the_marian_tokenizer(tokenizers, tmp_path):
+    import keras
+
+    import keras_transformer as kt
+    from keras_transformer.exporters import export_saved_model
+
+    from keras_transformer.data import encode_sources
+    from keras_transformer.translate import best_ids
+
+    src, tgt = tokenizers
+    keras.utils.set_random_seed(0)
+    # The decoder's start id is the model's; any id not pad/unk/eos serves for the tokenizer's part here.
+    config = kt.TransformerConfig.from_preset(
+        "tiny", vocab_size=src.vocab_size, dropout=0.0, max_length=32, pad_id=src.pad_id, unk_id=src.unk_id,
+        bos_id=src.vocab_size - 2, eos_id=tgt.eos_id)
+    model = kt.Transformer(config)
+    model.build()
+    trained = TrainedModel(model, src, tgt, max_src_length=16)
+    version = export_saved_model(trained, tmp_path / "marian", beam_size=1, warmup_sentences=("Hello world.",))
+    assets = {path.name for path in (version / "assets").iterdir()}
+    assert {"source.spm", "target.spm", "vocab.json"} <= assets
+    texts = ["the big dog sees 3 red cats", ">>fra<< Hello, world!"]
+    source = encode_sources(src, texts, 16).to_tensor(default_value=src.pad_id)
+    expected_ids, _ = best_ids(model, source, beam_size=1, extra_length=50)
+    expected = [t.decode() for t in tgt.detokenize(expected_ids).numpy()]
+    loaded = tf.saved_model.load(str(version))
+    ids = loaded.signatures["translate_ids"](source_ids=source)["target_ids"]
+    out = loaded.signatures["translate_greedy"](inputs=tf.constant(texts))
+    assert [t.decode() for t in out["translations"].numpy()] == expected
+    assert ids.numpy().tolist() == expected_ids.numpy().tolist()
+    # The strings are padded with the pad id (Marian's 0 is EOS), in the export and in Translator.
+    assert kt.Translator.from_trained_model(trained).translate(texts) == expected

@@ -111,7 +111,8 @@ class ExportedTranslator(tf.Module):
         text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
                                             replacement_char=0xFFFD)
         text = normalize_whitespace_tf(text)
-        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
+            default_value=self.model.config.pad_id)
         return text, tf.cast(ids, tf.int32)
 
     def _translate(self, inputs, beam_size=None):
