@@ -580,7 +580,8 @@ def sharded_dataset(
     records = files.interleave(
         tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(paths)), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids), num_parallel_calls=tf.data.AUTOTUNE)
+    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids),
+                         num_parallel_calls=tf.data.AUTOTUNE)
     dataset = plan.apply(_examples(blocks))
     if num_input_pipelines > 1:
         options = tf.data.Options()
