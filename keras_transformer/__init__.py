@@ -15,7 +15,7 @@ from keras_transformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEnt
 from keras_transformer.model import Transformer
 from keras_transformer.precision import PRECISIONS, with_precision
 from keras_transformer.schedule import TransformerSchedule, paper_adam
-from keras_transformer.tokenization import SubwordTokenizer
+from keras_transformer.tokenization import MarianSubwordTokenizer, SubwordTokenizer, load_marian_tokenizers
 from keras_transformer.translate import SavedModelTranslator, Translator
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 
@@ -26,6 +26,7 @@ __all__ = [
     "EOS_ID",
     "FusedAdam",
     "MaskedAccuracy",
+    "MarianSubwordTokenizer",
     "MaskedLabelSmoothedCrossEntropy",
     "PAD_ID",
     "PRECISIONS",
@@ -44,6 +45,7 @@ __all__ = [
     "exporters",
     "kernels",
     "layers",
+    "load_marian_tokenizers",
     "masked_accuracy",
     "native",
     "paper_adam",

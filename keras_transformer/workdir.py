@@ -5,7 +5,10 @@ reads one (evaluation, decoding, the exporters, ``Translator.from_workdir``)
 goes through ``Workdir``, the one place that knows its layout::
 
     W/config.yaml          the resolved training config
-    W/tokenizer/           spm_shared.model, or spm_src.model + spm_tgt.model
+    W/tokenizer/           spm_shared.model, or spm_src.model + spm_tgt.model; or, for a
+                           model imported from Marian (OPUS-MT), the checkpoint's
+                           source.spm, target.spm, vocab.json (target_vocab.json),
+                           tokenizer_config.json
     W/model.keras          the final (averaged) model
     W/model_config.json    its TransformerConfig, readable without loading the model
     W/metrics.json         history and scores of the run
@@ -35,7 +38,9 @@ import yaml
 from keras_transformer.config import TransformerConfig
 from keras_transformer.files import write_text_atomically
 from keras_transformer.precision import AUTO, PRECISIONS, with_precision
-from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths
+from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
+                                            MarianSubwordTokenizer, SubwordTokenizer, load_marian_tokenizers,
+                                            tokenizer_paths)
 
 PathLike = str | os.PathLike
 
@@ -51,7 +56,8 @@ class TrainedModel:
     Args:
         model: the trained, built ``keras_transformer.Transformer``.
         src_tokenizer, tgt_tokenizer: its ``SubwordTokenizer``s (the same
-            object twice for a shared vocabulary).
+            object twice for a shared vocabulary), or the two
+            ``MarianSubwordTokenizer``s of an imported Marian model.
         max_src_length: sources are truncated to this many subwords
             (default: the model's ``max_length``).
         max_tgt_length: the longest target trained on (default: the model's
@@ -64,8 +70,8 @@ class TrainedModel:
     """
 
     model: Any
-    src_tokenizer: SubwordTokenizer
-    tgt_tokenizer: SubwordTokenizer
+    src_tokenizer: SubwordTokenizer | MarianSubwordTokenizer
+    tgt_tokenizer: SubwordTokenizer | MarianSubwordTokenizer
     max_src_length: int | None = None
     max_tgt_length: int | None = None
 
@@ -83,6 +89,18 @@ class TrainedModel:
 
     @property
     def shared_vocabulary(self) -> bool:
+        """Whether an id means the same piece on both sides. A Marian model has
+        one vocabulary but a SentencePiece model per language: its vocabulary is
+        shared, its tokenizer model is not (``shared_tokenizer_model``)."""
+        src_vocabulary = getattr(self.src_tokenizer, "vocabulary", None)
+        tgt_vocabulary = getattr(self.tgt_tokenizer, "vocabulary", None)
+        if src_vocabulary is not None or tgt_vocabulary is not None:
+            return src_vocabulary == tgt_vocabulary
+        return self.shared_tokenizer_model
+
+    @property
+    def shared_tokenizer_model(self) -> bool:
+        """Whether both sides are split by the same SentencePiece model (one file serves both)."""
         return self.src_tokenizer.model_bytes == self.tgt_tokenizer.model_bytes
 
 
@@ -165,12 +183,24 @@ class Workdir:
         return config
 
     @property
+    def is_marian(self) -> bool:
+        """Whether ``W/tokenizer/`` holds a Marian checkpoint's tokenizer (its ``vocab.json``)."""
+        return (self.tokenizer_dir / MARIAN_VOCAB).is_file()
+
+    @property
     def shared_vocabulary(self) -> bool:
+        """Whether both sides number their pieces alike: a Marian tokenizer unless it
+        has a ``target_vocab.json``, else the config's ``tokenizer.shared``."""
+        if self.is_marian:
+            return not (self.tokenizer_dir / MARIAN_TARGET_VOCAB).is_file()
         return bool(self.config.get("tokenizer", {}).get("shared", True))
 
     @property
     def tokenizer_paths(self) -> tuple[Path, Path]:
-        """The (source, target) SentencePiece models; the same path twice when shared."""
+        """The (source, target) SentencePiece models; the same path twice when shared
+        (a Marian tokenizer has two: ``source.spm``, ``target.spm``)."""
+        if self.is_marian:
+            return self.tokenizer_dir / MARIAN_SOURCE_SPM, self.tokenizer_dir / MARIAN_TARGET_SPM
         return tokenizer_paths(self.tokenizer_dir, self.shared_vocabulary)
 
     @property
@@ -208,7 +238,15 @@ class Workdir:
         except (ValueError, TypeError) as error:
             raise WorkdirError(f"{self.model_config_path} does not hold a TransformerConfig: {error}") from error
 
-    def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer]:
+    def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer] | \
+            tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]:
+        """The (source, target) tokenizers: the Marian pair when ``W/tokenizer/``
+        holds ``vocab.json`` (``load_marian_tokenizers``), else ``SubwordTokenizer``s."""
+        if self.is_marian:
+            try:
+                return load_marian_tokenizers(self.tokenizer_dir)
+            except ValueError as error:
+                raise WorkdirError(str(error)) from error
         src_path, tgt_path = self.tokenizer_paths
         for path in {src_path, tgt_path}:
             if not path.is_file():

@@ -25,6 +25,7 @@ LIBRARY_TESTS = [
     "tests/test_keras_round_trips.py",
     "tests/test_learning.py",
     "tests/test_marian_config.py",
+    "tests/test_marian_tokenizer.py",
     "tests/test_model.py",
     "tests/test_native_ops.py",
     "tests/test_packaging.py",

@@ -95,29 +95,30 @@ def optimizer_step(model: keras.Model) -> int:
     return int(value)
 
 
-def _pad_rows(tensor: tf.Tensor, replicas: int) -> tf.Tensor:
-    """``tensor`` with rows of ``PAD_ID`` added up to a multiple of ``replicas``."""
+def _pad_rows(tensor: tf.Tensor, replicas: int, pad_id: int = PAD_ID) -> tf.Tensor:
+    """``tensor`` with rows of ``pad_id`` added up to a multiple of ``replicas``."""
     extra = (-tf.shape(tensor)[0]) % replicas
     return tf.pad(tensor, [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1),
-                  constant_values=tf.cast(PAD_ID, tensor.dtype))
+                  constant_values=tf.cast(pad_id, tensor.dtype))
 
 
-def replica_rows(batch, replica: int | tf.Tensor, replicas: int):
+def replica_rows(batch, replica: int | tf.Tensor, replicas: int, pad_id: int = PAD_ID):
     """Replica ``replica``'s rows of a global batch: each tensor's rows padded
-    with ``PAD_ID`` rows to a multiple of ``replicas``, then split evenly."""
+    with ``pad_id`` rows (the model's pad id) to a multiple of ``replicas``,
+    then split evenly."""
     if replicas == 1:
         return batch
 
     def rows(tensor):
-        padded = _pad_rows(tensor, replicas)
+        padded = _pad_rows(tensor, replicas, pad_id)
         size = tf.shape(padded)[0] // replicas
         return padded[replica * size:(replica + 1) * size]
 
     return tf.nest.map_structure(rows, batch)
 
 
-def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int) -> tf.data.Dataset:
-    """``dataset`` with each batch padded with ``PAD_ID`` rows to a multiple of
+def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int, pad_id: int = PAD_ID) -> tf.data.Dataset:
+    """``dataset`` with each batch padded with ``pad_id`` rows (the model's pad id) to a multiple of
     ``replicas``, so that ``tf.distribute`` splits it evenly (Keras 3.15's
     ``fit``/``evaluate`` fail on a first batch split unevenly: "AddN of [3, T]
     and [2, T]"). Batches whose size is statically a multiple pass unchanged."""
@@ -126,7 +127,7 @@ def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int) -> tf.data
         return dataset
 
     def pad(*batch):
-        return tf.nest.map_structure(lambda tensor: _pad_rows(tensor, replicas),
+        return tf.nest.map_structure(lambda tensor: _pad_rows(tensor, replicas, pad_id),
                                      batch[0] if len(batch) == 1 else batch)
 
     return dataset.map(pad, deterministic=True)
@@ -261,10 +262,10 @@ class StepBackup(keras.callbacks.Callback):
             self._save(step, logs)
 
 
-def _own_rows(batch):
+def _own_rows(batch, pad_id: int):
     """This replica's rows of a global batch (in a replica context)."""
     context = tf.distribute.get_replica_context()
-    return replica_rows(batch, context.replica_id_in_sync_group, context.num_replicas_in_sync)
+    return replica_rows(batch, context.replica_id_in_sync_group, context.num_replicas_in_sync, pad_id)
 
 
 def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[[tf.data.Dataset], dict]:
@@ -276,7 +277,7 @@ def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[
     @tf.function
     def run(iterator):
         for batch in iterator:
-            strategy.run(lambda batch: model.test_step(_own_rows(batch)), args=(batch,))
+            strategy.run(lambda batch: model.test_step(_own_rows(batch, model.config.pad_id)), args=(batch,))
 
     def evaluate(dataset: tf.data.Dataset) -> dict:
         model.reset_metrics()
@@ -381,7 +382,8 @@ def custom_fit(
                      "already used", backup.directory, done, done * plan.accumulate_steps)
             iterator = iter(dataset.skip(done * plan.accumulate_steps))
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
-    train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch)))
+    pad_id = model.config.pad_id
+    train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
 
     @tf.function
     def run_steps(iterator):

@@ -341,13 +341,13 @@ def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], vali
                           summary_dir=run_dir.logs_dir, callbacks=epoch_callbacks)
     replicas = strategy.num_replicas_in_sync
     if valid_ds is not None:
-        valid_ds = pad_batches_for_replicas(valid_ds, replicas)
+        valid_ds = pad_batches_for_replicas(valid_ds, replicas, model.config.pad_id)
     callbacks = [
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.TensorBoard(str(run_dir.logs_dir), update_freq=100),
         *epoch_callbacks,
     ]
-    return fit_in_steps(model, lambda: pad_batches_for_replicas(train_data(), replicas), plan,
+    return fit_in_steps(model, lambda: pad_batches_for_replicas(train_data(), replicas, model.config.pad_id), plan,
                         validation_data=valid_ds, backup=backup, callbacks=callbacks,
                         verbose=options["verbose"])
 

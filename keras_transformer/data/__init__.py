@@ -7,6 +7,7 @@ from keras_transformer.data.pipeline import (
     batch_examples,
     count_tokens,
     make_dataset,
+    pad_id_of,
     tokenize_pairs,
 )
 from keras_transformer.data.shards import (
@@ -65,6 +66,7 @@ __all__ = [
     "make_dataset",
     "normalize_whitespace",
     "normalize_whitespace_tf",
+    "pad_id_of",
     "pairs_from_list",
     "preparation_fingerprint",
     "prepare_shards",

@@ -3,7 +3,8 @@
 It is two stages, public for pipelines that store the tokenized examples
 (``keras_transformer.data.shards``): ``tokenize_pairs`` (steps 1-2) and
 ``batch_examples`` (steps 3-6). Elements are ``((src_ids, tgt_in_ids),
-tgt_out_ids)``, all int32 ``[batch, len]`` padded with 0; the id layout
+tgt_out_ids)``, all int32 ``[batch, len]`` padded with the tokenizers' pad
+id (``pad_id``: 0 for ``SubwordTokenizer``); the id layout
 (source EOS, target BOS/EOS) is described in ``keras_transformer.data.sequences``.
 Steps, in order:
 
@@ -97,10 +98,12 @@ class _BatchPlan:
     static_shapes: bool
     drop_remainder: bool
     training: bool
+    pad_id: int = PAD_ID
 
     @classmethod
     def resolve(cls, *, batch_tokens, batch_size, max_src_length, max_tgt_length, bucket_boundaries,
-                shuffle_buffer, seed, cache, repeat, static_shapes, drop_remainder, training) -> "_BatchPlan":
+                shuffle_buffer, seed, cache, repeat, static_shapes, drop_remainder, training,
+                pad_id: int = PAD_ID) -> "_BatchPlan":
         if (batch_tokens is None) == (batch_size is None):
             raise ValueError(
                 "Give exactly one of batch_tokens (ids per batch, e.g. 4096) or batch_size "
@@ -131,7 +134,7 @@ class _BatchPlan:
             )
         bounds = None if static_shapes else resolve_bucket_bounds(bucket_boundaries, longest)
         return cls(batch_tokens, batch_size, max_src_length, max_tgt_length, bounds, shuffle_buffer, seed,
-                   cache, bool(repeat), bool(static_shapes), bool(drop_remainder), bool(training))
+                   cache, bool(repeat), bool(static_shapes), bool(drop_remainder), bool(training), int(pad_id))
 
     @property
     def longest(self) -> int:
@@ -148,7 +151,7 @@ class _BatchPlan:
         if self.static_shapes:
             size = self.batch_size if self.batch_size is not None else self.batch_tokens // self.longest
             shapes = (([self.max_src_length], [self.max_tgt_length + 1]), [self.max_tgt_length + 1])
-            dataset = dataset.padded_batch(size, padded_shapes=shapes, padding_values=PAD_ID,
+            dataset = dataset.padded_batch(size, padded_shapes=shapes, padding_values=self.pad_id,
                                            drop_remainder=True)
             logger.info("Static batches of %d: src %d, tgt %d ids.", size, self.max_src_length,
                         self.max_tgt_length + 1)
@@ -163,7 +166,7 @@ class _BatchPlan:
                 lambda inputs, tgt_out: tf.maximum(tf.size(inputs[0]), tf.size(inputs[1])),
                 bucket_boundaries=[bound + 1 for bound in bounds[:-1]],  # tf's bounds are exclusive
                 bucket_batch_sizes=list(sizes),
-                padding_values=PAD_ID,
+                padding_values=self.pad_id,
                 drop_remainder=self.drop_remainder,
             )
         dataset = dataset.prefetch(tf.data.AUTOTUNE)
@@ -178,6 +181,15 @@ class _BatchPlan:
         return dataset
 
 
+def pad_id_of(src_tokenizer, tgt_tokenizer) -> int:
+    """The pad id that batches of this tokenizer pair are padded with: both
+    tokenizers' ``pad_id``, which must agree (the model masks one pad id)."""
+    if src_tokenizer.pad_id != tgt_tokenizer.pad_id:
+        raise ValueError(f"The source tokenizer pads with id {src_tokenizer.pad_id}, the target one with "
+                         f"{tgt_tokenizer.pad_id}; use tokenizers that share their pad id.")
+    return int(src_tokenizer.pad_id)
+
+
 def _tokenized_batches(pairs: tf.data.Dataset, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
                        max_tgt_length: int, length_filter: str) -> tf.data.Dataset:
     """Ragged ``(src_ids, tgt_in_ids, tgt_out_ids)`` batches of up to ``TOKENIZE_BATCH``
@@ -185,8 +197,10 @@ def _tokenized_batches(pairs: tf.data.Dataset, src_tokenizer, tgt_tokenizer, *, 
     truncate = length_filter == "truncate"
 
     def tokenize(src_text, tgt_text):
-        src = source_ids(src_tokenizer.tokenize(src_text), max_src_length if truncate else None)
-        tgt_in, tgt_out = target_ids(tgt_tokenizer.tokenize(tgt_text), max_tgt_length if truncate else None)
+        src = source_ids(src_tokenizer.tokenize(src_text), max_src_length if truncate else None,
+                         eos_id=src_tokenizer.eos_id)
+        tgt_in, tgt_out = target_ids(tgt_tokenizer.tokenize(tgt_text), max_tgt_length if truncate else None,
+                                     bos_id=tgt_tokenizer.bos_id, eos_id=tgt_tokenizer.eos_id)
         if not truncate:
             keep = tf.logical_and(src.row_lengths() <= max_src_length,
                                   tgt_out.row_lengths() <= max_tgt_length + 1)
@@ -250,20 +264,22 @@ def batch_examples(
     static_shapes: bool = False,
     drop_remainder: bool | None = None,
     training: bool = True,
+    pad_id: int = PAD_ID,
 ) -> tf.data.Dataset:
     """Steps 3-6 of ``make_dataset``: id examples to padded batches.
 
     ``examples`` yields ``((src_ids, tgt_in_ids), tgt_out_ids)`` int32 vectors
     within the length limits (``tokenize_pairs``, or records read back by
     ``sharded_dataset``). The arguments are ``make_dataset``'s; the length
-    limits set the padded shapes and the longest bucket, they filter nothing.
+    limits set the padded shapes and the longest bucket, they filter nothing;
+    ``pad_id`` is the tokenizers' pad id (``pad_id_of``).
     """
     _check_examples(examples)
     plan = _BatchPlan.resolve(
         batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
         max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
         seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
-        training=training)
+        training=training, pad_id=pad_id)
     return plan.apply(examples)
 
 
@@ -324,7 +340,7 @@ def make_dataset(
         batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
         max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
         seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
-        training=training)
+        training=training, pad_id=pad_id_of(src_tokenizer, tgt_tokenizer))
     examples = tokenize_pairs(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
                               max_tgt_length=max_tgt_length, length_filter=length_filter)
     return plan.apply(examples)
@@ -351,8 +367,9 @@ class TokenCounts:
         return 1.0 - (self.src_tokens + self.tgt_tokens) / padded if padded else 0.0
 
 
-def count_tokens(dataset: tf.data.Dataset, max_batches: int | None = None) -> TokenCounts:
-    """Count sentences and ids in ``make_dataset`` batches (e.g. to report tokens/s)."""
+def count_tokens(dataset: tf.data.Dataset, max_batches: int | None = None, *, pad_id: int = PAD_ID) -> TokenCounts:
+    """Count sentences and ids in ``make_dataset`` batches (e.g. to report tokens/s);
+    ids equal to ``pad_id`` (the tokenizers' pad id) are padding."""
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tuple) and len(spec[0]) == 2):
         raise ValueError(f"count_tokens needs ((src_ids, tgt_in_ids), tgt_out_ids) batches, got {spec}.")
@@ -366,8 +383,8 @@ def count_tokens(dataset: tf.data.Dataset, max_batches: int | None = None) -> To
         src = inputs[0]
         return tf.cast(tf.stack([
             1, tf.shape(src)[0],
-            tf.math.count_nonzero(src != PAD_ID, dtype=tf.int32),
-            tf.math.count_nonzero(tgt_out != PAD_ID, dtype=tf.int32),
+            tf.math.count_nonzero(src != pad_id, dtype=tf.int32),
+            tf.math.count_nonzero(tgt_out != pad_id, dtype=tf.int32),
             tf.size(src), tf.size(tgt_out),
         ]), tf.int64)
 

@@ -7,8 +7,11 @@ For a pair with source tokens ``s1..sn`` and target tokens ``t1..tm``
     tgt_in_ids = BOS t1 .. tm        decoder input (teacher forcing)
     tgt_out    = t1 .. tm EOS        labels: tgt_in shifted left by one
 
-Batches are padded with ``PAD_ID`` (0) on the right, so ``tgt_in != 0`` and
-``tgt_out != 0`` mark the same positions.
+BOS, EOS and PAD are the tokenizer's ids (``SubwordTokenizer``: 2, 3 and 0).
+Batches are padded with PAD on the right; the loss ignores the label
+positions that hold PAD. A Marian model starts the decoder from its pad id
+(BOS = PAD), so ``tgt_in`` opens with a pad id there: the labels never hold
+the start id, so the loss still counts exactly the real tokens and EOS.
 
 The source ends with EOS (as in tensor2tensor and fairseq) so the encoder sees
 an explicit end of sentence; a decoder must build its encoder input the same
@@ -35,28 +38,28 @@ def _ragged_batch(tokens) -> tf.RaggedTensor:
     return tf.cast(tokens, tf.int32)
 
 
-def source_ids(tokens: tf.RaggedTensor, max_length: int | None = None) -> tf.RaggedTensor:
-    """``tokens + [EOS]`` per row; with ``max_length``, rows are cut to ``max_length`` ids, EOS kept."""
+def source_ids(tokens: tf.RaggedTensor, max_length: int | None = None, *, eos_id: int = EOS_ID) -> tf.RaggedTensor:
+    """``tokens + [eos_id]`` per row; with ``max_length``, rows are cut to ``max_length`` ids, EOS kept."""
     tokens = _ragged_batch(tokens)
     if max_length is not None:
         if max_length < 2:
             raise ValueError(f"max_length must be >= 2 (one token and EOS), got {max_length}.")
         tokens = tokens[:, : max_length - 1]
-    return tf.concat([tokens, _column(tokens.nrows(), EOS_ID)], axis=1)
+    return tf.concat([tokens, _column(tokens.nrows(), eos_id)], axis=1)
 
 
 def target_ids(
-    tokens: tf.RaggedTensor, max_length: int | None = None
+    tokens: tf.RaggedTensor, max_length: int | None = None, *, bos_id: int = BOS_ID, eos_id: int = EOS_ID
 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
-    """``([BOS] + tokens, tokens + [EOS])``; with ``max_length``, at most that many target tokens are kept."""
+    """``([bos_id] + tokens, tokens + [eos_id])``; with ``max_length``, at most that many target tokens are kept."""
     tokens = _ragged_batch(tokens)
     if max_length is not None:
         if max_length < 1:
             raise ValueError(f"max_length must be >= 1, got {max_length}.")
         tokens = tokens[:, :max_length]
     rows = tokens.nrows()
-    return (tf.concat([_column(rows, BOS_ID), tokens], axis=1),
-            tf.concat([tokens, _column(rows, EOS_ID)], axis=1))
+    return (tf.concat([_column(rows, bos_id), tokens], axis=1),
+            tf.concat([tokens, _column(rows, eos_id)], axis=1))
 
 
 def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.RaggedTensor:
@@ -70,4 +73,4 @@ def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.Ragged
         raise ValueError(
             f"encode_sources needs a 1-D batch of strings, got shape {texts.shape}; wrap one text in a list."
         )
-    return source_ids(tokenizer.tokenize(texts), max_length)
+    return source_ids(tokenizer.tokenize(texts), max_length, eos_id=tokenizer.eos_id)

@@ -52,6 +52,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID
 from keras_transformer.data.pipeline import (
     _BatchPlan,
     _check_length_filter,
@@ -60,6 +61,7 @@ from keras_transformer.data.pipeline import (
     _check_positive,
     _examples,
     _tokenized_batches,
+    pad_id_of,
 )
 from keras_transformer.data.sequences import source_ids, target_ids
 from keras_transformer.files import replace_directory, staging_directory
@@ -87,6 +89,28 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _tokenizer_digest(tokenizer) -> str:
+    """What identifies a tokenizer's ids: its SentencePiece model, and for a
+    tokenizer with its own vocabulary (``MarianSubwordTokenizer``) that
+    vocabulary and its special ids too."""
+    vocabulary = getattr(tokenizer, "vocabulary", None)
+    if vocabulary is None:
+        return _sha256(tokenizer.model_bytes)
+    ids = [tokenizer.pad_id, tokenizer.unk_id, tokenizer.bos_id, tokenizer.eos_id]
+    return _sha256(tokenizer.model_bytes + json.dumps([list(vocabulary), ids]).encode("utf-8"))
+
+
+def special_ids_of(src_tokenizer, tgt_tokenizer) -> dict[str, int]:
+    """The ids reading a prepared corpus adds back: the source's EOS, the
+    target's BOS and EOS, and the pad id of both."""
+    return {"pad_id": pad_id_of(src_tokenizer, tgt_tokenizer), "src_eos_id": int(src_tokenizer.eos_id),
+            "tgt_bos_id": int(tgt_tokenizer.bos_id), "tgt_eos_id": int(tgt_tokenizer.eos_id)}
+
+
+# The special ids of a corpus prepared before manifests recorded them (SubwordTokenizer's).
+DEFAULT_SPECIAL_IDS = {"pad_id": PAD_ID, "src_eos_id": EOS_ID, "tgt_bos_id": BOS_ID, "tgt_eos_id": EOS_ID}
+
+
 def preparation_fingerprint(src_tokenizer, tgt_tokenizer, *, max_src_length: int, max_tgt_length: int,
                             length_filter: str, source: Any = None) -> dict[str, Any]:
     """What decides which examples a preparation holds, as a JSON-able dict.
@@ -102,8 +126,8 @@ def preparation_fingerprint(src_tokenizer, tgt_tokenizer, *, max_src_length: int
             from error
     return {
         "format": FORMAT,
-        "src_tokenizer": _sha256(src_tokenizer.model_bytes),
-        "tgt_tokenizer": _sha256(tgt_tokenizer.model_bytes),
+        "src_tokenizer": _tokenizer_digest(src_tokenizer),
+        "tgt_tokenizer": _tokenizer_digest(tgt_tokenizer),
         "max_src_length": int(max_src_length),
         "max_tgt_length": int(max_tgt_length),
         "length_filter": length_filter,
@@ -128,6 +152,8 @@ class PreparedShards:
             ``tgt_out_ids``, EOS included).
         longest_src, longest_tgt: the longest ``src_ids`` / ``tgt_out_ids``.
         fingerprint: ``preparation_fingerprint`` of what made it.
+        special_ids: the ids reading adds back (``special_ids_of``: pad, the
+            source's EOS, the target's BOS and EOS).
     """
 
     directory: Path
@@ -146,6 +172,7 @@ class PreparedShards:
     longest_src: int
     longest_tgt: int
     fingerprint: dict[str, Any]
+    special_ids: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SPECIAL_IDS))
 
     @property
     def examples(self) -> int:
@@ -179,7 +206,10 @@ class PreparedShards:
             shards = manifest["shards"]
             prepared = cls(directory=directory, files=tuple(shard["file"] for shard in shards),
                            examples_per_file=tuple(int(shard["examples"]) for shard in shards),
-                           **{name: manifest[name] for name in fields})
+                           **{name: manifest[name] for name in fields if name != "special_ids"},
+                           special_ids=manifest.get("special_ids", DEFAULT_SPECIAL_IDS))
+            if set(prepared.special_ids) != set(DEFAULT_SPECIAL_IDS):
+                raise ValueError(f"special_ids holds {sorted(prepared.special_ids)}")
         except (KeyError, TypeError, ValueError) as error:
             if isinstance(error, PreparationError):
                 raise
@@ -372,6 +402,7 @@ def prepare_shards(
         raise FileExistsError(f"{directory} exists and holds no prepared corpus: choose another folder "
                               "or remove it.")
     dtype = _id_dtype(src_tokenizer, tgt_tokenizer, max_src_length, max_tgt_length)
+    special_ids = special_ids_of(src_tokenizer, tgt_tokenizer)
 
     def tokens(src, tgt_in, tgt_out):
         src, tgt = src[:, :-1], tgt_out[:, :-1]  # no EOS: reading adds the specials back
@@ -441,7 +472,7 @@ def prepare_shards(
             dropped_too_long=pairs_read - kept, max_src_length=max_src_length, max_tgt_length=max_tgt_length,
             length_filter=length_filter, id_dtype=dtype.name, seed=seed, examples_per_shard=examples_per_shard,
             src_tokens=src_tokens, tgt_tokens=tgt_tokens, longest_src=longest_src, longest_tgt=longest_tgt,
-            fingerprint=fingerprint)
+            fingerprint=fingerprint, special_ids=special_ids)
         (staging / MANIFEST).write_text(json.dumps(prepared.to_json(), indent=2) + "\n", encoding="utf-8")
         replace_directory(staging, directory)
     except BaseException:
@@ -453,7 +484,7 @@ def prepare_shards(
     return prepared
 
 
-def _decoder(dtype: tf.DType) -> Callable:
+def _decoder(dtype: tf.DType, special_ids: dict[str, int]) -> Callable:
     """A record (a block of examples) to ragged ``(src_ids, tgt_in_ids, tgt_out_ids)``."""
 
     def decode(record):
@@ -464,7 +495,8 @@ def _decoder(dtype: tf.DType) -> Callable:
         src_total = tf.reduce_sum(src_lengths)
         src = tf.RaggedTensor.from_row_lengths(tokens[:src_total], src_lengths, validate=False)
         tgt = tf.RaggedTensor.from_row_lengths(tokens[src_total:], tgt_lengths, validate=False)
-        return (source_ids(src), *target_ids(tgt))
+        return (source_ids(src, eos_id=special_ids["src_eos_id"]),
+                *target_ids(tgt, bos_id=special_ids["tgt_bos_id"], eos_id=special_ids["tgt_eos_id"]))
 
     return decode
 
@@ -532,7 +564,7 @@ def sharded_dataset(
         batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=prepared.max_src_length,
         max_tgt_length=prepared.max_tgt_length, bucket_boundaries=bucket_boundaries,
         shuffle_buffer=shuffle_buffer, seed=seed, cache=False, repeat=repeat, static_shapes=static_shapes,
-        drop_remainder=drop_remainder, training=training)
+        drop_remainder=drop_remainder, training=training, pad_id=prepared.special_ids["pad_id"])
     paths = [str(path) for path in prepared.paths[input_pipeline_index::num_input_pipelines]]
     if num_input_pipelines > 1:
         logger.info("input pipeline %d of %d reads %d of the %d shard files: %s", input_pipeline_index + 1,
@@ -548,7 +580,8 @@ def sharded_dataset(
     records = files.interleave(
         tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(paths)), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype)), num_parallel_calls=tf.data.AUTOTUNE)
+    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids),
+                         num_parallel_calls=tf.data.AUTOTUNE)
     dataset = plan.apply(_examples(blocks))
     if num_input_pipelines > 1:
         options = tf.data.Options()

@@ -82,10 +82,10 @@ except ImportError as error:  # pragma: no cover - depends on the extras install
                       "pip install 'keras-transformer-nmt[ct2]'.") from error
 import numpy as np
 
-from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.exporters.saved_model import write_tokenizer_files
 from keras_transformer.files import replace_directory, staging_directory
 from keras_transformer.progress import progress_bar
+from keras_transformer.tokenization import SubwordTokenizer
 from keras_transformer.workdir import as_trained_model
 
 log = logging.getLogger(__name__)
@@ -161,10 +161,12 @@ def vocabulary(tokenizer, size: int) -> list[str]:
             f"The model has {size} token ids but its tokenizer {len(pieces)} pieces: "
             "they do not belong together."
         )
-    expected = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
-    actual = {i: pieces[i] for i in expected}
-    if actual != expected:
-        raise ValueError(f"Reserved pieces are {actual}, expected {expected}.")
+    if isinstance(tokenizer, SubwordTokenizer):
+        expected = {tokenizer.pad_id: "<pad>", tokenizer.unk_id: "<unk>", tokenizer.bos_id: "<s>",
+                    tokenizer.eos_id: "</s>"}
+        actual = {i: pieces[i] for i in expected}
+        if actual != expected:
+            raise ValueError(f"Reserved pieces are {actual}, expected {expected}.")
     taken = set(pieces)
     extra = (f"<unused_{i}>" for i in range(len(pieces), size))
     pieces += [piece for piece in extra if piece not in taken]

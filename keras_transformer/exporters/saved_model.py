@@ -26,6 +26,8 @@ from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.progress import progress_bar
+from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
+                                            MarianSubwordTokenizer, write_marian_tokenizer_files)
 from keras_transformer.translate import best_ids
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
@@ -56,8 +58,9 @@ class ExportedTranslator(tf.Module):
             log-probability with beam search, log-probability with greedy).
         ``translate_greedy``: as ``serving_default`` with greedy decoding.
         ``translate_ids``: ``source_ids`` int32 ``[batch, len]`` (subword ids +
-            EOS, padded with 0, as ``keras_transformer.data.encode_sources``
-            makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then 0) and
+            EOS, padded with the model's ``pad_id`` (0 for models trained here),
+            as ``keras_transformer.data.encode_sources`` makes them) →
+            ``target_ids`` int32 ``[batch, len]`` (EOS, then ``pad_id``) and
             ``scores``.
         ``cross_attention``: one sentence (string scalar) → its translation,
             ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
@@ -71,7 +74,8 @@ class ExportedTranslator(tf.Module):
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
-                 src_model_path: Path | None = None, tgt_model_path: Path | None = None):
+                 src_model_path: Path | None = None, tgt_model_path: Path | None = None,
+                 vocabulary_paths: dict[str, Path] | None = None):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
@@ -90,6 +94,9 @@ class ExportedTranslator(tf.Module):
             self.source_spm = tf.saved_model.Asset(str(src_model_path))
         if tgt_model_path is not None and tgt_model_path != src_model_path:
             self.target_spm = tf.saved_model.Asset(str(tgt_model_path))
+        # A Marian tokenizer's vocabulary (piece -> id) ships beside its SentencePiece models.
+        for name, path in sorted((vocabulary_paths or {}).items()):
+            setattr(self, name.replace(".", "_"), tf.saved_model.Asset(str(path)))
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
@@ -104,7 +111,8 @@ class ExportedTranslator(tf.Module):
         text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
                                             replacement_char=0xFFFD)
         text = normalize_whitespace_tf(text)
-        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
+            default_value=self.model.config.pad_id)
         return text, tf.cast(ids, tf.int32)
 
     def _translate(self, inputs, beam_size=None):
@@ -158,9 +166,14 @@ class ExportedTranslator(tf.Module):
 def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path, Path]:
     """The (source, target) SentencePiece models as files in ``directory``, named as
     in a workdir: ``spm_shared.model`` once for a shared vocabulary, else
-    ``spm_src.model`` and ``spm_tgt.model``."""
+    ``spm_src.model`` and ``spm_tgt.model``; for Marian tokenizers the files of
+    a Marian checkpoint (``source.spm``, ``target.spm``, and ``vocab.json``,
+    see ``vocabulary_files``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    if trained.shared_vocabulary:
+    if isinstance(trained.src_tokenizer, MarianSubwordTokenizer):
+        paths = write_marian_tokenizer_files(trained.src_tokenizer, trained.tgt_tokenizer, directory)
+        return paths[MARIAN_SOURCE_SPM], paths[MARIAN_TARGET_SPM]
+    if trained.shared_tokenizer_model:
         path = directory / "spm_shared.model"
         path.write_bytes(trained.src_tokenizer.model_bytes)
         return path, path
@@ -168,6 +181,12 @@ def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path,
     src.write_bytes(trained.src_tokenizer.model_bytes)
     tgt.write_bytes(trained.tgt_tokenizer.model_bytes)
     return src, tgt
+
+
+def vocabulary_files(directory: Path) -> dict[str, Path]:
+    """The Marian vocabularies ``write_tokenizer_files`` wrote into ``directory``
+    (none for SentencePiece-numbered tokenizers), ``{file name: path}``."""
+    return {name: directory / name for name in (MARIAN_VOCAB, MARIAN_TARGET_VOCAB) if (directory / name).is_file()}
 
 
 def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
@@ -214,7 +233,8 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                 module = ExportedTranslator(
                     trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
                     max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
-                    src_model_path=src_path, tgt_model_path=tgt_path)
+                    src_model_path=src_path, tgt_model_path=tgt_path,
+                    vocabulary_paths=vocabulary_files(Path(spm_dir)))
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())
                 bar.update()
