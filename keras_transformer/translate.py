@@ -124,7 +124,8 @@ class Translator(tf.Module):
     def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
         """Translations of ``sentences``, in order, ``batch_size`` at a time."""
         def translate_batch(batch: list[str]) -> tf.Tensor:
-            ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor()
+            ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor(
+                default_value=self.model.config.pad_id)
             tokens, _ = self._decode(ids, batch_size)
             return self.tgt_tokenizer.detokenize(tokens)
 

@@ -25,6 +25,7 @@ LIBRARY_TESTS = [
     "tests/test_keras_round_trips.py",
     "tests/test_learning.py",
     "tests/test_model.py",
+    "tests/test_model_options.py",
     "tests/test_native_ops.py",
     "tests/test_packaging.py",
     "tests/test_positional.py",

@@ -25,6 +25,7 @@ from keras_transformer.beam_search import check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
+from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
 from keras_transformer.translate import best_ids
 from keras_transformer.workdir import TrainedModel, as_trained_model
@@ -56,8 +57,8 @@ class ExportedTranslator(tf.Module):
             log-probability with beam search, log-probability with greedy).
         ``translate_greedy``: as ``serving_default`` with greedy decoding.
         ``translate_ids``: ``source_ids`` int32 ``[batch, len]`` (subword ids +
-            EOS, padded with 0, as ``keras_transformer.data.encode_sources``
-            makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then 0) and
+            EOS, padded with ``pad_id``, as ``keras_transformer.data.encode_sources``
+            makes them) → ``target_ids`` int32 ``[batch, len]`` (EOS, then ``pad_id``) and
             ``scores``.
         ``cross_attention``: one sentence (string scalar) → its translation,
             ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
@@ -104,7 +105,8 @@ class ExportedTranslator(tf.Module):
         text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
                                             replacement_char=0xFFFD)
         text = normalize_whitespace_tf(text)
-        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor()
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
+            default_value=self.model.config.pad_id)
         return text, tf.cast(ids, tf.int32)
 
     def _translate(self, inputs, beam_size=None):
@@ -137,7 +139,8 @@ class ExportedTranslator(tf.Module):
         memory = self.model.encode(source_ids, training=False)
         _, weights = self.model.decoder(
             self.model.target_embedding(target_in, training=False), memory,
-            memory_padding_mask=tf.not_equal(source_ids, config.pad_id),
+            memory_padding_mask=padding_mask(source_ids, config.pad_id),
+            target_padding_mask=target_padding_mask(target_in, config),
             return_attention_weights=True, training=False)
         return {
             "translation": self.tgt_tokenizer.detokenize(target)[0],
