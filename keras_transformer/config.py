@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any
 
 from keras_transformer.layers.feed_forward import ACTIVATIONS
-from keras_transformer.layers.positional import POSITION_ENCODINGS
+from keras_transformer.layers.positional import POSITION_ENCODINGS, check_embedding_scale
 
 # Reserved token ids, shared by tokenizers, data pipelines and decoders.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -111,13 +110,10 @@ class TransformerConfig:
                 f"position_encoding={self.position_encoding!r} lays out the fixed sinusoid, but "
                 "learned_positions=True learns the table: drop one of them."
             )
-        if self.embedding_scale is not None and not (
-            isinstance(self.embedding_scale, (int, float)) and not isinstance(self.embedding_scale, bool)
-            and math.isfinite(self.embedding_scale) and self.embedding_scale > 0
-        ):
-            errors.append(
-                f"embedding_scale must be a positive number, or None for √d_model, got {self.embedding_scale!r}."
-            )
+        try:
+            check_embedding_scale(self.embedding_scale)
+        except ValueError as error:
+            errors.append(str(error))
         if not isinstance(self.final_logits_bias, bool):
             errors.append(f"final_logits_bias must be True or False, got {self.final_logits_bias!r}.")
         if self.layer_norm_epsilon <= 0:

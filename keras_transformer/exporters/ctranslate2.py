@@ -15,7 +15,8 @@ SentencePiece model(s) are copied into the directory::
     translator = ctranslate2.Translator("demo-ct2", device="cpu")
     pieces = sp.encode(["the bird watches 1 new tree"], out_type=str)
     result = translator.translate_batch(pieces, beam_size=1, max_input_length=128,
-                                        max_decoding_length=128, min_decoding_length=0)
+                                        max_decoding_length=128, min_decoding_length=0,
+                                        suppress_sequences=[["<pad>"], ["<s>"]])
     print(sp.decode(result[0].hypotheses[0]))
 
 int8 (``--quantization int8``) stores each weight row as int8 with one
@@ -36,9 +37,14 @@ and CTranslate2 raises an error for a position beyond it, so pass
 ``max_input_length <= max_length`` (it counts the added ``</s>``: like
 ``encode_sources(..., max_length)`` it keeps ``max_input_length - 1`` pieces)
 and ``max_decoding_length <= max_length``. ``min_decoding_length=0``
-reproduces ``keras_transformer.decoding.greedy_decode`` exactly with
-``beam_size=1``; CTranslate2's default of 1 forbids an empty translation
-(it masks ``</s>`` at the first step).
+and ``suppress_sequences`` with the pad and BOS pieces reproduce
+``keras_transformer.decoding.greedy_decode``'s tokens exactly with
+``beam_size=1``: CTranslate2's default of 1 forbids an empty translation
+(it masks ``</s>`` at the first step), and without suppression it may emit
+pad or BOS, which our decoders never do. (CTranslate2 renormalises a step's
+log-probabilities over the tokens it leaves: its score of a sequence adds
+``-log(1 - p(pad) - p(BOS))`` per token to our decoders' score, the model's
+own log-probability; ``score_batch`` gives that one.)
 
 How the Keras weights map onto CTranslate2's ``TransformerSpec``:
 
@@ -59,9 +65,7 @@ How the Keras weights map onto CTranslate2's ``TransformerSpec``:
 * ``final_logits_bias``: the projection's bias (summed with the untied
   projection's own bias).
 * Decoder start: ``decoder_start_token`` is the piece of ``bos_id`` (the pad
-  piece for a model that starts from the pad id). Our decoders never emit
-  the pad or BOS id; CTranslate2 may, unless told with
-  ``translate_batch(..., suppress_sequences=[[pad piece], [bos piece]])``.
+  piece for a model that starts from the pad id).
 * Dense kernels are ``[in, out]`` in Keras and ``[out, in]`` in CTranslate2.
   Self-attention Q, K, V are fused into one ``[3 d, d]`` linear;
   cross-attention has the query linear, then fused K, V.

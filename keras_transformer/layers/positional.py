@@ -56,9 +56,17 @@ def sinusoidal_table(length: int, d_model: int, position_encoding: str = "interl
     return table.astype(np.float32)
 
 
-def _positive_number(value) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+def check_embedding_scale(embedding_scale) -> float | None:
+    """``embedding_scale`` as a float (``None`` stays ``None``: √d_model), or a
+    ``ValueError`` if it is not a positive finite number."""
+    if embedding_scale is None:
+        return None
+    if (isinstance(embedding_scale, bool) or not isinstance(embedding_scale, (int, float))
+            or not math.isfinite(embedding_scale) or embedding_scale <= 0):
+        raise ValueError(
+            f"embedding_scale must be a positive number, or None for √d_model, got {embedding_scale!r}."
+        )
+    return float(embedding_scale)
 
 
 def default_embeddings_initializer(d_model: int) -> keras.initializers.Initializer:
@@ -138,11 +146,7 @@ class PositionalEmbedding(keras.layers.Layer):
                 f"position_encoding={position_encoding!r} lays out the fixed sinusoid, but "
                 "learned_positions=True learns the table: drop one of them."
             )
-        if embedding_scale is not None and not _positive_number(embedding_scale):
-            raise ValueError(
-                f"embedding_scale must be a positive number, or None for √d_model, got {embedding_scale!r}."
-            )
-        self.embedding_scale = None if embedding_scale is None else float(embedding_scale)
+        self.embedding_scale = check_embedding_scale(embedding_scale)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or default_embeddings_initializer(self.d_model)
         )
