@@ -66,10 +66,9 @@ def marian_batch(seed=0):
 def numpy_transformer(model, src, tgt):
     """The model's logits computed in NumPy from its weights (post-LN, shared
     and tied embeddings, no final norms) and its config's options, with
-    ``reference``'s layers: the decoder start token is a real token here
-    whatever its id (only padding after it is masked, by the causal mask's
-    ordering: the reference decoder uses the look-ahead mask alone, so
-    compare real positions only)."""
+    ``reference``'s layers. The reference decoder masks only the future, so
+    its start token is a real token whatever its id; its logits at real
+    target positions are the model's (trailing padding only ever follows them)."""
     c = model.config
     assert c.share_embeddings and c.tie_embeddings and not c.norm_first
     embeddings = model.source_embedding.embeddings.numpy()
