@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import (ban_early_eos, batch_free_shape, decode_limits, decode_loop,
-                                        loose_shape, scatter_rows)
+from keras_transformer.decoding import (ban_early_eos, ban_tokens, batch_free_shape, decode_limits, decode_loop,
+                                        loose_shape, never_emitted, scatter_rows)
 from keras_transformer.layers import masked_score_value, padding_mask
 
 _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
@@ -104,6 +104,10 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
       length (the rule of Hugging Face's beam search). With ``alpha = 0`` it
       is the exact rule; with a large ``alpha`` it stops much earlier, at the
       price of missing the rare longer hypothesis that would have won.
+
+    Hypotheses start from ``bos_id`` (the pad id for a model whose decoder
+    starts from it) and never take ``pad_id`` or ``bos_id``
+    (``decoding.never_emitted``).
 
     ``min_length`` forbids EOS before that many tokens (benchmarks force the
     output length with it). ``static_shapes=True`` keeps every loop variable
@@ -206,7 +210,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         logits, cache = model.decode(last, state.cache, state.source_padding,
                                      cache_index=t if static_shapes else None, training=False,
                                      output_kernel=output_kernel)
-        step_log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
+        step_log_probs = ban_tokens(tf.nn.log_softmax(logits[:, -1, :]), never_emitted(config))
+        step_log_probs = ban_early_eos(step_log_probs, t, min_length, config.eos_id)
         log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
         candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
         # 2k candidates guarantee k that do not end here.

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from keras_transformer.layers.feed_forward import ACTIVATIONS
+from keras_transformer.layers.positional import POSITION_ENCODINGS, check_embedding_scale
 
 # Reserved token ids, shared by tokenizers, data pipelines and decoders.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -29,16 +30,32 @@ class TransformerConfig:
         dropout: residual and embedding dropout P_drop.
         attention_dropout: dropout on attention weights.
         activation_dropout: dropout inside the feed-forward network.
-        activation: ``"relu"`` (paper) or ``"gelu"``.
+        activation: ``"relu"`` (paper), ``"gelu"`` or ``"swish"``
+            (x·sigmoid(x), Marian's; ``"silu"`` is the same).
         norm_first: pre-LN instead of the paper's post-LN.
         layer_norm_epsilon: LayerNorm epsilon.
         max_length: longest source or target sequence (size of the position table).
         learned_positions: learned instead of sinusoidal positions.
+        position_encoding: layout of the sinusoidal table: ``"interleaved"``
+            (the paper: sin and cos alternate column by column) or
+            ``"halves"`` (Marian: the same angles, all sines then all
+            cosines). Must stay ``"interleaved"`` with ``learned_positions``.
+        embedding_scale: factor on the token embeddings before the positions
+            are added; ``None`` is the paper's √d_model, ``1.0`` none
+            (Marian's ``scale_embedding=False``).
         share_embeddings: one embedding matrix for source and target (needs a
             shared vocabulary: equal sizes).
         tie_embeddings: the target embedding matrix doubles as the
             pre-softmax projection (paper §3.4).
-        pad_id, unk_id, bos_id, eos_id: reserved ids.
+        final_logits_bias: a trainable ``[tgt_vocab_size]`` bias (zeros at
+            first) added to the logits, after the output projection (Marian's
+            ``final_logits_bias``); the paper's tied projection has none.
+        pad_id, unk_id, bos_id, eos_id: reserved ids, anywhere in the
+            vocabulary. pad, unk and eos are distinct; ``bos_id`` differs from
+            unk and eos and may equal ``pad_id``: the decoder then starts from
+            the pad id, as Marian does (no BOS token), and the first target
+            position still counts as a real token. Decoders never emit pad or
+            BOS.
     """
 
     src_vocab_size: int = 8192
@@ -56,8 +73,11 @@ class TransformerConfig:
     layer_norm_epsilon: float = 1e-6
     max_length: int = 512
     learned_positions: bool = False
+    position_encoding: str = "interleaved"
+    embedding_scale: float | None = None
     share_embeddings: bool = False
     tie_embeddings: bool = True
+    final_logits_bias: bool = False
     pad_id: int = PAD_ID
     unk_id: int = UNK_ID
     bos_id: int = BOS_ID
@@ -83,6 +103,19 @@ class TransformerConfig:
                 errors.append(f"{name} must be in [0, 1), got {getattr(self, name)}.")
         if self.activation not in ACTIVATIONS:
             errors.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
+        if self.position_encoding not in POSITION_ENCODINGS:
+            errors.append(f"position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}.")
+        elif self.learned_positions and self.position_encoding != "interleaved":
+            errors.append(
+                f"position_encoding={self.position_encoding!r} lays out the fixed sinusoid, but "
+                "learned_positions=True learns the table: drop one of them."
+            )
+        try:
+            check_embedding_scale(self.embedding_scale)
+        except ValueError as error:
+            errors.append(str(error))
+        if not isinstance(self.final_logits_bias, bool):
+            errors.append(f"final_logits_bias must be True or False, got {self.final_logits_bias!r}.")
         if self.layer_norm_epsilon <= 0:
             errors.append(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -92,8 +125,15 @@ class TransformerConfig:
                 "set vocab_size=N (both sides) or share_embeddings=False."
             )
         special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
-        if len(set(special.values())) != len(special):
-            errors.append(f"pad/unk/bos/eos ids must be distinct, got {special}.")
+        # bos_id == pad_id is allowed: the decoder starts from the pad id, as Marian does.
+        distinct = {name: value for name, value in special.items() if name != "bos_id"}
+        if len(set(distinct.values())) != len(distinct):
+            errors.append(f"pad/unk/eos ids must be distinct, got {special}.")
+        if self.bos_id in (self.unk_id, self.eos_id):
+            errors.append(
+                f"bos_id must differ from unk_id and eos_id (it may equal pad_id, for a decoder that "
+                f"starts from the pad id), got {special}."
+            )
         smallest_vocab = min(self.src_vocab_size, self.tgt_vocab_size) if not errors else None
         if smallest_vocab is not None:
             for name, value in special.items():

@@ -33,6 +33,24 @@ def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> t
     return tf.where(too_early, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
 
 
+def never_emitted(config) -> list[int]:
+    """The ids a decoder never chooses: ``pad_id``, and ``bos_id`` where it
+    differs (neither is ever a training label; Hugging Face's Marian
+    generation bans pad the same way)."""
+    return sorted({config.pad_id, config.bos_id})
+
+
+def ban_tokens(log_probs: tf.Tensor, token_ids) -> tf.Tensor:
+    """``log_probs`` ``[..., vocab]`` with ``token_ids`` made impossible: their
+    entries become the finite per-dtype -inf of ``masked_score_value``. The
+    others are left as they are (not renormalised): a score stays the model's
+    own log-probability of the chosen tokens."""
+    vocab = tf.range(tf.shape(log_probs)[-1])
+    banned = tf.reduce_any(tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
+                           axis=1)
+    return tf.where(banned, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
+
+
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
     """Longest output of each sentence, ``[batch]`` int32: ``max_length`` if given,
     else the sentence's own length + ``extra_length`` (the paper's input + 50),
@@ -145,10 +163,15 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         min_length: EOS is not allowed before this many tokens (benchmarks use
             it to force a fixed output length).
 
+    Decoding starts from ``bos_id`` (the pad id for a model whose decoder
+    starts from it) and never chooses ``pad_id`` or ``bos_id``
+    (``never_emitted``).
+
     Returns:
-        ``(tokens, scores)``: ``tokens`` ``[batch, out_len]`` int32 without BOS,
-        ending with EOS (when emitted) and padded with ``pad_id``; ``scores``
-        ``[batch]`` float32, the sum of the chosen tokens' log-probabilities.
+        ``(tokens, scores)``: ``tokens`` ``[batch, out_len]`` int32 without the
+        start token, ending with EOS (when emitted) and padded with
+        ``pad_id``; ``scores`` ``[batch]`` float32, the sum of the chosen
+        tokens' log-probabilities.
     """
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
@@ -160,6 +183,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     output_kernel = model.output_kernel()  # read once, outside the loop
     pad = tf.constant(config.pad_id, tf.int32)
     eos = tf.constant(config.eos_id, tf.int32)
+    banned = never_emitted(config)
 
     if static_shapes:
         def write(tokens, chosen, t):
@@ -190,7 +214,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         logits, cache = model.decode(state.last, state.cache, state.source_padding,
                                      cache_index=t if static_shapes else None, training=False,
                                      output_kernel=output_kernel)
-        log_probs = ban_early_eos(tf.nn.log_softmax(logits[:, -1, :]), t, min_length, config.eos_id)
+        log_probs = ban_tokens(tf.nn.log_softmax(logits[:, -1, :]), banned)
+        log_probs = ban_early_eos(log_probs, t, min_length, config.eos_id)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         chosen = tf.where(finished, pad, chosen)
         scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))

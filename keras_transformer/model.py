@@ -9,7 +9,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import Decoder, Encoder, PositionalEmbedding, padding_mask
+from keras_transformer.layers import Decoder, Encoder, PositionalEmbedding, padding_mask, target_padding_mask
 from keras_transformer import kernels
 from keras_transformer.layers.dense import Dense
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
@@ -27,6 +27,13 @@ class Transformer(keras.Model):
     (teacher forcing; ``target_in_ids`` starts with ``bos_id``). Padding
     (``pad_id``) is masked from ids: padded source tokens never affect the
     output, padded target positions only affect their own (ignored) logits.
+    (Where ``bos_id == pad_id`` the first target position is the start
+    token, not padding: see ``layers.target_padding_mask``.)
+
+    With ``config.final_logits_bias`` the model owns the variable
+    ``final_logits_bias`` (``[tgt_vocab_size]``, float32), added to every
+    logit the model makes: the full pass, ``decode`` and the fused training
+    step.
 
     Decoders use the incremental API::
 
@@ -75,6 +82,8 @@ class Transformer(keras.Model):
                 learned_positions=c.learned_positions,
                 dropout=c.dropout,
                 pad_id=c.pad_id,
+                position_encoding=c.position_encoding,
+                embedding_scale=c.embedding_scale,
                 dtype=self.dtype_policy,
                 name=name,
             )
@@ -92,6 +101,7 @@ class Transformer(keras.Model):
             self.output_projection = Dense(
                 c.tgt_vocab_size, dtype=self.dtype_policy, name="output_projection"
             )
+        self.final_logits_bias = None  # created by build() when the config asks for it
 
     @property
     def input_dtype(self):
@@ -111,6 +121,14 @@ class Transformer(keras.Model):
         self.decoder.build(hidden_shape, hidden_shape)
         if self.output_projection is not None:
             self.output_projection.build(hidden_shape)
+        if self.config.final_logits_bias and self.final_logits_bias is None:
+            self.final_logits_bias = self.add_weight(
+                name="final_logits_bias",
+                shape=(self.config.tgt_vocab_size,),
+                initializer="zeros",
+                dtype="float32",
+                trainable=True,
+            )
         self.built = True
 
     def _post_build(self):
@@ -148,7 +166,7 @@ class Transformer(keras.Model):
             self.target_embedding(target_ids, training=training),
             memory,
             memory_padding_mask=source_padding,
-            target_padding_mask=padding_mask(target_ids, self.config.pad_id),
+            target_padding_mask=target_padding_mask(target_ids, self.config),
             training=training,
         )
 
@@ -163,16 +181,20 @@ class Transformer(keras.Model):
         )
 
     def logits(self, hidden, training=None, output_kernel=None) -> tf.Tensor:
-        """Pre-softmax projection of decoder states; float32 under any policy.
+        """Pre-softmax projection of decoder states, plus ``final_logits_bias``
+        when the config has one (added in float32); float32 under any policy.
         ``output_kernel``: ``output_kernel()``, read once by a decoder."""
         if self.output_projection is not None:
             logits = self.output_projection(hidden)
         elif output_kernel is not None:
             logits = kernels.project(hidden, output_kernel, with_gradient=training is not False)
         else:
-            kernel, _, _ = self._output_weights(hidden.dtype)
+            kernel = tf.cast(self.target_embedding.embeddings, hidden.dtype)
             logits = kernels.project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
-        return tf.cast(logits, tf.float32)
+        logits = tf.cast(logits, tf.float32)
+        if self.final_logits_bias is not None:
+            logits = logits + tf.cast(self.final_logits_bias, tf.float32)
+        return logits
 
     def output_kernel(self) -> tf.Tensor | None:
         """The tied output projection's kernel ``[d_model, vocab]`` in the compute
@@ -188,12 +210,18 @@ class Transformer(keras.Model):
 
     def _output_weights(self, dtype) -> tuple[tf.Tensor, tf.Tensor | None, bool]:
         """``(kernel, bias, vocab_major)`` of the output projection in ``dtype``:
-        the target embedding ``[V, d_model]`` when tied, else the Dense layer's."""
+        the target embedding ``[V, d_model]`` when tied, else the Dense layer's.
+        ``bias`` sums the Dense layer's bias and ``final_logits_bias`` (either
+        may be absent; ``None`` when both are)."""
+        biases = [self.final_logits_bias]
         if self.output_projection is None:
-            return tf.cast(self.target_embedding.embeddings, dtype), None, True
-        layer = self.output_projection
-        bias = None if layer.bias is None else tf.cast(layer.bias, dtype)
-        return tf.cast(layer.kernel, dtype), bias, False
+            kernel, vocab_major = self.target_embedding.embeddings, True
+        else:
+            kernel, vocab_major = self.output_projection.kernel, False
+            biases.insert(0, self.output_projection.bias)
+        biases = [tf.cast(bias, dtype) for bias in biases if bias is not None]
+        bias = None if not biases else biases[0] if len(biases) == 1 else biases[0] + biases[1]
+        return tf.cast(kernel, dtype), bias, vocab_major
 
     # --- training ---------------------------------------------------------------------
 

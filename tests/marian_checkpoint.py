@@ -16,6 +16,7 @@ import random
 from pathlib import Path
 
 import numpy as np
+from marian_fixtures import write_marian_tokenizer
 
 from keras_transformer.data.synthetic import generate_pairs
 
@@ -23,47 +24,7 @@ SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_h
              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=96)
 
 
-def _train_spm(sentences: list[str], prefix: Path, vocab_size: int) -> None:
-    import sentencepiece as spm
-
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_prefix=str(prefix), vocab_size=vocab_size,
-        model_type="unigram", character_coverage=1.0, num_threads=1, minloglevel=2,
-        # Marian's models: <unk> at 0, no bos/eos/pad pieces of their own (vocab.json numbers them).
-        unk_id=0, bos_id=-1, eos_id=-1, pad_id=-1)
-
-
-def write_marian_tokenizer(directory: Path, pairs: list[tuple[str, str]], vocab_size: int = 160) -> list[str]:
-    """``source.spm``, ``target.spm``, ``vocab.json`` and ``tokenizer_config.json`` in
-    ``directory`` (by ``MarianTokenizer.save_pretrained``); returns the vocabulary
-    by id: ``</s>``, ``<unk>``, the pieces of both models, ``<pad>``."""
-    import sentencepiece as spm
-    from transformers import MarianTokenizer
-
-    directory.mkdir(parents=True, exist_ok=True)
-    scratch = directory / "spm"
-    scratch.mkdir(exist_ok=True)
-    _train_spm([source for source, _ in pairs], scratch / "source", vocab_size)
-    _train_spm([target for _, target in pairs], scratch / "target", vocab_size)
-    pieces: list[str] = ["</s>", "<unk>"]
-    for side in ("source", "target"):
-        model = spm.SentencePieceProcessor(model_file=str(scratch / f"{side}.model"))
-        for index in range(model.get_piece_size()):
-            piece = model.id_to_piece(index)
-            if not model.is_control(index) and not model.is_unknown(index) and piece not in pieces:
-                pieces.append(piece)
-    pieces.append("<pad>")
-    (scratch / "vocab.json").write_text(json.dumps({piece: i for i, piece in enumerate(pieces)}), encoding="utf-8")
-    tokenizer = MarianTokenizer(source_spm=str(scratch / "source.model"), target_spm=str(scratch / "target.model"),
-                                vocab=str(scratch / "vocab.json"), source_lang="src", target_lang="tgt")
-    tokenizer.save_pretrained(str(directory))
-    for path in scratch.iterdir():
-        path.unlink()
-    scratch.rmdir()
-    return pieces
-
-
-def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 250, seed: int = 0) -> dict:
+def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 400, seed: int = 0) -> dict:
     """A trained tiny ``MarianMTModel`` and its tokenizer in ``directory``; returns
     ``{"pairs": the training pairs, "vocab": pieces by id}``."""
     import torch
@@ -71,7 +32,10 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 2
 
     directory = Path(directory)
     data = generate_pairs(pairs, seed=seed)
-    vocab = write_marian_tokenizer(directory, data)
+    write_marian_tokenizer(directory, source_sentences=[s for s, _ in data],
+                           target_sentences=[t for _, t in data], vocab_size=160, seed=seed)
+    vocab_ids = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+    vocab = sorted(vocab_ids, key=vocab_ids.get)
     tokenizer = MarianTokenizer.from_pretrained(str(directory))
     pad = len(vocab) - 1
     torch.manual_seed(seed)
@@ -99,7 +63,6 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 2
     model.eval()
     model.generation_config.bad_words_ids = [[pad]]
     model.generation_config.num_beams = 1
-    model.generation_config.max_length = 64
     model.save_pretrained(str(directory))
     return {"pairs": data, "vocab": vocab, "final_loss": float(loss)}
 

@@ -35,6 +35,19 @@ def positional_table(length, d_model):
     return table
 
 
+def marian_positional_table(length, d_model):
+    """Marian's table (Hugging Face's ``MarianSinusoidalPositionalEmbedding``):
+    column j has the angle pos / 10000^(2·(j // 2) / d); the sines of the even
+    columns fill the first ceil(d/2) columns, the cosines of the odd ones the rest."""
+    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+                       for pos in range(length)])
+    sentinel = d_model // 2 if d_model % 2 == 0 else d_model // 2 + 1
+    table = np.zeros((length, d_model))
+    table[:, :sentinel] = np.sin(angles[:, 0::2])
+    table[:, sentinel:] = np.cos(angles[:, 1::2])
+    return table
+
+
 def layer_norm(x, gamma, beta, eps):
     mean = x.mean(-1, keepdims=True)
     var = ((x - mean) ** 2).mean(-1, keepdims=True)
@@ -71,10 +84,14 @@ def ffn(layer, x, activation="relu"):
     hidden = x @ layer.inner_dense.kernel.numpy() + layer.inner_dense.bias.numpy()
     if activation == "relu":
         hidden = np.maximum(hidden, 0.0)
-    else:
+    elif activation in ("swish", "silu"):  # x·sigmoid(x)
+        hidden = hidden / (1.0 + np.exp(-hidden))
+    elif activation == "gelu":
         from math import erf, sqrt
 
         hidden = 0.5 * hidden * (1 + np.vectorize(erf)(hidden / sqrt(2)))
+    else:
+        raise ValueError(f"no reference for activation {activation!r}")
     return hidden @ layer.outer_dense.kernel.numpy() + layer.outer_dense.bias.numpy()
 
 

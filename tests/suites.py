@@ -27,6 +27,7 @@ LIBRARY_TESTS = [
     "tests/test_marian_config.py",
     "tests/test_marian_tokenizer.py",
     "tests/test_model.py",
+    "tests/test_model_options.py",
     "tests/test_native_ops.py",
     "tests/test_packaging.py",
     "tests/test_positional.py",

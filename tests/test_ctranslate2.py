@@ -142,11 +142,13 @@ def _target_vocabulary(out: Path) -> list[str]:
 
 
 def _ours(case, sources):
-    """Our greedy tokens (as pieces, EOS and after dropped), their scores, and
-    the source pieces CTranslate2 gets (without the trailing </s>: it adds it)."""
+    """Our greedy tokens (as pieces, EOS and after dropped), their scores as
+    CTranslate2 computes them (see ``_translate``), and the source pieces
+    CTranslate2 gets (without the trailing </s>: it adds it)."""
+    model = case["model"]
     source_ids = encode_sources(case["src_tok"], tf.constant(sources),
                                 case["config"]["training"]["max_src_length"]).to_tensor()
-    tokens, scores = greedy_decode(case["model"], source_ids, max_length=MAX_DECODING_LENGTH)
+    tokens, scores = greedy_decode(model, source_ids, max_length=MAX_DECODING_LENGTH)
     vocabulary = _target_vocabulary(case["out"])
     hypotheses = []
     for row in tokens.numpy().tolist():
@@ -156,7 +158,21 @@ def _ours(case, sources):
     for row in source_ids.numpy().tolist():
         assert EOS_ID in row
         source_pieces.append(case["src_tok"].pieces(row[: row.index(EOS_ID)]))
-    return hypotheses, scores.numpy(), source_pieces
+    # Our decoder never emits pad or BOS and scores the model's own log-probabilities;
+    # CTranslate2, told to suppress them, renormalises each step over the other tokens:
+    # its score adds -log(1 - p(pad) - p(BOS)) for every decoded token.
+    c = model.config
+    target_in = np.concatenate([np.full((len(sources), 1), c.bos_id), tokens.numpy()[:, :-1]], axis=1)
+    log_probs = tf.nn.log_softmax(model((source_ids, target_in.astype(np.int32)), training=False)).numpy()
+    banned = np.exp(log_probs[..., [c.pad_id, c.bos_id]].astype(np.float64)).sum(axis=-1)
+    lengths = np.array([list(row).index(EOS_ID) + 1 if EOS_ID in row else len(row) for row in tokens.numpy()])
+    decoded = np.arange(tokens.shape[1])[np.newaxis, :] < lengths[:, np.newaxis]
+    renormalised = scores.numpy() - np.where(decoded, np.log1p(-banned), 0.0).sum(axis=1)
+    return hypotheses, renormalised, source_pieces
+
+
+# The pieces our decoders never emit (decoding.never_emitted): CTranslate2 is told.
+SUPPRESSED = [["<pad>"], ["<s>"]]
 
 
 def _translate(out: Path, source_pieces):
@@ -164,8 +180,11 @@ def _translate(out: Path, source_pieces):
     # min_decoding_length=0: CTranslate2's default (1) masks EOS at the first step, which
     # our greedy decoder does not (and that renormalises the step's log-probabilities).
     # length_penalty=0: scores are plain sums of token log-probabilities, like ours.
+    # suppress_sequences: pad and BOS, which our decoders never emit (CTranslate2 would
+    # otherwise emit them; it renormalises each step's log-probabilities without them).
     results = translator.translate_batch(source_pieces, beam_size=1, max_decoding_length=MAX_DECODING_LENGTH,
-                                         min_decoding_length=0, length_penalty=0, return_scores=True)
+                                         min_decoding_length=0, length_penalty=0, return_scores=True,
+                                         suppress_sequences=SUPPRESSED)
     return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
 

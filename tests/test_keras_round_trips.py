@@ -96,6 +96,9 @@ MODELS = {
     "untied": dict(share_embeddings=False, tie_embeddings=False),
     "pre-LN": dict(norm_first=True),
     "GELU": dict(activation="gelu"),
+    # Marian's options (OPUS-MT), the decoder starting from the pad id.
+    "Marian": dict(share_embeddings=True, tie_embeddings=True, activation="swish", position_encoding="halves",
+                   embedding_scale=1.0, final_logits_bias=True, layer_norm_epsilon=1e-5, bos_id=kt.PAD_ID),
 }
 
 
@@ -125,6 +128,7 @@ MATRIX = [
     Combination(0.0, "MaskedAccuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "fit", "pre-LN"),
     Combination(0.1, "masked_accuracy", "FusedAdam", "mixed_float16", "fit", "GELU"),
     Combination(0.0, "MaskedAccuracy", "LossScaleOptimizer(Adam)", "mixed_float16", "build()", "untied"),
+    Combination(0.1, "masked_accuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "build()", "Marian"),
 ]
 SCHEDULED = {"paper_adam", "Adam+TransformerSchedule"}
 
@@ -301,9 +305,9 @@ def _layer_examples():
     layers = kt.layers
     return {
         "layers.MultiHeadAttention": lambda: layers.MultiHeadAttention(16, 2, dropout=0.1, use_bias=False),
-        "layers.PositionalEmbedding": lambda: layers.PositionalEmbedding(VOCAB, 16, 32, learned_positions=True,
-                                                                         dropout=0.1, pad_id=1),
-        "layers.FeedForward": lambda: layers.FeedForward(16, 32, activation="gelu", dropout=0.1),
+        "layers.PositionalEmbedding": lambda: layers.PositionalEmbedding(
+            VOCAB, 16, 32, dropout=0.1, pad_id=1, position_encoding="halves", embedding_scale=1.0),
+        "layers.FeedForward": lambda: layers.FeedForward(16, 32, activation="swish", dropout=0.1),
         "layers.EncoderLayer": lambda: layers.EncoderLayer(**block),
         "layers.Encoder": lambda: layers.Encoder(2, **block),
         "layers.DecoderLayer": lambda: layers.DecoderLayer(**block),
@@ -338,7 +342,7 @@ NOT_KERAS_OBJECTS = {
     # tensor functions, never handed to Keras
     "layers.causal_mask", "layers.key_padding_mask", "layers.masked_score_value", "layers.merge_masks",
     "layers.padding_mask", "layers.scaled_dot_product_attention",
-    "layers.sinusoidal_positions",
+    "layers.sinusoidal_positions", "layers.target_padding_mask",
 }
 
 

@@ -15,7 +15,8 @@ SentencePiece model(s) are copied into the directory::
     translator = ctranslate2.Translator("demo-ct2", device="cpu")
     pieces = sp.encode(["the bird watches 1 new tree"], out_type=str)
     result = translator.translate_batch(pieces, beam_size=1, max_input_length=128,
-                                        max_decoding_length=128, min_decoding_length=0)
+                                        max_decoding_length=128, min_decoding_length=0,
+                                        suppress_sequences=[["<pad>"], ["<s>"]])
     print(sp.decode(result[0].hypotheses[0]))
 
 int8 (``--quantization int8``) stores each weight row as int8 with one
@@ -36,9 +37,14 @@ and CTranslate2 raises an error for a position beyond it, so pass
 ``max_input_length <= max_length`` (it counts the added ``</s>``: like
 ``encode_sources(..., max_length)`` it keeps ``max_input_length - 1`` pieces)
 and ``max_decoding_length <= max_length``. ``min_decoding_length=0``
-reproduces ``keras_transformer.decoding.greedy_decode`` exactly with
-``beam_size=1``; CTranslate2's default of 1 forbids an empty translation
-(it masks ``</s>`` at the first step).
+and ``suppress_sequences`` with the pad and BOS pieces reproduce
+``keras_transformer.decoding.greedy_decode``'s tokens exactly with
+``beam_size=1``: CTranslate2's default of 1 forbids an empty translation
+(it masks ``</s>`` at the first step), and without suppression it may emit
+pad or BOS, which our decoders never do. (CTranslate2 renormalises a step's
+log-probabilities over the tokens it leaves: its score of a sequence adds
+``-log(1 - p(pad) - p(BOS))`` per token to our decoders' score, the model's
+own log-probability; ``score_batch`` gives that one.)
 
 How the Keras weights map onto CTranslate2's ``TransformerSpec``:
 
@@ -48,10 +54,18 @@ How the Keras weights map onto CTranslate2's ``TransformerSpec``:
   (CTranslate2's own default differs).
 * Positions: CTranslate2's built-in sinusoid is the tensor2tensor table (all
   sines then all cosines, positions counted from 1); ours interleaves sin/cos
-  from position 0, so our table is stored explicitly. CTranslate2 adds row
-  ``t`` to the token at position ``t`` (row 0 to the first source token and
-  to the decoder start token), like ``PositionalEmbedding``: no offset.
-* Embeddings are multiplied by ``scale_embeddings = sqrt(d_model)``.
+  from position 0 (or, with ``position_encoding="halves"``, puts Marian's
+  sines before its cosines, from position 0), so our table is stored
+  explicitly. CTranslate2 adds row ``t`` to the token at position ``t``
+  (row 0 to the first source token and to the decoder start token), like
+  ``PositionalEmbedding``: no offset.
+* Embeddings are multiplied by ``scale_embeddings``: ``sqrt(d_model)``, or
+  the config's ``embedding_scale`` (CTranslate2 stores the factor itself).
+* Activation: ReLU, GELU (erf) or Swish (``"swish"``/``"silu"``).
+* ``final_logits_bias``: the projection's bias (summed with the untied
+  projection's own bias).
+* Decoder start: ``decoder_start_token`` is the piece of ``bos_id`` (the pad
+  piece for a model that starts from the pad id).
 * Dense kernels are ``[in, out]`` in Keras and ``[out, in]`` in CTranslate2.
   Self-attention Q, K, V are fused into one ``[3 d, d]`` linear;
   cross-attention has the query linear, then fused K, V.
@@ -66,7 +80,6 @@ How the Keras weights map onto CTranslate2's ``TransformerSpec``:
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import tempfile
@@ -96,6 +109,8 @@ _ACTIVATIONS = {
     "relu": common_spec.Activation.RELU,
     # keras.activations.gelu defaults to the exact (erf) form.
     "gelu": common_spec.Activation.GELU,
+    "swish": common_spec.Activation.SWISH,
+    "silu": common_spec.Activation.SWISH,
 }
 
 
@@ -147,9 +162,10 @@ def _set_feed_forward(spec, layer) -> None:
     _set_layer_norm(spec.layer_norm, layer.feed_forward_norm)
 
 
-def _set_embedding_input(spec, embedding, max_length: int, d_model: int) -> None:
-    """Token matrix, √d_model scale and our (interleaved, from-0) position table."""
-    spec.scale_embeddings = float(math.sqrt(d_model))
+def _set_embedding_input(spec, embedding, max_length: int) -> None:
+    """The embedding scale (√d_model, or the config's ``embedding_scale``)
+    and our position table as it is (interleaved or halves, from 0)."""
+    spec.scale_embeddings = float(embedding.scale)
     spec.position_encodings.encodings = _array(embedding.position_table)[:max_length]
 
 
@@ -213,7 +229,7 @@ class KerasTransformerConverter(Converter):
         )
 
         encoder, decoder = spec.encoder, spec.decoder
-        _set_embedding_input(encoder, model.source_embedding, c.max_length, c.d_model)
+        _set_embedding_input(encoder, model.source_embedding, c.max_length)
         encoder.embeddings[0].weight = _array(model.source_embedding.embeddings)
         for layer_spec, layer in zip(encoder.layer, model.encoder.layer_stack, strict=True):
             _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
@@ -221,7 +237,7 @@ class KerasTransformerConverter(Converter):
         if c.norm_first:
             _set_layer_norm(encoder.layer_norm, model.encoder.final_norm)
 
-        _set_embedding_input(decoder, model.target_embedding, c.max_length, c.d_model)
+        _set_embedding_input(decoder, model.target_embedding, c.max_length)
         decoder.embeddings.weight = _array(model.target_embedding.embeddings)
         for layer_spec, layer in zip(decoder.layer, model.decoder.layer_stack, strict=True):
             _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
@@ -229,10 +245,15 @@ class KerasTransformerConverter(Converter):
             _set_feed_forward(layer_spec.ffn, layer)
         if c.norm_first:
             _set_layer_norm(decoder.layer_norm, model.decoder.final_norm)
-        if model.output_projection is None:  # tied: logits = h · Eᵀ, no bias
+        if model.output_projection is None:  # tied: logits = h · Eᵀ (+ final_logits_bias)
             decoder.projection.weight = _array(model.target_embedding.embeddings)
         else:
             _set_linear(decoder.projection, model.output_projection)
+        if model.final_logits_bias is not None:  # added to the projection's own bias, if any
+            bias = _array(model.final_logits_bias)
+            if model.output_projection is not None and model.output_projection.bias is not None:
+                bias = bias + _array(model.output_projection.bias)
+            decoder.projection.bias = bias
 
         spec.register_source_vocabulary(vocabulary(self.src_tokenizer, c.src_vocab_size))
         spec.register_target_vocabulary(vocabulary(self.tgt_tokenizer, c.tgt_vocab_size))
@@ -241,6 +262,7 @@ class KerasTransformerConverter(Converter):
         config.unk_token = self.src_tokenizer.piece(c.unk_id)
         config.bos_token = self.tgt_tokenizer.piece(c.bos_id)
         config.eos_token = self.tgt_tokenizer.piece(c.eos_id)
+        # The pad piece where the decoder starts from the pad id (bos_id == pad_id).
         config.decoder_start_token = self.tgt_tokenizer.piece(c.bos_id)
         config.add_source_bos = False
         config.add_source_eos = True  # the encoder was trained on  s1 .. sn </s>

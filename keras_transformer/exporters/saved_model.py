@@ -25,6 +25,7 @@ from keras_transformer.beam_search import check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
+from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
 from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
                                             MarianSubwordTokenizer, write_marian_tokenizer_files)
@@ -145,7 +146,8 @@ class ExportedTranslator(tf.Module):
         memory = self.model.encode(source_ids, training=False)
         _, weights = self.model.decoder(
             self.model.target_embedding(target_in, training=False), memory,
-            memory_padding_mask=tf.not_equal(source_ids, config.pad_id),
+            memory_padding_mask=padding_mask(source_ids, config.pad_id),
+            target_padding_mask=target_padding_mask(target_in, config),
             return_attention_weights=True, training=False)
         return {
             "translation": self.tgt_tokenizer.detokenize(target)[0],

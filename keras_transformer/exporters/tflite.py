@@ -1,9 +1,10 @@
 """The translator as a TFLite model with builtin ops only.
 
 The model takes token ids for one sentence, ``source_ids`` int32
-``[1, max_src_length]`` (subword ids + EOS, padded with 0: the layout of
+``[1, max_src_length]`` (subword ids + EOS, padded with the config's
+``pad_id``, 0 in the paper's layout: that of
 ``keras_transformer.data.encode_sources``), and returns ``target_ids`` int32
-``[1, max_tgt_length + 1]`` (the target, EOS, then 0). Decoding is greedy
+``[1, max_tgt_length + 1]`` (the target, EOS, then ``pad_id``). Decoding is greedy
 inside a ``tf.while_loop`` over a fixed-size KV cache written in place, and
 stops at EOS: no Flex delegate (SELECT_TF_OPS) is needed, so any stock LiteRT
 runtime runs it (``ai_edge_litert.interpreter.Interpreter``, the ``[tflite]``

@@ -16,6 +16,7 @@ from keras_transformer.layers.masks import (
     key_padding_mask,
     merge_masks,
     padding_mask,
+    target_padding_mask,
 )
 from keras_transformer.layers.positional import PositionalEmbedding, sinusoidal_positions
 
@@ -37,4 +38,5 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "sinusoidal_positions",
+    "target_padding_mask",
 ]

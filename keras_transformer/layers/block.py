@@ -23,7 +23,7 @@ class TransformerBlockBase(keras.layers.Layer):
         dropout: residual dropout on each sublayer output (paper: 0.1).
         attention_dropout: dropout on attention weights (paper: 0).
         activation_dropout: dropout inside the feed-forward network (paper: 0).
-        activation: ``"relu"`` (paper) or ``"gelu"``.
+        activation: ``"relu"`` (paper), ``"gelu"`` or ``"swish"`` (``"silu"``).
         norm_first: ``False`` = post-LN, ``x = LN(x + Sublayer(x))`` (the
             paper); ``True`` = pre-LN, ``x = x + Sublayer(LN(x))``, and the
             stacks add a final LayerNorm.

@@ -8,7 +8,8 @@ from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 
-ACTIVATIONS = ("relu", "gelu")
+# "swish" (Marian's) is x·sigmoid(x); "silu" is another name for it.
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")
 
 
 def check_activation(activation: str) -> str:
@@ -27,7 +28,8 @@ class FeedForward(keras.layers.Layer):
     Args:
         d_model: input and output width.
         d_ff: inner width (2048 in the base model).
-        activation: ``"relu"`` (the paper) or ``"gelu"``.
+        activation: ``"relu"`` (the paper), ``"gelu"`` (the exact, erf form)
+            or ``"swish"`` (x·sigmoid(x), Marian's; ``"silu"`` is the same).
         dropout: dropout on the inner activations (0 in the paper).
         kernel_initializer, bias_initializer: for both projections.
 

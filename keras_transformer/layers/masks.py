@@ -16,6 +16,22 @@ def padding_mask(token_ids: tf.Tensor, pad_id: int = 0) -> tf.Tensor:
     return tf.not_equal(token_ids, tf.cast(pad_id, token_ids.dtype))
 
 
+def target_padding_mask(target_ids: tf.Tensor, config) -> tf.Tensor:
+    """``[batch, length]`` bool padding mask of decoder inputs that start with
+    ``config.bos_id`` (teacher forcing, position 0 first).
+
+    ``padding_mask(target_ids, config.pad_id)``, except that where the
+    decoder starts from the pad id (``bos_id == pad_id``, as Marian's does)
+    position 0 is the start token, a real one, and is never masked.
+    ``config``: anything with ``pad_id`` and ``bos_id`` (a ``TransformerConfig``).
+    """
+    mask = padding_mask(target_ids, config.pad_id)
+    if config.bos_id != config.pad_id:
+        return mask
+    first = tf.equal(tf.range(tf.shape(target_ids)[-1]), 0)
+    return tf.logical_or(mask, first[tf.newaxis, :])
+
+
 def causal_mask(query_length, key_length=None, query_offset=0) -> tf.Tensor:
     """``[query_length, key_length]`` look-ahead mask.
 

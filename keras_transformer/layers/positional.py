@@ -11,27 +11,62 @@ import tensorflow as tf
 from keras_transformer.layers.dropout import Dropout
 
 
-def sinusoidal_positions(length: int, d_model: int) -> tf.Tensor:
+POSITION_ENCODINGS = ("interleaved", "halves")
+
+
+def check_position_encoding(position_encoding: str) -> str:
+    """``position_encoding`` if it names a table layout, else a ``ValueError`` that lists them."""
+    if position_encoding not in POSITION_ENCODINGS:
+        raise ValueError(
+            f"position_encoding={position_encoding!r} is not a table layout; use one of "
+            f"{POSITION_ENCODINGS} ('interleaved' is the paper's, 'halves' Marian's)."
+        )
+    return position_encoding
+
+
+def sinusoidal_positions(length: int, d_model: int, position_encoding: str = "interleaved") -> tf.Tensor:
     """The paper's fixed position table, ``[length, d_model]`` float32.
 
     ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and
     ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))``: sine and cosine
-    interleaved column by column, positions counted from 0. (The
-    tensor2tensor variant that puts all sines before all cosines is a different
-    table; converters must pass this one explicitly.)
+    interleaved column by column, positions counted from 0.
+
+    ``position_encoding="halves"`` is the layout of Marian (and Hugging
+    Face's ``MarianMTModel``): the same angles and positions, with every sine
+    in the first half of the columns and every cosine in the second,
+    ``[sin(pos·ω_0) .. sin(pos·ω_{d/2-1}), cos(pos·ω_0) .. cos(pos·ω_{d/2-1})]``
+    (an odd ``d_model`` has one sine more than cosines). (tensor2tensor's
+    table also puts sines first, but with other frequencies, counting
+    positions from 1: neither layout here.)
     """
-    return tf.constant(sinusoidal_table(length, d_model))
+    return tf.constant(sinusoidal_table(length, d_model, position_encoding))
 
 
-def sinusoidal_table(length: int, d_model: int) -> np.ndarray:
+def sinusoidal_table(length: int, d_model: int, position_encoding: str = "interleaved") -> np.ndarray:
     """``sinusoidal_positions`` as a NumPy array (graph-independent)."""
+    check_position_encoding(position_encoding)
     if length < 0 or d_model <= 0:
         raise ValueError(f"Need length >= 0 and d_model > 0, got {length}, {d_model}.")
     positions = np.arange(length, dtype=np.float64)[:, np.newaxis]
     pair_index = np.arange(d_model, dtype=np.float64)[np.newaxis, :] // 2
     angles = positions / np.power(10000.0, 2.0 * pair_index / d_model)
     table = np.where(np.arange(d_model) % 2 == 0, np.sin(angles), np.cos(angles))
+    if position_encoding == "halves":  # columns 0, 2, 4, .. (the sines), then 1, 3, 5, .. (the cosines)
+        table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
     return table.astype(np.float32)
+
+
+def check_embedding_scale(embedding_scale) -> float | None:
+    """``embedding_scale`` as a float (``None`` stays ``None``: √d_model), or a
+    ``ValueError`` if it is not a positive finite number."""
+    if embedding_scale is None:
+        return None
+    if (isinstance(embedding_scale, bool) or not isinstance(embedding_scale, (int, float))
+            or not math.isfinite(embedding_scale) or embedding_scale <= 0):
+        raise ValueError(
+            f"embedding_scale must be a positive number, or None for √d_model, got {embedding_scale!r}."
+        )
+    return float(embedding_scale)
 
 
 def default_embeddings_initializer(d_model: int) -> keras.initializers.Initializer:
@@ -44,6 +79,9 @@ def default_embeddings_initializer(d_model: int) -> keras.initializers.Initializ
 class PositionalEmbedding(keras.layers.Layer):
     """Token embedding × √d_model + position encoding, then dropout.
 
+    Every token id's row is used as it is, the pad id's included (nothing is
+    zeroed: a decoder may start from the pad id, as Marian's does).
+
     Args:
         vocab_size: number of token ids.
         d_model: embedding width.
@@ -51,6 +89,13 @@ class PositionalEmbedding(keras.layers.Layer):
         learned_positions: learn a ``[max_length, d_model]`` position table
             instead of the fixed sinusoid.
         dropout: dropout on the sum (the paper's P_drop applies here too).
+        position_encoding: layout of the fixed sinusoid: ``"interleaved"``
+            (the paper's) or ``"halves"`` (Marian's: all sines, then all
+            cosines); see ``sinusoidal_positions``. Unused with
+            ``learned_positions``.
+        embedding_scale: factor on the token embeddings; ``None`` is the
+            paper's √d_model, ``1.0`` leaves them unscaled (Marian's
+            ``scale_embedding=False``).
         pad_id: id whose positions the output mask marks as padding.
         embeddings_initializer: defaults to N(0, d_model^-1/2).
 
@@ -60,7 +105,9 @@ class PositionalEmbedding(keras.layers.Layer):
             incremental decoding; 0 by default.
 
     Masking: produces a Keras mask ``token_ids != pad_id`` for downstream
-    layers; the library's own layers take masks explicitly as well.
+    layers; the library's own layers take masks explicitly as well. (For a
+    decoder that starts from the pad id, that mask hides the start token:
+    pass ``masks.target_padding_mask`` to the decoder explicitly.)
 
     Example:
         >>> emb = PositionalEmbedding(vocab_size=100, d_model=16, max_length=32)
@@ -77,6 +124,8 @@ class PositionalEmbedding(keras.layers.Layer):
         dropout: float = 0.0,
         pad_id: int = 0,
         embeddings_initializer=None,
+        position_encoding: str = "interleaved",
+        embedding_scale: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -91,6 +140,13 @@ class PositionalEmbedding(keras.layers.Layer):
         self.learned_positions = bool(learned_positions)
         self.dropout = float(dropout)
         self.pad_id = int(pad_id)
+        self.position_encoding = check_position_encoding(position_encoding)
+        if self.learned_positions and self.position_encoding != "interleaved":
+            raise ValueError(
+                f"position_encoding={position_encoding!r} lays out the fixed sinusoid, but "
+                "learned_positions=True learns the table: drop one of them."
+            )
+        self.embedding_scale = check_embedding_scale(embedding_scale)
         self.embeddings_initializer = keras.initializers.get(
             embeddings_initializer or default_embeddings_initializer(self.d_model)
         )
@@ -114,9 +170,14 @@ class PositionalEmbedding(keras.layers.Layer):
         else:
             # Kept as NumPy: a tensor made here would belong to whichever graph
             # happened to trigger the build.
-            self.position_table = sinusoidal_table(self.max_length, self.d_model)
+            self.position_table = sinusoidal_table(self.max_length, self.d_model, self.position_encoding)
         self.embedding_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
+
+    @property
+    def scale(self) -> float:
+        """The factor on the token embeddings: ``embedding_scale``, or √d_model."""
+        return math.sqrt(self.d_model) if self.embedding_scale is None else self.embedding_scale
 
     @property
     def embeddings(self):
@@ -133,7 +194,7 @@ class PositionalEmbedding(keras.layers.Layer):
                     "the input or raise max_length in the config."
                 )
         x = self.token_embedding(token_ids)
-        x = x * tf.cast(math.sqrt(self.d_model), x.dtype)
+        x = x * tf.cast(self.scale, x.dtype)
         length = tf.shape(token_ids)[-1]
         positions = tf.slice(
             tf.convert_to_tensor(self.position_table),
@@ -159,6 +220,8 @@ class PositionalEmbedding(keras.layers.Layer):
                 "learned_positions": self.learned_positions,
                 "dropout": self.dropout,
                 "pad_id": self.pad_id,
+                "position_encoding": self.position_encoding,
+                "embedding_scale": self.embedding_scale,
                 "embeddings_initializer": keras.initializers.serialize(
                     self.embeddings_initializer
                 ),
