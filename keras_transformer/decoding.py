@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.layers import masked_score_value, padding_mask
@@ -45,9 +46,13 @@ def ban_tokens(log_probs: tf.Tensor, token_ids) -> tf.Tensor:
     entries become the finite per-dtype -inf of ``masked_score_value``. The
     others are left as they are (not renormalised): a score stays the model's
     own log-probability of the chosen tokens."""
-    vocab = tf.range(tf.shape(log_probs)[-1])
-    banned = tf.reduce_any(tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
-                           axis=1)
+    size = log_probs.shape[-1]
+    if size is not None:  # the usual case: one constant [vocab] mask, no ops a decoding step
+        banned = tf.constant(np.isin(np.arange(size), list(token_ids)))
+    else:
+        vocab = tf.range(tf.shape(log_probs)[-1])
+        banned = tf.reduce_any(tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
+                               axis=1)
     return tf.where(banned, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
 
 

@@ -294,7 +294,7 @@ def _check_copies(tensors: Mapping[str, np.ndarray], config: TransformerConfig, 
 
     for name in sorted(set(tensors) - used):
         if name.endswith("embed_positions.weight"):
-            table = sinusoidal_table(tensors[name].shape[0], config.d_model, layout="halves")
+            table = sinusoidal_table(tensors[name].shape[0], config.d_model, "halves")
             if tensors[name].shape != table.shape or not np.allclose(tensors[name], table, atol=1e-5):
                 raise CheckpointError(f"the checkpoint's {name} is not Marian's sinusoidal table; "
                                       "only fixed sinusoidal positions can be imported.")

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence, Sized
 
@@ -464,6 +465,9 @@ MARIAN_FILES = (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB, MARIAN_TARGE
 _LANGUAGE_CODE = r"(?s)^>>.*?<<"
 _ONLY_LANGUAGE_CODE = r"(?s)^(>>.*?<<).*$"
 _SPIECE_UNDERLINE = "\u2581"
+# Hugging Face's clean_up_tokenization, in its order: (" .", ".") reads "drop the space before '.'".
+_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
+             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
 class MarianSubwordTokenizer(tf.Module):
@@ -498,10 +502,14 @@ class MarianSubwordTokenizer(tf.Module):
         eos_id, unk_id, pad_id: the special ids (OPUS-MT: 0, 1 and the last id).
         bos_id: the decoder's start id; Marian starts from the pad id (default).
         extra_special_ids: further ids that ``detokenize`` drops.
+        clean_up_tokenization_spaces: ``detokenize`` then drops the space
+            before ``. ? ! ,`` and English clitics (``n't``, ``'s``, ...), as
+            ``MarianTokenizer.decode`` does when its config sets this.
     """
 
     def __init__(self, model_bytes: bytes, vocabulary: Sequence[str], *, eos_id: int, unk_id: int, pad_id: int,
-                 bos_id: int | None = None, extra_special_ids: Iterable[int] = (), name: str | None = None):
+                 bos_id: int | None = None, extra_special_ids: Iterable[int] = (),
+                 clean_up_tokenization_spaces: bool = False, name: str | None = None):
         super().__init__(name=name)
         try:
             processor = spm.SentencePieceProcessor(model_proto=bytes(model_bytes))
@@ -525,6 +533,7 @@ class MarianSubwordTokenizer(tf.Module):
         self._pieces = pieces
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = int(pad_id), int(unk_id), int(bos_id), int(eos_id)
         self.extra_special_ids = extra_special_ids
+        self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
 
         def decodes_to_nothing(piece: str) -> bool:
             piece_id = processor.piece_to_id(piece)
@@ -594,6 +603,9 @@ class MarianSubwordTokenizer(tf.Module):
         pieces = tf.ragged.boolean_mask(tf.gather(self._piece_tensor, batch), keep)
         text = tf.strings.reduce_join(pieces, axis=1)
         text = tf.strings.strip(tf.strings.regex_replace(text, _SPIECE_UNDERLINE, " "))
+        if self.clean_up_tokenization_spaces:
+            for before, after in _CLEAN_UP:
+                text = tf.strings.regex_replace(text, re.sub(r"([.?])", r"\\\1", before), after)
         return text if rank == 2 else text[0]
 
     def id_to_piece(self, ids) -> tf.Tensor:
@@ -667,9 +679,6 @@ def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer,
     config = _read_json(config_path) if config_path.is_file() else {}
     if not isinstance(config, dict):
         raise ValueError(f"{config_path} does not hold a JSON object.")
-    if config.get("clean_up_tokenization_spaces"):
-        raise ValueError(f"{config_path} sets clean_up_tokenization_spaces, which changes decoded text in "
-                         "ways not implemented here; set it to false.")
     names = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
     tokens = {key: _token_text(config.get(f"{key}_token", default), f"{key}_token", config_path)
               for key, default in names.items()}
@@ -712,8 +721,11 @@ def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer,
             raise ValueError(f"{path} is not a SentencePiece model ({error}).") from error
         return path.read_bytes()
 
-    source = MarianSubwordTokenizer(model(MARIAN_SOURCE_SPM), source_vocab, name="source_tokenizer", **source_ids)
-    target = MarianSubwordTokenizer(model(MARIAN_TARGET_SPM), target_vocab, name="target_tokenizer", **target_ids)
+    clean_up = bool(config.get("clean_up_tokenization_spaces", False))
+    source = MarianSubwordTokenizer(model(MARIAN_SOURCE_SPM), source_vocab, name="source_tokenizer",
+                                    clean_up_tokenization_spaces=clean_up, **source_ids)
+    target = MarianSubwordTokenizer(model(MARIAN_TARGET_SPM), target_vocab, name="target_tokenizer",
+                                    clean_up_tokenization_spaces=clean_up, **target_ids)
     return source, target
 
 

@@ -24,26 +24,31 @@ SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_h
              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=96)
 
 
-def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 400, seed: int = 0) -> dict:
+def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 400, seed: int = 0,
+                            separate_vocabs: bool = False) -> dict:
     """A trained tiny ``MarianMTModel`` and its tokenizer in ``directory``; returns
-    ``{"pairs": the training pairs, "vocab": pieces by id}``."""
+    ``{"pairs": the training pairs, "vocab": target pieces by id, "pad": the pad id}``.
+    ``separate_vocabs``: a source and a target vocabulary (``target_vocab.json``)
+    and embedding matrix, as some OPUS-MT models have (pad = 2 in both)."""
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     directory = Path(directory)
     data = generate_pairs(pairs, seed=seed)
     write_marian_tokenizer(directory, source_sentences=[s for s, _ in data],
-                           target_sentences=[t for _, t in data], vocab_size=160, seed=seed)
-    vocab_ids = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
-    vocab = sorted(vocab_ids, key=vocab_ids.get)
+                           target_sentences=[t for _, t in data], vocab_size=160, seed=seed,
+                           separate_vocabs=separate_vocabs)
+    vocabs = [json.loads((directory / name).read_text(encoding="utf-8"))
+              for name in ("vocab.json", "target_vocab.json" if separate_vocabs else "vocab.json")]
+    source_size, vocab = len(vocabs[0]), sorted(vocabs[1], key=vocabs[1].get)
     tokenizer = MarianTokenizer.from_pretrained(str(directory))
-    pad = len(vocab) - 1
+    pad = vocabs[1]["<pad>"]
     torch.manual_seed(seed)
     random.seed(seed)
     config = MarianConfig(
-        vocab_size=len(vocab), decoder_vocab_size=len(vocab), **SIZES, activation_function="swish",
+        vocab_size=source_size, decoder_vocab_size=len(vocab), **SIZES, activation_function="swish",
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
-        share_encoder_decoder_embeddings=True, tie_word_embeddings=True, pad_token_id=pad, eos_token_id=0,
+        share_encoder_decoder_embeddings=not separate_vocabs, tie_word_embeddings=True, pad_token_id=pad, eos_token_id=0,
         forced_eos_token_id=0, decoder_start_token_id=pad, bos_token_id=None)
     model = MarianMTModel(config)
     with torch.no_grad():  # a buffer, not trained: stays as set
@@ -64,7 +69,7 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
     model.generation_config.bad_words_ids = [[pad]]
     model.generation_config.num_beams = 1
     model.save_pretrained(str(directory))
-    return {"pairs": data, "vocab": vocab, "final_loss": float(loss)}
+    return {"pairs": data, "vocab": vocab, "pad": pad, "final_loss": float(loss.detach())}
 
 
 def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int = 60) -> list[list[int]]:
@@ -77,7 +82,9 @@ def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int =
     model = MarianMTModel.from_pretrained(str(directory)).eval()
     inputs = tokenizer(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():
-        out = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens)
+        # forced_eos_token_id would put EOS at the length limit, which plain greedy decoding does not.
+        out = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens,
+                             forced_eos_token_id=None)
     ids = []
     for row in out.numpy()[:, 1:]:
         row = list(row)

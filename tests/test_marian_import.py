@@ -150,6 +150,8 @@ def test_the_saved_models_greedy_signature_gives_transformers_text(saved_model, 
 
 
 def test_tflite_ids_equal_the_saved_models(workdir, saved_model, trained, hf, tmp_path):
+    """The builtins-only TFLite translator gives generate's ids, and they read as the
+    SavedModel's greedy translations."""
     from ai_edge_litert.interpreter import Interpreter
 
     from keras_transformer.data import encode_sources
@@ -159,12 +161,13 @@ def test_tflite_ids_equal_the_saved_models(workdir, saved_model, trained, hf, tm
              "--max-tgt-length", str(MAX_NEW_TOKENS))
     runner = Interpreter(model_content=out.read_bytes()).get_signature_runner()
     pad = trained.model.config.pad_id
-    served = tf.saved_model.load(str(saved_model))
-    for source in hf["sources"]:
-        ids = encode_sources(trained.src_tokenizer, tf.constant([source]), 40).to_tensor(pad).numpy()
-        lite = runner(source_ids=np.pad(ids, [(0, 0), (0, 40 - ids.shape[1])], constant_values=pad))
-        expected = served.signatures["translate_ids"](source_ids=tf.constant(ids))["target_ids"].numpy()
-        assert _until_eos(lite["target_ids"][0]) == _until_eos(expected[0])
+    ids = encode_sources(trained.src_tokenizer, tf.constant(hf["sources"]), 40).to_tensor(pad).numpy()
+    ids = np.pad(ids, [(0, 0), (0, 40 - ids.shape[1])], constant_values=pad)
+    lite = [_until_eos(runner(source_ids=row[np.newaxis])["target_ids"][0]) for row in ids]
+    assert lite == hf["generated"]
+    served = tf.saved_model.load(str(saved_model)).signatures["translate_greedy"]
+    texts = [t.decode() for t in served(inputs=tf.constant(hf["sources"]))["translations"].numpy()]
+    assert [t.decode() for t in trained.tgt_tokenizer.detokenize(_padded(lite, pad)).numpy()] == texts
 
 
 def test_ctranslate2_greedy_ids_equal_generates(workdir, trained, hf, tmp_path):
@@ -192,7 +195,7 @@ def test_one_epoch_of_fit_lowers_the_loss(trained, checkpoint):
 
     def data():
         return make_dataset(pairs_from_list(pairs), trained.src_tokenizer, trained.tgt_tokenizer,
-                            max_src_length=64, max_tgt_length=64, batch_size=32, shuffle_buffer=None)
+                            max_src_length=64, max_tgt_length=64, batch_size=32, shuffle_buffer=0)
 
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=kt.MaskedLabelSmoothedCrossEntropy(0.0, pad_id=model.config.pad_id))
@@ -262,3 +265,34 @@ def test_an_existing_workdir_is_kept_without_overwrite(checkpoint, workdir):
                       check=False)
     assert result.returncode == 2 and "--overwrite" in result.stderr
     assert sorted(p.name for p in workdir.iterdir()) == before
+
+
+def test_separate_vocabularies_import(tmp_path):
+    """A checkpoint with a source and a target vocabulary (and embedding matrix), pad = 2."""
+    from keras_transformer.data import encode_sources
+    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.marian import import_marian
+
+    made = write_marian_checkpoint(tmp_path / "separate", steps=150, separate_vocabs=True)
+    trained = import_marian(tmp_path / "separate", tmp_path / "run").load()
+    config = trained.model.config
+    assert not config.share_embeddings and (config.pad_id, config.bos_id) == (made["pad"], made["pad"])
+    assert config.tgt_vocab_size == len(made["vocab"])
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer.from_pretrained(str(tmp_path / "separate"))
+    pairs = made["pairs"][:4]
+    sources = encode_sources(trained.src_tokenizer, tf.constant([s for s, _ in pairs]), trained.max_src_length)
+    assert sources.to_list() == tokenizer([s for s, _ in pairs])["input_ids"]
+    sources = sources.to_tensor(config.pad_id).numpy()
+    labels = tokenizer(text_target=[t for _, t in pairs])["input_ids"]
+    target_in = _padded([[config.pad_id] + row[:-1] for row in labels], config.pad_id)
+    theirs = torch_logits(tmp_path / "separate", sources, target_in, config.pad_id)
+    ours = trained.model((tf.constant(sources), tf.constant(target_in)), training=False).numpy()
+    for row, label in enumerate(labels):
+        np.testing.assert_allclose(ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4)
+    generated = greedy_generate(tmp_path / "separate", [s for s, _ in pairs], MAX_NEW_TOKENS)
+    tokens, _ = greedy_decode(trained.model, sources, max_length=MAX_NEW_TOKENS)
+    assert [_until_eos(row) for row in tokens.numpy()] == generated
+    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in generated]
+    assert [t.decode() for t in trained.tgt_tokenizer.detokenize(tokens).numpy()] == texts
