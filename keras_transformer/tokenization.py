@@ -366,7 +366,51 @@ class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
         self._model_resource = _SharedModelResource(model)
 
 
-class SubwordTokenizer(tf.Module):
+class _Pieces(tf.Module):
+    """What both tokenizers share: the pieces by id (``self._pieces``), their
+    special ids, and the first steps of ``detokenize``."""
+
+    _pieces: tuple[str, ...]
+    pad_id: int
+    unk_id: int
+    eos_id: int
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of pieces, the model's vocabulary size."""
+        return len(self._pieces)
+
+    def piece(self, token_id: int) -> str:
+        """One piece as Python text, e.g. for plot labels."""
+        if not 0 <= int(token_id) < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size}).")
+        return self._pieces[int(token_id)]
+
+    def pieces(self, ids) -> list[str]:
+        """Pieces of a 1-D sequence of ids (list, NumPy array or eager tensor) as Python text."""
+        values = ids.numpy() if hasattr(ids, "numpy") else ids
+        return [self.piece(int(i)) for i in values]
+
+    def _ids_to_read(self, ids) -> tuple[tf.Tensor, int, tf.Tensor]:
+        """``(batch, rank, before_eos)`` for ``detokenize``: ``[B, T]`` int32 ids (a
+        ``[T]`` input gets a batch axis; ragged rows are padded with ``pad_id``;
+        ids outside the vocabulary read as ``unk_id``), the input's rank, and
+        which ids come before the first EOS."""
+        if isinstance(ids, tf.RaggedTensor):
+            if ids.ragged_rank != 1:
+                raise ValueError(f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}.")
+            ids = ids.to_tensor(default_value=self.pad_id)
+        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
+        rank = ids.shape.rank
+        if rank not in (1, 2):
+            raise ValueError(f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}.")
+        batch = ids if rank == 2 else ids[tf.newaxis]
+        batch = tf.where((batch < 0) | (batch >= self.vocab_size), self.unk_id, batch)
+        before_eos = tf.cumsum(tf.cast(batch == self.eos_id, tf.int32), axis=1) == 0
+        return batch, rank, before_eos
+
+
+class SubwordTokenizer(_Pieces):
     """A SentencePiece model as TensorFlow ops (usable in graphs, ``tf.data`` and SavedModels).
 
     Its ids are the SentencePiece model's, with the reserved ids
@@ -404,11 +448,6 @@ class SubwordTokenizer(tf.Module):
         return cls(path.read_bytes())
 
     @property
-    def vocab_size(self) -> int:
-        """Actual number of pieces (may be below the size asked for at training)."""
-        return len(self._pieces)
-
-    @property
     def model_bytes(self) -> bytes:
         """The serialized model, to embed in an exported SavedModel."""
         return self._model_bytes
@@ -423,17 +462,7 @@ class SubwordTokenizer(tf.Module):
         Reading stops at the first EOS; pad/bos are dropped; ids outside the
         vocabulary read as ``<unk>`` (the model may be wider than the vocabulary).
         """
-        if isinstance(ids, tf.RaggedTensor):
-            if ids.ragged_rank != 1:
-                raise ValueError(f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}.")
-            ids = ids.to_tensor(default_value=self.pad_id)
-        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
-        rank = ids.shape.rank
-        if rank not in (1, 2):
-            raise ValueError(f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}.")
-        batch = ids if rank == 2 else ids[tf.newaxis]
-        batch = tf.where((batch < 0) | (batch >= self.vocab_size), self.unk_id, batch)
-        before_eos = tf.cumsum(tf.cast(batch == self.eos_id, tf.int32), axis=1) == 0
+        batch, rank, before_eos = self._ids_to_read(ids)
         keep = before_eos & (batch != self.pad_id) & (batch != self.bos_id)
         text = self._tokenizer.detokenize(tf.ragged.boolean_mask(batch, keep))
         return text if rank == 2 else text[0]
@@ -441,17 +470,6 @@ class SubwordTokenizer(tf.Module):
     def id_to_piece(self, ids) -> tf.Tensor:
         """Pieces of ids as a string tensor of the same shape (graph-safe)."""
         return self._tokenizer.id_to_string(tf.cast(ids, tf.int32))
-
-    def piece(self, token_id: int) -> str:
-        """One piece as Python text, e.g. for plot labels."""
-        if not 0 <= int(token_id) < self.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size}).")
-        return self._pieces[int(token_id)]
-
-    def pieces(self, ids) -> list[str]:
-        """Pieces of a 1-D sequence of ids (list, NumPy array or eager tensor) as Python text."""
-        values = ids.numpy() if hasattr(ids, "numpy") else ids
-        return [self.piece(int(i)) for i in values]
 
 
 # Marian (OPUS-MT) checkpoints, as Hugging Face's MarianTokenizer saves them.
@@ -470,7 +488,7 @@ _CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (
              (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
 
 
-class MarianSubwordTokenizer(tf.Module):
+class MarianSubwordTokenizer(_Pieces):
     """Hugging Face's ``MarianTokenizer`` (one side of it) as TensorFlow ops.
 
     Marian splits text with a SentencePiece model but numbers the pieces with
@@ -549,11 +567,6 @@ class MarianSubwordTokenizer(tf.Module):
         self._tokenizer = _SentencepieceTokenizer(self._model_bytes, out_type=tf.string)
 
     @property
-    def vocab_size(self) -> int:
-        """The vocabulary's size (``len(vocab.json)``), the model's embedding rows."""
-        return len(self._pieces)
-
-    @property
     def model_bytes(self) -> bytes:
         """The serialized SentencePiece model."""
         return self._model_bytes
@@ -588,17 +601,7 @@ class MarianSubwordTokenizer(tf.Module):
         Reading stops at the first EOS; special ids are dropped; ids outside
         the vocabulary read as ``<unk>`` (and are dropped with it).
         """
-        if isinstance(ids, tf.RaggedTensor):
-            if ids.ragged_rank != 1:
-                raise ValueError(f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}.")
-            ids = ids.to_tensor(default_value=self.pad_id)
-        ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
-        rank = ids.shape.rank
-        if rank not in (1, 2):
-            raise ValueError(f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}.")
-        batch = ids if rank == 2 else ids[tf.newaxis]
-        batch = tf.where((batch < 0) | (batch >= self.vocab_size), self.unk_id, batch)
-        before_eos = tf.cumsum(tf.cast(batch == self.eos_id, tf.int32), axis=1) == 0
+        batch, rank, before_eos = self._ids_to_read(ids)
         keep = before_eos & tf.logical_not(tf.gather(self._skipped, batch))
         pieces = tf.ragged.boolean_mask(tf.gather(self._piece_tensor, batch), keep)
         text = tf.strings.reduce_join(pieces, axis=1)
@@ -614,17 +617,6 @@ class MarianSubwordTokenizer(tf.Module):
         ids = tf.cast(ids, tf.int32)
         ids = tf.where((ids < 0) | (ids >= self.vocab_size), self.unk_id, ids)
         return tf.gather(self._piece_tensor, ids)
-
-    def piece(self, token_id: int) -> str:
-        """One piece as Python text, e.g. for plot labels."""
-        if not 0 <= int(token_id) < self.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size}).")
-        return self._pieces[int(token_id)]
-
-    def pieces(self, ids) -> list[str]:
-        """Pieces of a 1-D sequence of ids (list, NumPy array or eager tensor) as Python text."""
-        values = ids.numpy() if hasattr(ids, "numpy") else ids
-        return [self.piece(int(i)) for i in values]
 
 
 def _read_json(path: Path):

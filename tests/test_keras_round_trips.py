@@ -336,6 +336,7 @@ NOT_KERAS_OBJECTS = {
     "decoding", "exporters", "kernels", "layers", "native",  # modules
     "PRECISIONS", "with_precision",  # precision names and a function that rebuilds a model in one
     "SubwordTokenizer",  # a tf.Module: tokenizers are saved as SentencePiece model files
+    "MarianSubwordTokenizer", "load_marian_tokenizers",  # a tf.Module and its loader: Marian's own files
     "Translator", "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
     "TrainedModel", "Workdir", "WorkdirError",  # a run's files and a model with its tokenizers
     "paper_adam",  # a factory: it returns a FusedAdam, which is what Keras saves

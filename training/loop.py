@@ -382,7 +382,7 @@ def custom_fit(
                      "already used", backup.directory, done, done * plan.accumulate_steps)
             iterator = iter(dataset.skip(done * plan.accumulate_steps))
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
-    pad_id = model.config.pad_id
+    pad_id = getattr(getattr(model, "config", None), "pad_id", PAD_ID)  # any Keras model trains here
     train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
 
     @tf.function
