@@ -182,3 +182,23 @@ def test_profile_serving_counts_the_ops_and_steps_of_each_decoder(tiny_workdir, 
     assert rows[("greedy", 1)]["steps"] == rows[("greedy", 1)]["output_tokens"]
     assert rows[("greedy", 64)]["steps"] <= rows[("greedy", 64)]["output_tokens"]  # one batch: its longest
     assert rows[("greedy", 1)]["sentences"] == 2 and rows[("greedy", 64)]["sentences"] == 8
+
+
+@pytest.mark.slow
+def test_pretrained_import_runs_each_program_on_a_marian_checkpoint(tmp_path):
+    """A tiny random Marian checkpoint through import and the three exports, each program in
+    its own process; our logits equal PyTorch's."""
+    import json
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from benchmarks import pretrained_import
+
+    out = tmp_path / "report.json"
+    pretrained_import.main(["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "1200",
+                            "--work", str(tmp_path / "work"), "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report["steps"]) == {"import", "saved_model", "tflite", "ctranslate2"}
+    assert all(step["wall_seconds"] > 0 and step["max_rss_mb"] > 0 and step["output_mb"] > 0
+               for step in report["steps"].values())
+    assert report["max_abs_logit_difference"] < 1e-4 and report["cpu"]

@@ -21,7 +21,7 @@ from keras_transformer.data import (count_tokens, make_dataset, pairs_from_list,
                                     source_ids, target_ids)
 from keras_transformer.tokenization import MarianSubwordTokenizer, load_marian_tokenizers
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
-from tests.marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
+from marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 LANGUAGE_CODES = (">>fra<<", ">>deu<<")
