@@ -149,6 +149,15 @@ def test_the_saved_models_greedy_signature_gives_transformers_text(saved_model, 
     assert json.loads(result.stdout.strip().splitlines()[-1]) == hf["texts"]
 
 
+def test_the_saved_model_stores_each_weight_once(saved_model, trained):
+    """TF Serving loads the tf.Variables behind the model, each once (not a second
+    copy through the Keras model's own variables)."""
+    stored = tf.train.list_variables(str(saved_model / "variables" / "variables"))
+    weights = sum(int(np.prod(shape)) for name, shape in stored if name.startswith("model_variables/"))
+    assert weights == sum(int(np.prod(variable.shape)) for variable in trained.model.variables)
+    assert not [name for name, _ in stored if name.startswith("model/")]
+
+
 def test_tflite_ids_equal_the_saved_models(workdir, saved_model, trained, hf, tmp_path):
     """The builtins-only TFLite translator gives generate's ids, and they read as the
     SavedModel's greedy translations."""

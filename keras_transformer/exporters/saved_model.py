@@ -80,7 +80,9 @@ class ExportedTranslator(tf.Module):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-        self.model = model
+        # Only the tf.Variables behind the model are tracked: tracking the Keras model too
+        # would save every weight a second time (its Keras variables serialize their values).
+        self.__dict__["model"] = model
         self.model_variables = raw_variables(model)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
