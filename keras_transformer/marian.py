@@ -69,7 +69,9 @@ import numpy as np
 import yaml
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.files import replace_directory, staging_directory
+from keras_transformer.files import replace_directory, staging_directory, write_through_temp
+from keras_transformer.layers.positional import sinusoidal_table
+from keras_transformer.tokenization import load_marian_tokenizers
 from keras_transformer.workdir import Workdir
 
 PathLike = str | os.PathLike
@@ -283,22 +285,23 @@ def weight_names(config: TransformerConfig, tensors: Mapping[str, np.ndarray]) -
     return names
 
 
-def _check_copies(tensors: Mapping[str, np.ndarray], config: TransformerConfig, used: set[str]) -> None:
-    """Tensors the model does not take must be copies of ones it does (tied
-    embeddings written under several names) or the position tables it computes."""
-    target = "model.shared.weight" if config.share_embeddings else "model.decoder.embed_tokens.weight"
-    target = target if target in tensors else next(iter(sorted(used)))
-    copies = {"model.encoder.embed_tokens.weight": "model.shared.weight",
+def _check_copies(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
+                  names: Mapping[str, tuple[str, bool]]) -> None:
+    """Tensors the model does not take (``names``: ``weight_names``) must be copies
+    of the embeddings it does take (tied embeddings written under several names)
+    or the position tables it computes."""
+    source = names["source_embedding/token_embedding/embeddings"][0]
+    target = names.get("target_embedding/token_embedding/embeddings", (source,))[0]
+    copies = {"model.shared.weight": source, "model.encoder.embed_tokens.weight": source,
               "model.decoder.embed_tokens.weight": target, "lm_head.weight": target}
-    from keras_transformer.layers.positional import sinusoidal_table
-
+    used = {name for name, _ in names.values()}
     for name in sorted(set(tensors) - used):
         if name.endswith("embed_positions.weight"):
             table = sinusoidal_table(tensors[name].shape[0], config.d_model, "halves")
             if tensors[name].shape != table.shape or not np.allclose(tensors[name], table, atol=1e-5):
                 raise CheckpointError(f"the checkpoint's {name} is not Marian's sinusoidal table; "
                                       "only fixed sinusoidal positions can be imported.")
-        elif name in copies and copies[name] in tensors:
+        elif name in copies:
             if not np.array_equal(tensors[name], tensors[copies[name]]):
                 what = "output projection" if name == "lm_head.weight" else "embeddings"
                 raise CheckpointError(f"the checkpoint's {name} differs from {copies[name]}: untied {what} "
@@ -326,7 +329,7 @@ def load_weights(model, tensors: Mapping[str, np.ndarray]) -> None:
             raise CheckpointError(f"{name} has shape {tuple(tensors[name].shape)}, but {path} needs "
                                   f"{tuple(variable.shape)}: config.json does not match the weights.")
         variable.assign(value)
-    _check_copies(tensors, model.config, {names[path][0] for path in weights})
+    _check_copies(tensors, model.config, names)
 
 
 def load_model(checkpoint: MarianCheckpoint | PathLike, allow_pickle: bool = False):
@@ -381,9 +384,6 @@ def import_marian(checkpoint: PathLike, workdir: PathLike, *, max_src_length: in
     Returns:
         The ``Workdir``; ``Workdir(workdir).load()`` gives the translator's parts.
     """
-    from keras_transformer.files import write_through_temp
-    from keras_transformer.tokenization import load_marian_tokenizers
-
     checkpoint = MarianCheckpoint.read(checkpoint, allow_pickle)
     target = Path(workdir)
     if target.exists() and not overwrite:

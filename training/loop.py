@@ -262,6 +262,11 @@ class StepBackup(keras.callbacks.Callback):
             self._save(step, logs)
 
 
+def _pad_id(model: keras.Model) -> int:
+    """The pad id of a ``Transformer``'s config; 0 for other Keras models, which the loop trains too."""
+    return getattr(getattr(model, "config", None), "pad_id", PAD_ID)
+
+
 def _own_rows(batch, pad_id: int):
     """This replica's rows of a global batch (in a replica context)."""
     context = tf.distribute.get_replica_context()
@@ -277,7 +282,7 @@ def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[
     @tf.function
     def run(iterator):
         for batch in iterator:
-            strategy.run(lambda batch: model.test_step(_own_rows(batch, model.config.pad_id)), args=(batch,))
+            strategy.run(lambda batch: model.test_step(_own_rows(batch, _pad_id(model))), args=(batch,))
 
     def evaluate(dataset: tf.data.Dataset) -> dict:
         model.reset_metrics()
@@ -382,7 +387,7 @@ def custom_fit(
                      "already used", backup.directory, done, done * plan.accumulate_steps)
             iterator = iter(dataset.skip(done * plan.accumulate_steps))
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
-    pad_id = getattr(getattr(model, "config", None), "pad_id", PAD_ID)  # any Keras model trains here
+    pad_id = _pad_id(model)
     train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
 
     @tf.function

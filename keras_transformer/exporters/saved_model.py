@@ -50,6 +50,14 @@ def raw_variables(model) -> list[tf.Variable]:
     return [variable.value for variable in model.variables]
 
 
+def attach_model(module: tf.Module, model) -> None:
+    """``module.model = model`` for export, tracking only ``raw_variables(model)``
+    (as ``module.model_variables``): tracking the Keras model too would save
+    every weight a second time (its Keras variables serialize their values)."""
+    module.__dict__["model"] = model
+    module.model_variables = raw_variables(model)
+
+
 class ExportedTranslator(tf.Module):
     """What ``export_saved_model`` saves.
 
@@ -80,10 +88,7 @@ class ExportedTranslator(tf.Module):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-        # Only the tf.Variables behind the model are tracked: tracking the Keras model too
-        # would save every weight a second time (its Keras variables serialize their values).
-        self.__dict__["model"] = model
-        self.model_variables = raw_variables(model)
+        attach_model(self, model)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)

@@ -21,7 +21,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer.decoding import greedy_decode
-from keras_transformer.exporters.saved_model import raw_variables
+from keras_transformer.exporters.saved_model import attach_model
 from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
 from keras_transformer.workdir import as_trained_model
@@ -35,8 +35,7 @@ class TFLiteTranslator(tf.Module):
 
     def __init__(self, model, max_src_length: int, max_tgt_length: int):
         super().__init__(name="tflite_translator")
-        self.model = model
-        self.model_variables = raw_variables(model)
+        attach_model(self, model)
         self.max_src_length = int(max_src_length)
         self.max_tgt_length = int(max_tgt_length)
 
