@@ -64,8 +64,12 @@ def signature_translators(path: Path) -> dict[str, Callable[[list[str]], list[st
             return [text.decode("utf-8") for text in signature(inputs=tf.constant(batch))["translations"].numpy()]
         return translate
 
-    return {"greedy": call(model.signatures["translate_greedy"]),
-            f"beam{beam}": call(model.signatures["serving_default"])}
+    translators = {"greedy": call(model.signatures["translate_greedy"]),
+                   f"beam{beam}": call(model.signatures["serving_default"])}
+    if "translate_xla" in model.signatures:  # an export with xla=True
+        translators.update({"greedy_xla": call(model.signatures["translate_greedy_xla"]),
+                            f"beam{beam}_xla": call(model.signatures["translate_xla"])})
+    return translators
 
 
 def saved_model_rows(path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp) -> list[dict]:

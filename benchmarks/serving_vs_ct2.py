@@ -2,7 +2,8 @@
 
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
-        [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json]
+        [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
+        [--inter-op-threads N] [--intra-op-threads N] [--xla]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -23,6 +24,17 @@ the engines alternating, and each engine keeps its fastest pass: a shared
 machine's slow moments then weigh on neither side. Each row reports
 sentences/s, ms a sentence, BLEU of its outputs, and the SavedModel's time
 over CTranslate2's (``ratio``); ``"passes"`` in the JSON lists every pass.
+
+``--xla`` exports the XLA signatures too (``translate_xla``,
+``translate_greedy_xla``) and times them as a third engine,
+``saved_model_xla``, with a ratio of its own (``ratio_xla``). XLA compiles
+once for each padded batch shape, so that engine first translates the whole
+set once, untimed.
+
+``--inter-op-threads`` and ``--intra-op-threads`` set TensorFlow's thread
+pools (0, the default: TensorFlow's choice, one thread a core for each) as
+TF Serving's ``--tensorflow_inter_op_parallelism`` and
+``--tensorflow_intra_op_parallelism`` set them for a served model.
 """
 
 from __future__ import annotations
@@ -85,10 +97,22 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-1-sentences", type=int, default=200,
                         help="sentences translated one at a time (batch 64 uses all)")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per engine, alternating")
+    parser.add_argument("--inter-op-threads", type=int, default=0,
+                        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
+    parser.add_argument("--intra-op-threads", type=int, default=0,
+                        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
+    parser.add_argument("--xla", action="store_true",
+                        help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.inter_op_threads < 0 or args.intra_op_threads < 0:
+        parser.error("thread counts must be >= 0 (0: TensorFlow's choice)")
+    if args.inter_op_threads:  # before TensorFlow runs its first op
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
     sentences = args.src.read_text(encoding="utf-8").splitlines()
     references = args.ref.read_text(encoding="utf-8").splitlines()
     if len(sentences) != len(references):
@@ -96,7 +120,8 @@ def main(argv=None) -> int:
     trained = Workdir(args.workdir).check().load("fp32")
     max_length = trained.model.config.max_length
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
-        saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha)
+        saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
+                                         xla=args.xla)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
         signatures = signature_translators(saved_model)
         engines = {
@@ -105,6 +130,8 @@ def main(argv=None) -> int:
                                            max_input_length=min(trained.max_src_length, max_length),
                                            max_length=max_length),
         }
+        if args.xla:
+            engines["saved_model_xla"] = {"greedy": signatures["greedy_xla"], "beam": signatures[f"beam{args.beam}_xla"]}
         rows = []
         for decoder in ("greedy", "beam"):
             for batch in BATCHES:
@@ -112,6 +139,8 @@ def main(argv=None) -> int:
                 row = {"decoder": decoder if decoder == "greedy" else f"beam{args.beam}", "batch": batch,
                        "sentences": len(subset)}
                 passes: dict[str, list[float]] = {engine: [] for engine in engines}
+                if "saved_model_xla" in engines:  # one compilation per padded shape, before any timing
+                    timed(engines["saved_model_xla"][decoder], subset, batch)
                 for _ in range(args.repeats):
                     for engine, translators in engines.items():  # back to back
                         outputs, seconds = timed(translators[decoder], subset, batch)
@@ -123,6 +152,12 @@ def main(argv=None) -> int:
                                         "ms_per_sentence": round(1000 * seconds / len(subset), 2),
                                         "passes": times})
                 row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                if "saved_model_xla" in engines:
+                    row["ratio_xla"] = round(row["saved_model_xla"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                    print(f"{row['decoder']:<7} batch {batch:>2}: SavedModel XLA "
+                          f"{row['saved_model_xla']['sentences_per_s']:>7.1f} sent/s "
+                          f"({row['saved_model_xla']['ms_per_sentence']:.1f} ms, BLEU {row['saved_model_xla']['bleu']}): "
+                          f"{row['ratio_xla']}x", flush=True)
                 rows.append(row)
                 print(f"{row['decoder']:<7} batch {batch:>2}: SavedModel {row['saved_model']['sentences_per_s']:>7.1f} "
                       f"sent/s ({row['saved_model']['ms_per_sentence']:.1f} ms, BLEU {row['saved_model']['bleu']}), "
@@ -130,7 +165,8 @@ def main(argv=None) -> int:
                       f"({row['ctranslate2']['ms_per_sentence']:.1f} ms, BLEU {row['ctranslate2']['bleu']}): "
                       f"{row['ratio']}x", flush=True)
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
-              "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__, "results": rows}
+              "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
+              "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads, "results": rows}
     emit(report, args.json)
     return 0
 

@@ -34,6 +34,9 @@ def parse_args(argv=None):
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
     parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
                         help="compute precision of the exported graph (weights are float32 either way)")
+    parser.add_argument("--xla", action="store_true",
+                        help="also export translate_xla and translate_greedy_xla, the decoders compiled by XLA "
+                             "(a server needs XLA for them; the default signatures stay plain graphs)")
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
                                   alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
-                                  progress=True)
+                                  xla=args.xla, progress=True)
         print(path)
         return 0
 

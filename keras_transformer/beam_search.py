@@ -18,7 +18,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer.decoding import (ban_early_eos, ban_tokens, batch_free_shape, decode_limits, decode_loop,
-                                        loose_shape, never_emitted, scatter_rows)
+                                        decoding_steps, loose_shape, never_emitted, scatter_rows)
 from keras_transformer.layers import masked_score_value, padding_mask
 
 _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
@@ -134,8 +134,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     # tile the encoder output batch → batch·k (cross K/V are projected once).
     memory = tf.repeat(model.encode(source_ids, training=False), k, axis=0)
     source_padding = padding_mask(tf.repeat(source_ids, k, axis=0), config.pad_id)
-    cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
-    output_kernel = model.output_kernel()  # read once, outside the loop
+    steps = decoding_steps(model, static_shapes, limit, rows=batch * k)  # weights read once, outside the loop
+    cache = steps.initial_cache(memory)
 
     if static_shapes:
         # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.
@@ -203,45 +203,47 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             source_padding=tf.gather(state.source_padding, kept_beams),
             results=write_results(state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32)))
 
-    def step(state: BeamState) -> BeamState:
-        t = state.step
-        rows = tf.shape(state.alive_seq)[0]
-        last = tf.reshape(last_token(state.alive_seq, t), [-1, 1])
-        logits, cache = model.decode(last, state.cache, state.source_padding,
-                                     cache_index=t if static_shapes else None, training=False,
-                                     output_kernel=output_kernel)
-        step_log_probs = ban_tokens(tf.nn.log_softmax(logits[:, -1, :]), never_emitted(config))
-        step_log_probs = ban_early_eos(step_log_probs, t, min_length, config.eos_id)
-        log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
-        candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
-        # 2k candidates guarantee k that do not end here.
-        top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
-        parents = top_index // vocab
-        tokens = top_index % vocab
-        candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
-        # A hypothesis ends with EOS, or when its sentence reaches its length limit.
-        ended = tf.equal(tokens, eos) | (t + 1 >= state.row_limits)[:, tf.newaxis]
+    def step_with(decode_step):
+        """The loop's step (state → state) with ``decode_step`` computing the logits."""
+        def step(state: BeamState) -> BeamState:
+            t = state.step
+            rows = tf.shape(state.alive_seq)[0]
+            last = tf.reshape(last_token(state.alive_seq, t), [-1])
+            logits, cache = decode_step(last, t, state.cache, state.source_padding)
+            step_log_probs = ban_tokens(tf.nn.log_softmax(logits), never_emitted(config))
+            step_log_probs = ban_early_eos(step_log_probs, t, min_length, config.eos_id)
+            log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
+            candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
+            # 2k candidates guarantee k that do not end here.
+            top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
+            parents = top_index // vocab
+            tokens = top_index % vocab
+            candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
+            # A hypothesis ends with EOS, or when its sentence reaches its length limit.
+            ended = tf.equal(tokens, eos) | (t + 1 >= state.row_limits)[:, tf.newaxis]
 
-        alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
-        alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
-        flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
-        cache = [{"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
-                  "cross": layer["cross"]} for layer in cache]
+            alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
+            alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
+            flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
+            cache = [{"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
+                      "cross": layer["cross"]} for layer in cache]
 
-        penalty = length_penalty(t + 1, alpha)
-        # A settled sentence, waiting to leave (or kept to the end with static shapes), takes no new hypothesis.
-        new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
-        pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
-        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
-        pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
-        pool_flags = tf.concat([state.finished_flags, ended], axis=1)
-        fin_scores, best = tf.math.top_k(pool_scores, k=k)
-        state = state._replace(
-            step=t + 1, alive_seq=alive_seq, alive_log_probs=alive_lp, cache=cache,
-            finished_seq=tf.gather(pool_seq, best, batch_dims=1), finished_scores=fin_scores,
-            finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
-            finished_flags=tf.gather(pool_flags, best, batch_dims=1))
-        return state._replace(done=state.done | settled(state))
+            penalty = length_penalty(t + 1, alpha)
+            # A settled sentence, waiting to leave (or kept to the end with static shapes), takes no new hypothesis.
+            new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
+            pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
+            pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
+            pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
+            pool_flags = tf.concat([state.finished_flags, ended], axis=1)
+            fin_scores, best = tf.math.top_k(pool_scores, k=k)
+            state = state._replace(
+                step=t + 1, alive_seq=alive_seq, alive_log_probs=alive_lp, cache=cache,
+                finished_seq=tf.gather(pool_seq, best, batch_dims=1), finished_scores=fin_scores,
+                finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
+                finished_flags=tf.gather(pool_flags, best, batch_dims=1))
+            return state._replace(done=state.done | settled(state))
+
+        return step
 
     start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
     width = buffer_width if static_shapes else 1
@@ -280,7 +282,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         results=() if static_shapes else Hypotheses(tf.TensorShape([None, k, None]), tf.TensorShape([None, k]),
                                                     tf.TensorShape([None, k])),
     )
-    state = decode_loop(step, leave, start, invariants, lambda state: state.done, limit, static_shapes)
+    state = decode_loop(step_with(steps.many_rows), leave, start, invariants, lambda state: state.done, limit,
+                        static_shapes, few_rows_step=steps.few_rows and step_with(steps.few_rows),
+                        rows=lambda state: tf.size(state.done) * k)
     if static_shapes:  # every sentence kept its row
         results = hypotheses(state, tf.range(batch))
         width = buffer_width

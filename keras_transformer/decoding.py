@@ -7,11 +7,12 @@ static-shape form.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer import kernels
 from keras_transformer.layers import masked_score_value, padding_mask
 
 
@@ -56,6 +57,46 @@ def ban_tokens(log_probs: tf.Tensor, token_ids) -> tf.Tensor:
     return tf.where(banned, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
 
 
+class DecodingSteps(NamedTuple):
+    """The decoding steps a decoder's loop runs: ``step(token_ids [rows] int32,
+    t [] int32, cache, source_padding [rows, src_len]) → (logits [rows,
+    tgt_vocab] float32, cache)``, one new token a row at position ``t``."""
+
+    initial_cache: Callable    # memory [rows, src_len, d_model] → the cache the steps start from
+    many_rows: Callable        # any number of rows
+    few_rows: Callable | None  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
+
+
+def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None) -> DecodingSteps:
+    """The decoding steps for ``model``, set up where the loop is built.
+
+    A growing cache takes ``kernels.decoding_step``, which reads the weights
+    here, once, and runs the step on rank-2 tensors with few graph nodes, with
+    a variant for few rows. A fixed-size cache (static shapes) and models whose
+    settings that kernel does not cover take ``model.decode``, with the tied
+    output kernel read here. All give the same logits
+    (``tests/test_decoding_step.py``). ``limit``: the fixed cache length of
+    static shapes; ``rows``: the cache rows the loop starts with (default:
+    more than ``kernels.FEW_ROWS``).
+    """
+    if not static_shapes and kernels.decoding_step_supported(model):
+        weights = kernels.step_weights(model)
+        output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
+        return DecodingSteps(lambda memory: kernels.initial_cache(model, memory, weights),
+                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
+                             kernels.decoding_step(model, few_rows=True, weights=weights))
+    output_kernel = model.output_kernel()
+
+    def step(token_ids, t, cache, source_padding):
+        logits, cache = model.decode(token_ids[:, tf.newaxis], cache, source_padding,
+                                     cache_index=t if static_shapes else None, training=False,
+                                     output_kernel=output_kernel)
+        return logits[:, -1, :], cache
+
+    return DecodingSteps(lambda memory: model.initial_cache(memory, max_length=limit if static_shapes else None),
+                         step, None)
+
+
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
     """Longest output of each sentence, ``[batch]`` int32: ``max_length`` if given,
     else the sentence's own length + ``extra_length`` (the paper's input + 50),
@@ -97,7 +138,7 @@ class GreedyState(NamedTuple):
     as finished sentences leave (a batch at a time, see ``_LEAVE_FRACTION``)."""
 
     step: tf.Tensor            # [] int32: tokens decoded so far
-    last: tf.Tensor            # [rows, 1] int32: the token each row decodes from
+    last: tf.Tensor            # [rows] int32: the token each row decodes from
     cache: list                # per decoder layer: {"self": [rows, heads, len, depth] keys/values, "cross": ...}
     finished: tf.Tensor        # [rows] bool: the row emitted EOS or reached its length limit
     scores: tf.Tensor          # [rows] float32: summed log-probabilities of the chosen tokens
@@ -120,7 +161,8 @@ def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Te
     return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
 
 
-def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool):
+def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool, few_rows_step=None,
+                rows=None):
     """Run ``step`` (state → state) until every row is ``done(state)`` or
     ``state.step`` reaches ``limit``, and return the last state.
 
@@ -130,6 +172,9 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
     must not change in the steps it waits, which keeps every sentence's
     output independent of its batch. The round's test sits outside the
     decoding step: a branch inside it would cost the executor every step.
+    A round of at most ``kernels.FEW_ROWS`` cache rows (``rows(state)``)
+    runs ``few_rows_step`` where there is one; that choice, too, is made once
+    a round.
     """
     def running(state):
         return tf.logical_and(state.step < limit, tf.logical_not(tf.reduce_all(done(state))))
@@ -143,9 +188,17 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
         return loop(running, step, start)
 
     def round_(state):
-        rows = tf.cast(tf.size(done(state)), tf.float32)
-        due = tf.maximum(1, tf.cast(tf.math.ceil(_LEAVE_FRACTION * rows), tf.int32))
-        state = loop(lambda s: running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due), step, state)
+        count = tf.cast(tf.size(done(state)), tf.float32)
+        due = tf.maximum(1, tf.cast(tf.math.ceil(_LEAVE_FRACTION * count), tf.int32))
+
+        def until_due(s):
+            return running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due)
+
+        if few_rows_step is None:
+            state = loop(until_due, step, state)
+        else:
+            state = tf.cond(rows(state) <= kernels.FEW_ROWS, lambda: loop(until_due, few_rows_step, state),
+                            lambda: loop(until_due, step, state))
         return leave(state)
 
     return loop(running, round_, start)
@@ -184,8 +237,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     batch = tf.shape(source_ids)[0]
     memory = model.encode(source_ids, training=False)
     source_padding = padding_mask(source_ids, config.pad_id)
-    cache = model.initial_cache(memory, max_length=limit if static_shapes else None)
-    output_kernel = model.output_kernel()  # read once, outside the loop
+    steps = decoding_steps(model, static_shapes, limit, rows=batch)  # weights read once, outside the loop
+    cache = steps.initial_cache(memory)
     pad = tf.constant(config.pad_id, tf.int32)
     eos = tf.constant(config.eos_id, tf.int32)
     banned = never_emitted(config)
@@ -214,23 +267,25 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
             source_padding=take(state.source_padding),
             results=write_results(state.results, state, tf.where(state.finished)[:, 0]))
 
-    def step(state: GreedyState) -> GreedyState:
-        t, finished = state.step, state.finished
-        logits, cache = model.decode(state.last, state.cache, state.source_padding,
-                                     cache_index=t if static_shapes else None, training=False,
-                                     output_kernel=output_kernel)
-        log_probs = ban_tokens(tf.nn.log_softmax(logits[:, -1, :]), banned)
-        log_probs = ban_early_eos(log_probs, t, min_length, config.eos_id)
-        chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        chosen = tf.where(finished, pad, chosen)
-        scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
-        finished = finished | tf.equal(chosen, eos) | (t + 1 >= state.row_limits)
-        return state._replace(step=t + 1, last=chosen[:, tf.newaxis], cache=cache, finished=finished,
-                              scores=scores, tokens=write(state.tokens, chosen, t))
+    def step_with(decode_step):
+        """The loop's step (state → state) with ``decode_step`` computing the logits."""
+        def step(state: GreedyState) -> GreedyState:
+            t, finished = state.step, state.finished
+            logits, cache = decode_step(state.last, t, state.cache, state.source_padding)
+            log_probs = ban_tokens(tf.nn.log_softmax(logits), banned)
+            log_probs = ban_early_eos(log_probs, t, min_length, config.eos_id)
+            chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+            chosen = tf.where(finished, pad, chosen)
+            scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
+            finished = finished | tf.equal(chosen, eos) | (t + 1 >= state.row_limits)
+            return state._replace(step=t + 1, last=chosen, cache=cache, finished=finished,
+                                  scores=scores, tokens=write(state.tokens, chosen, t))
+
+        return step
 
     start = GreedyState(
         step=tf.constant(0),
-        last=tf.fill([batch, 1], tf.constant(config.bos_id, tf.int32)),
+        last=tf.fill([batch], tf.constant(config.bos_id, tf.int32)),
         cache=cache,
         finished=tf.zeros([batch], tf.bool),
         scores=tf.zeros([batch], tf.float32),
@@ -242,7 +297,7 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     )
     invariants = GreedyState(
         step=tf.TensorShape([]),
-        last=tf.TensorShape([None, 1]),
+        last=tf.TensorShape([None]),
         cache=tf.nest.map_structure(batch_free_shape if static_shapes else loose_shape, cache),
         finished=tf.TensorShape([None]),
         scores=tf.TensorShape([None]),
@@ -252,7 +307,9 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         source_padding=tf.TensorShape([None, None]),
         results=() if static_shapes else (tf.TensorShape([None, None]), tf.TensorShape([None])),
     )
-    state = decode_loop(step, leave, start, invariants, lambda state: state.finished, limit, static_shapes)
+    state = decode_loop(step_with(steps.many_rows), leave, start, invariants, lambda state: state.finished, limit,
+                        static_shapes, few_rows_step=steps.few_rows and step_with(steps.few_rows),
+                        rows=lambda state: tf.size(state.finished))
     if static_shapes:  # every sentence kept its row
         return state.tokens, state.scores
     tokens, scores = write_results(state.results, state, tf.range(tf.shape(state.finished)[0]))

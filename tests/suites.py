@@ -18,6 +18,7 @@ LIBRARY_TESTS = [
     "tests/test_config.py",
     "tests/test_data.py",
     "tests/test_decoding.py",
+    "tests/test_decoding_step.py",
     "tests/test_doctests.py",
     "tests/test_fast_layers.py",
     "tests/test_feed_forward.py",
@@ -90,6 +91,7 @@ QUICK_TESTS = [
     "tests/test_doctests.py",
     "tests/test_packaging.py",
     "tests/test_decoding.py::test_cached_greedy_equals_full_recompute",
+    "tests/test_decoding_step.py::test_fast_step_gives_the_logits_and_cache_of_decode",
     "tests/test_beam_search.py::test_beam_scores_are_the_models_log_probabilities",
 ]
 

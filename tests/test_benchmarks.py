@@ -136,8 +136,9 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
 
 
 def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path):
-    """Both engines translate the same sentences, strings in and out, greedy and beam at
-    batch 64 and 1; greedy outputs agree (CTranslate2 reproduces our greedy decoder)."""
+    """Both engines, and the SavedModel's XLA signatures, translate the same sentences,
+    strings in and out, greedy and beam at batch 64 and 1; greedy outputs agree
+    (CTranslate2 reproduces our greedy decoder, and XLA the graph's)."""
     import json
 
     pytest.importorskip("ctranslate2")
@@ -150,7 +151,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     out = tmp_path / "serving.json"
     assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
                                 "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
-                                "--batch-1-sentences", "3", "--repeats", "2", "--json", str(out)]) == 0
+                                "--batch-1-sentences", "3", "--repeats", "2", "--xla", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
@@ -158,6 +159,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     for row in rows.values():
         assert row["ratio"] > 0 and row["saved_model"]["sentences_per_s"] > 0
         assert len(row["saved_model"]["passes"]) == 2 and row["saved_model"]["seconds"] == min(row["saved_model"]["passes"])
+        assert row["ratio_xla"] > 0 and row["saved_model_xla"]["bleu"] == row["saved_model"]["bleu"]
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
     assert report["cpu"] and report["beam"] == 2

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -217,3 +218,18 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         scores = json.loads(out.read_text())
         assert scores["decoding"] == decoding and scores["sentences"] == 8
+
+
+def test_xla_signatures_translate_as_the_plain_ones(workdir, export_dir, tmp_path):
+    from keras_transformer.exporters import export_saved_model
+
+    assert not {"translate_xla", "translate_greedy_xla"} & set(tf.saved_model.load(str(export_dir)).signatures)
+    path = export_saved_model(workdir, tmp_path / "xla", beam_size=3, xla=True)
+    signatures = tf.saved_model.load(str(path)).signatures
+    # 3 sentences (padded to 4 rows), then 5 (padded to 8) with one longer than the 16-token bucket.
+    for batch in (SENTENCES, SENTENCES + ["the farmer sleeps", " ".join(SENTENCES * 2)]):
+        inputs = tf.constant(batch)
+        for plain, compiled in (("serving_default", "translate_xla"), ("translate_greedy", "translate_greedy_xla")):
+            expected, got = signatures[plain](inputs=inputs), signatures[compiled](inputs=inputs)
+            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4)

@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 WARMUP_SENTENCES = ("Hello world.", "")
 SIGNATURE = "serving_default"
 INPUT_KEY = "inputs"
+# The XLA signatures pad a batch to one of these sizes (beyond the last, to a multiple of it) and
+# its sources to a multiple of XLA_LENGTH_BUCKET tokens: XLA compiles once for each shape it meets.
+XLA_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+XLA_LENGTH_BUCKET = 16
 
 
 def raw_variables(model) -> list[tf.Variable]:
@@ -75,6 +79,15 @@ class ExportedTranslator(tf.Module):
             ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
             source]``: the last decoder layer's cross-attention, averaged over
             heads (for plotting alignments).
+        ``translate_xla``, ``translate_greedy_xla`` (with ``xla=True`` only):
+            ``serving_default`` and ``translate_greedy`` with the decoder
+            compiled by XLA (``jit_compile``): the static-shape decoders, the
+            batch padded to ``XLA_ROW_BUCKETS`` rows (copies of its first
+            sentence) and the sources to a multiple of ``XLA_LENGTH_BUCKET``
+            tokens, so XLA compiles once for each such shape it meets. The
+            same translations. They need a server that runs XLA on its
+            device (TF Serving: ``--xla_cpu_compilation_enabled`` on a CPU);
+            the other signatures never do.
 
     Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
     as in training; an empty sentence translates to ""; sources longer than
@@ -84,7 +97,7 @@ class ExportedTranslator(tf.Module):
     def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None,
-                 vocabulary_paths: dict[str, Path] | None = None):
+                 vocabulary_paths: dict[str, Path] | None = None, xla: bool = False):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
@@ -97,6 +110,13 @@ class ExportedTranslator(tf.Module):
         self.alpha = float(alpha)
         self.extra_length = int(extra_length)
         self.stopping = check_stopping(stopping)
+        self.xla = bool(xla)
+        if self.xla:  # only then: the default export holds no XLA function at all
+            strings = [tf.TensorSpec([None], tf.string, name="inputs")]
+            self.translate_xla = tf.function(lambda inputs: self._translate(inputs, xla=True),
+                                             input_signature=strings)
+            self.translate_greedy_xla = tf.function(lambda inputs: self._translate(inputs, beam_size=1, xla=True),
+                                                    input_signature=strings)
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
         if src_model_path is not None:
             self.source_spm = tf.saved_model.Asset(str(src_model_path))
@@ -109,6 +129,31 @@ class ExportedTranslator(tf.Module):
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
         return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping)
+
+    def _decode_xla(self, source_ids, beam_size=None):
+        """``_decode`` by the static-shape decoders under XLA, on a batch padded
+        to bucket sizes (see ``translate_xla``); the same outputs."""
+        beam_size = self.beam_size if beam_size is None else beam_size
+        config = self.model.config
+        rows, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        buckets = tf.constant(XLA_ROW_BUCKETS)
+        largest = XLA_ROW_BUCKETS[-1]
+        padded_rows = tf.where(rows > largest, -(-rows // largest) * largest,
+                               tf.gather(buckets, tf.argmax(tf.cast(buckets >= rows, tf.int32))))
+        padded_length = -(-length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
+        ids = tf.pad(source_ids, [[0, 0], [0, padded_length - length]], constant_values=config.pad_id)
+        # Extra rows copy the first sentence: they end when it does, so they add no steps.
+        ids = tf.concat([ids, tf.repeat(ids[:1], padded_rows - rows, axis=0)], axis=0)
+        longest_source = -(-self.max_src_length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
+        buffer = min(longest_source + self.extra_length, config.max_length)  # every row's own limit fits
+
+        @tf.function(jit_compile=True)
+        def decode(ids):
+            return best_ids(self.model, ids, beam_size, self.alpha, self.extra_length, buffer_length=buffer,
+                            stopping=self.stopping)
+
+        target_ids, scores = decode(ids)
+        return target_ids[:rows], scores[:rows]
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):
@@ -123,9 +168,9 @@ class ExportedTranslator(tf.Module):
             default_value=self.model.config.pad_id)
         return text, tf.cast(ids, tf.int32)
 
-    def _translate(self, inputs, beam_size=None):
+    def _translate(self, inputs, beam_size=None, xla: bool = False):
         text, source_ids = self._source_ids(inputs)
-        target_ids, scores = self._decode(source_ids, beam_size)
+        target_ids, scores = (self._decode_xla if xla else self._decode)(source_ids, beam_size)
         translations = self.tgt_tokenizer.detokenize(target_ids)
         empty = tf.equal(tf.strings.length(text), 0)
         return {
@@ -164,12 +209,15 @@ class ExportedTranslator(tf.Module):
         }
 
     def signatures(self) -> dict:
-        return {
+        signatures = {
             SIGNATURE: self.translate,
             "translate_greedy": self.translate_greedy,
             "translate_ids": self.translate_ids,
             "cross_attention": self.cross_attention,
         }
+        if self.xla:
+            signatures.update(translate_xla=self.translate_xla, translate_greedy_xla=self.translate_greedy_xla)
+        return signatures
 
 
 def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path, Path]:
@@ -201,7 +249,7 @@ def vocabulary_files(directory: Path) -> dict[str, Path]:
 def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
                        alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
-                       progress: bool = False) -> Path:
+                       xla: bool = False, progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -217,6 +265,9 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
         precision: the graph's compute precision. fp32 runs on every server;
             bf16 is faster only on hardware with bf16 units (AVX512-BF16/AMX,
             TPU, recent GPUs). Weights are float32 either way.
+        xla: also export ``translate_xla`` and ``translate_greedy_xla``, the
+            decoders compiled by XLA (see ``ExportedTranslator``); the default
+            signatures stay plain graphs either way.
         progress: show a progress bar (needs ``tqdm``).
     """
     out = Path(out)
@@ -243,7 +294,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                     trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
                     max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
                     src_model_path=src_path, tgt_model_path=tgt_path,
-                    vocabulary_paths=vocabulary_files(Path(spm_dir)))
+                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla)
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())
                 bar.update()

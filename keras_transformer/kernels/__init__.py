@@ -23,6 +23,9 @@ kernel                                 what it does, and who calls it
                                        gradient: ``Transformer.train_step``
 ``FusedAdam``                          Adam's update as one kernel a variable:
                                        ``paper_adam``
+``decoding_step``                      one token of ``Transformer.decode`` against a
+                                       growing cache, weights read once, rank-2
+                                       products: ``decoding.decoding_steps``
 ``native``                             the opt-in C++ ops and their build cache
 =====================================  =====================================================
 
@@ -35,20 +38,29 @@ once whether the training step fuses the output projection with the loss
 
 from keras_transformer.kernels import native
 from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
+from keras_transformer.kernels.decoding_step import (FEW_ROWS, decoding_step, initial_cache, step_weights,
+                                                     tied_output_kernel)
+from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
 from keras_transformer.kernels.projection import as_rows, from_rows, project, transposed_product
 
 __all__ = [
+    "FEW_ROWS",
     "FusedAdam",
     "as_rows",
+    "decoding_step",
+    "decoding_step_supported",
     "dropout",
     "from_rows",
+    "initial_cache",
     "layer_norm",
     "native",
     "project",
     "projected_smoothed_cross_entropy",
     "smoothed_cross_entropy",
+    "step_weights",
+    "tied_output_kernel",
     "transposed_product",
 ]

@@ -1,0 +1,317 @@
+"""One decoding step as few graph nodes as possible: the model's weights read once,
+before the decoding loop, and every product on rank-2 ``[rows, d_model]`` tensors.
+
+``Transformer.decode`` runs the paper's layers, which read their variables,
+scale the query kernel, reshape to rank 2 and back and build masks at every
+call. In a ``tf.while_loop`` that runs once a token, and at a few rows a step
+is mostly executor overhead: the nodes, not the arithmetic, set the time.
+``decoding_step(model)`` does that work once, outside the loop, and returns a
+step of plain TensorFlow ops that computes what ``Transformer.decode`` computes
+for one new token against a growing cache (the tests compare the two):
+
+* the self-attention query, key and value come from one product with the
+  three kernels side by side (the query's ``1/√d_k`` folded in, as the layer
+  folds it);
+* heads split and merge by a reshape of a single position: no transposes;
+* no self-attention mask (a new token may attend to every cached one), and the
+  source's padding becomes one additive bias a step, shared by all layers;
+* LayerNorm, softmax and the logits in float32 as in the layers, so mixed
+  precision gives the same values too.
+
+The cache is ``Transformer.initial_cache``'s (self-attention keys and values
+``[rows, heads, len, depth]``, growing by one position a step), so decoders
+reorder and shrink it as before. The ops are portable (CPU, GPU, TPU, XLA);
+static-shape decoding (a fixed-size cache written in place) keeps
+``Transformer.decode``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.kernels.layer_norm import layer_norm
+
+
+class Norm(NamedTuple):
+    gamma: tf.Tensor    # [d_model] float32
+    beta: tf.Tensor     # [d_model] float32
+    epsilon: float
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's weights in the compute dtype (norms in float32)."""
+
+    self_qkv: tuple        # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
+    self_output: tuple     # ([d_model, d_model], [d_model] | None)
+    self_norm: Norm
+    cross_query: tuple     # ([d_model, d_model], [d_model] | None): scaled by 1/√d_k
+    cross_output: tuple
+    cross_norm: Norm
+    inner: tuple           # ([d_model, d_ff], [d_ff] | None)
+    outer: tuple           # ([d_ff, d_model], [d_model] | None)
+    ffn_norm: Norm
+
+
+class StepWeights(NamedTuple):
+    """Everything a step reads, read once before the loop."""
+
+    embeddings: tf.Tensor        # [tgt_vocab, d_model] compute dtype
+    positions: tf.Tensor         # [max_length, d_model] compute dtype
+    layers: tuple                # LayerWeights per decoder layer
+    cross_key_value: tuple       # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
+    final_norm: Norm | None      # pre-LN stacks only
+    output: tuple                # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
+    #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
+    final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
+
+
+def _dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
+    kernel = tf.cast(dense.kernel, dtype)
+    bias = None if dense.bias is None else tf.cast(dense.bias, dtype)
+    if scale != 1.0:
+        factor = tf.constant(scale, dtype)
+        kernel = kernel * factor
+        bias = None if bias is None else bias * factor
+    return kernel, bias
+
+
+def _norm(layer) -> Norm:
+    return Norm(tf.cast(layer.gamma, tf.float32), tf.cast(layer.beta, tf.float32), float(layer.epsilon))
+
+
+def _plain_norm(layer) -> bool:
+    """A LayerNorm the kernel reproduces: the last axis, centred and scaled."""
+    return list(layer.axis) == [-1] and layer.gamma is not None and layer.beta is not None \
+        and not layer.rms_scaling
+
+
+def supported(model) -> bool:
+    """Whether ``decoding_step`` reproduces ``model.decode``: no quantized
+    projection, no unusual LayerNorm, no activation the kernel does not know."""
+    decoder = model.decoder
+    denses, norms = [], []
+    for layer in decoder.layer_stack:
+        for attention in (layer.self_attention, layer.cross_attention):
+            denses += [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
+        denses += [layer.feed_forward.inner_dense, layer.feed_forward.outer_dense]
+        norms += [layer.self_attention_norm, layer.cross_attention_norm, layer.feed_forward_norm]
+    if model.output_projection is not None:
+        denses.append(model.output_projection)
+    if decoder.final_norm is not None:
+        norms.append(decoder.final_norm)
+    return (all(dense.quantization_mode is None for dense in denses) and all(_plain_norm(norm) for norm in norms)
+            and not model.target_embedding.learned_positions)
+
+
+def step_weights(model) -> StepWeights:
+    """The weights of ``model``'s decoder, output projection and target
+    embedding, read (and cast, scaled, concatenated) once."""
+    dtype = model.compute_dtype
+    layers = []
+    for layer in model.decoder.layer_stack:
+        attention, cross = layer.self_attention, layer.cross_attention
+        scale = 1.0 / float(attention.depth) ** 0.5
+        q_kernel, q_bias = _dense_weights(attention.query_dense, dtype, scale)
+        k_kernel, k_bias = _dense_weights(attention.key_dense, dtype)
+        v_kernel, v_bias = _dense_weights(attention.value_dense, dtype)
+        qkv_bias = None if q_bias is None else tf.concat([q_bias, k_bias, v_bias], axis=0)
+        layers.append(LayerWeights(
+            self_qkv=(tf.concat([q_kernel, k_kernel, v_kernel], axis=1), qkv_bias),
+            self_output=_dense_weights(attention.output_dense, dtype),
+            self_norm=_norm(layer.self_attention_norm),
+            cross_query=_dense_weights(cross.query_dense, dtype, 1.0 / float(cross.depth) ** 0.5),
+            cross_output=_dense_weights(cross.output_dense, dtype),
+            cross_norm=_norm(layer.cross_attention_norm),
+            inner=_dense_weights(layer.feed_forward.inner_dense, dtype),
+            outer=_dense_weights(layer.feed_forward.outer_dense, dtype),
+            ffn_norm=_norm(layer.feed_forward_norm),
+        ))
+    cross_kernels, cross_biases = [], []
+    for layer in model.decoder.layer_stack:
+        for dense in (layer.cross_attention.key_dense, layer.cross_attention.value_dense):
+            kernel, bias = _dense_weights(dense, dtype)
+            cross_kernels.append(kernel)
+            cross_biases.append(tf.zeros([kernel.shape[1]], dtype) if bias is None else bias)
+    embedding = model.target_embedding
+    if model.output_projection is not None:
+        output = _dense_weights(model.output_projection, dtype)
+    else:
+        output = (None, None)  # the tied embedding
+    return StepWeights(
+        embeddings=tf.cast(embedding.embeddings, dtype),
+        positions=tf.constant(embedding.position_table, dtype),
+        layers=tuple(layers),
+        cross_key_value=(tf.concat(cross_kernels, axis=1), tf.concat(cross_biases, axis=0)),
+        final_norm=None if model.decoder.final_norm is None else _norm(model.decoder.final_norm),
+        output=output,
+        final_logits_bias=None if model.final_logits_bias is None else tf.cast(model.final_logits_bias, tf.float32),
+    )
+
+
+def _project(x, weights, activation=None):
+    kernel, bias = weights
+    y = tf.matmul(x, kernel)
+    if bias is not None:
+        y = tf.nn.bias_add(y, bias)
+    return activation(y) if activation is not None else y
+
+
+def initial_cache(model, memory, weights: StepWeights) -> list:
+    """``Transformer.initial_cache(memory)`` (a growing cache) with every
+    layer's cross-attention keys and values from one product and one
+    transpose, instead of a product and a transpose for each."""
+    config = model.config
+    heads, depth, layers = config.num_heads, config.d_model // config.num_heads, len(weights.layers)
+    rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
+    projected = _project(tf.reshape(memory, [-1, config.d_model]), weights.cross_key_value)
+    projected = tf.reshape(projected, [rows, length, 2 * layers, heads, depth])
+    keys_values = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))  # 2·layers × [rows, heads, len, depth]
+    empty = tf.zeros([rows, heads, 0, depth], memory.dtype)
+    return [{"self": {"key": empty, "value": empty},
+             "cross": {"key": keys_values[2 * i], "value": keys_values[2 * i + 1]}} for i in range(layers)]
+
+
+def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
+    """The tied output kernel ``[d_model, tgt_vocab]`` (the embedding,
+    transposed) for the steps over more than ``FEW_ROWS`` rows, made once,
+    before the loop, and only when the batch has that many ``rows`` (an empty
+    ``[d_model, 0]`` otherwise: no step reads it then, since rows only
+    leave). Steps of few rows multiply by the embedding transposed in the
+    product instead, as fast at one row and not much slower at a few, while
+    the copy costs about a millisecond a call for an 8,000-piece vocabulary
+    (``benchmarks/README.md``); ``None`` for an untied output layer."""
+    if weights.output[0] is not None:
+        return None
+    embeddings = weights.embeddings
+    return tf.cond(rows > FEW_ROWS, lambda: tf.transpose(embeddings),
+                   lambda: tf.zeros([embeddings.shape[1], 0], embeddings.dtype))
+
+
+# At most this many cache rows, a float32 step attends by broadcast products and sums
+# (``few_rows``); above it, by batched matmuls and softmax.
+FEW_ROWS = 16
+
+
+def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
+                  output_kernel: tf.Tensor | None = None) -> Callable:
+    """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
+    → (logits [rows, tgt_vocab] float32, cache)``: ``model.decode`` for one new
+    token per row at ``position`` (the cache's length), against a growing cache.
+
+    Call it where the decoder sets up its loop (inside the same
+    ``tf.function``): the weights are read then, once (or pass ``weights``,
+    ``step_weights(model)``, to share them between steps). ``supported(model)``
+    says whether the model's settings allow it. ``output_kernel``: for a
+    tied output layer, ``tied_output_kernel``'s; without it the logits come
+    from the embedding transposed in the product.
+
+    ``few_rows=True`` computes each head's single-query attention by a
+    broadcast product and a sum, and its softmax from ``exp``, for steps of at
+    most ``FEW_ROWS`` rows (in float32; other dtypes keep the matmuls). The
+    same values; TensorFlow's oneDNN build runs a ``BatchMatMul`` or a
+    ``Softmax`` of such a size in tens of microseconds, about the time of the
+    whole product-and-sum, and a step has sixteen and eight of them. With
+    many rows the matmuls are faster (``benchmarks/README.md``).
+    """
+    from keras_transformer.layers.attention import masked_score_value  # layers import kernels
+
+    weights = step_weights(model) if weights is None else weights
+    config = model.config
+    dtype = model.compute_dtype
+    heads = config.num_heads
+    d_model = config.d_model
+    depth = d_model // heads
+    scale = tf.constant(model.target_embedding.scale, dtype)
+    norm_first = model.decoder.norm_first
+    activation = model.decoder.layer_stack[0].feed_forward.inner_dense.activation
+    relu = activation is keras.activations.relu
+    masked = masked_score_value(tf.float32)
+
+    def split(x):  # [rows, d_model] → [rows, heads, 1, depth]: one position, no transpose
+        return tf.reshape(x, [-1, heads, 1, depth])
+
+    few_rows = few_rows and dtype == "float32"
+
+    def attend(q, key, value, bias=None, has_key=None):
+        if few_rows:
+            return attend_by_sums(q, key, value, bias, has_key)
+        scores = tf.cast(tf.matmul(split(q), key, transpose_b=True), tf.float32)
+        if bias is not None:
+            scores += bias
+        attended = tf.matmul(tf.cast(tf.nn.softmax(scores), value.dtype), value)
+        if has_key is not None:
+            attended *= tf.cast(has_key, attended.dtype)
+        return tf.reshape(attended, [-1, d_model])
+
+    def attend_by_sums(q, key, value, bias=None, has_key=None):
+        scores = tf.reduce_sum(split(q) * key, axis=-1)  # [rows, heads, len]
+        if bias is not None:
+            scores += bias
+        exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
+        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
+        attended = tf.reduce_sum(weights[..., tf.newaxis] * value, axis=2)  # [rows, heads, depth]
+        if has_key is not None:
+            attended *= tf.cast(has_key, attended.dtype)
+        return tf.reshape(attended, [-1, d_model])
+
+    def norm(x, n: Norm):
+        return tf.cast(layer_norm(tf.cast(x, tf.float32), n.gamma, n.beta, n.epsilon, with_gradient=False), dtype)
+
+    def residual(x, sublayer, n: Norm):
+        if norm_first:
+            return x + sublayer(norm(x, n))
+        return norm(x + sublayer(x), n)
+
+    def ffn(h, layer: LayerWeights):
+        kernel, bias = layer.inner
+        inner = tf.matmul(h, kernel)
+        if bias is not None:
+            inner = tf.nn.bias_add(inner, bias)
+        inner = tf.nn.relu(inner) if relu else activation(inner)
+        return _project(inner, layer.outer)
+
+    def step(token_ids, position, cache, source_padding):
+        x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
+        real = tf.expand_dims(tf.cast(source_padding, tf.bool), 1)  # [rows, 1, src_len]
+        if not few_rows:
+            real = tf.expand_dims(real, 1)  # [rows, 1, 1, src_len]: a head axis and a query axis
+        source_bias = tf.where(real, 0.0, masked)
+        has_key = tf.reduce_any(real, axis=-1, keepdims=True)
+        new_cache = []
+        for layer, layer_cache in zip(weights.layers, cache):
+            self_cache = {}
+
+            def self_attention(h, layer=layer, layer_cache=layer_cache, self_cache=self_cache):
+                q, k, v = tf.split(_project(h, layer.self_qkv), 3, axis=1)
+                self_cache["key"] = tf.concat([layer_cache["self"]["key"], split(k)], axis=2)
+                self_cache["value"] = tf.concat([layer_cache["self"]["value"], split(v)], axis=2)
+                return _project(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
+
+            def cross_attention(h, layer=layer, layer_cache=layer_cache):
+                cross = layer_cache["cross"]
+                q = _project(h, layer.cross_query)
+                return _project(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
+
+            x = residual(x, self_attention, layer.self_norm)
+            x = residual(x, cross_attention, layer.cross_norm)
+            x = residual(x, lambda h, layer=layer: ffn(h, layer), layer.ffn_norm)
+            new_cache.append({"self": self_cache, "cross": layer_cache["cross"]})
+        if weights.final_norm is not None:
+            x = norm(x, weights.final_norm)
+        kernel, bias = weights.output
+        if kernel is not None:
+            logits = _project(x, weights.output)
+        elif output_kernel is not None and not few_rows:
+            logits = tf.matmul(x, output_kernel)
+            logits.set_shape([None, weights.embeddings.shape[0]])
+        else:
+            logits = tf.matmul(x, weights.embeddings, transpose_b=True)
+        logits = tf.cast(logits, tf.float32)
+        if weights.final_logits_bias is not None:
+            logits = logits + weights.final_logits_bias
+        return logits, new_cache
+
+    return step

@@ -1,0 +1,147 @@
+"""The decoders' fast step (``kernels.decoding_step``) against ``Transformer.decode``:
+the same logits and cache, token after token, for every model option the step
+covers, under float32 and mixed bfloat16; the fallback for what it does not
+cover; and a loop body that reads no variable."""
+
+import collections
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_transformer as kt
+from keras_transformer import kernels
+from keras_transformer.beam_search import beam_search
+from keras_transformer.decoding import decoding_steps, greedy_decode
+from keras_transformer.layers import padding_mask
+from keras_transformer.precision import with_precision
+
+VOCAB = 40
+SMALL = dict(vocab_size=VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32, dropout=0.0)
+MARIAN = dict(share_embeddings=True, tie_embeddings=True, activation="swish", position_encoding="halves",
+              embedding_scale=1.0, final_logits_bias=True, layer_norm_epsilon=1e-5, eos_id=0, unk_id=1,
+              pad_id=VOCAB - 1, bos_id=VOCAB - 1)
+VARIANTS = {
+    "paper": {},
+    "pre_ln": dict(norm_first=True),
+    "gelu_untied": dict(activation="gelu", tie_embeddings=False, share_embeddings=False),
+    "marian": MARIAN,
+    "untied_with_final_bias": dict(tie_embeddings=False, final_logits_bias=True),
+}
+
+
+def randomized_model(seed=0, **overrides) -> kt.Transformer:
+    """A tiny model with every weight (biases and LayerNorm parameters too)
+    moved off its initial value, so that a weight the step misplaces shows."""
+    keras.utils.set_random_seed(seed)
+    model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", **{**SMALL, **overrides}))
+    model.build()
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        value = variable.numpy()
+        variable.assign((value + rng.normal(0.0, 0.3 if value.ndim == 1 else 0.1, value.shape)).astype(value.dtype))
+    return model
+
+
+def sources(config, seed=0):
+    """Three sources ending with EOS, two of them padded."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(3, VOCAB - 2, size=(3, 6)).astype("int32")
+    for row, length in zip(src, (6, 4, 2)):
+        row[length - 1] = config.eos_id
+        row[length:] = config.pad_id
+    return tf.constant(src)
+
+
+def step_by_step(model, step, src, tokens, initial_cache=None):
+    """Logits ``[steps, rows, vocab]`` and the last cache of ``step`` fed ``tokens`` ``[rows, steps]``,
+    from ``initial_cache(memory)`` (default: ``model.initial_cache``)."""
+    memory = model.encode(src, training=False)
+    cache = (initial_cache or model.initial_cache)(memory)
+    source_padding = padding_mask(src, model.config.pad_id)
+    outputs = []
+    for t in range(tokens.shape[1]):
+        logits, cache = step(tf.constant(tokens[:, t]), tf.constant(t), cache, source_padding)
+        outputs.append(logits.numpy())
+    return np.stack(outputs), cache
+
+
+@pytest.mark.parametrize("rows", ["many_rows", "few_rows"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
+    model = randomized_model(1, **VARIANTS[variant])
+    assert kernels.decoding_step_supported(model)
+    src = sources(model.config)
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(3, VOCAB - 2, size=(3, 5)).astype("int32")
+    tokens[:, 0] = model.config.bos_id
+    steps = decoding_steps(model)
+    fast, fast_cache = step_by_step(model, getattr(steps, rows), src, tokens, steps.initial_cache)
+    reference, reference_cache = step_by_step(model, _decode_growing(model), src, tokens)
+    np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=2e-5)
+    for fast_layer, layer in zip(fast_cache, reference_cache):
+        for part in ("self", "cross"):
+            for name in ("key", "value"):
+                np.testing.assert_allclose(fast_layer[part][name].numpy(), layer[part][name].numpy(),
+                                           rtol=1e-5, atol=2e-5)
+    assert fast_cache[0]["self"]["key"].shape[2] == tokens.shape[1]
+
+
+def _decode_growing(model):
+    """``model.decode`` against a growing cache, one token a row."""
+    def step(token_ids, t, cache, source_padding):
+        logits, cache = model.decode(token_ids[:, tf.newaxis], cache, source_padding, training=False)
+        return logits[:, -1, :], cache
+    return step
+
+
+def test_fast_step_under_mixed_bfloat16_matches_decode():
+    model = with_precision(randomized_model(3), "bf16")
+    assert model.compute_dtype == "bfloat16"
+    src = sources(model.config, 3)
+    tokens = np.array([[model.config.bos_id, 5, 6, 7]] * 3, np.int32)
+    fast, cache = step_by_step(model, kernels.decoding_step(model, few_rows=True), src, tokens)
+    reference, _ = step_by_step(model, _decode_growing(model), src, tokens)
+    assert fast.dtype == np.float32 and cache[0]["self"]["key"].dtype == tf.bfloat16
+    # The same ops in the same dtypes: bf16 products may round differently when fused.
+    np.testing.assert_allclose(fast, reference, rtol=0.05, atol=0.1)
+    assert (fast.argmax(-1) == reference.argmax(-1)).mean() > 0.9
+
+
+def test_a_quantized_model_decodes_through_decode():
+    model = randomized_model(4)
+    model.decoder.layer_stack[0].feed_forward.inner_dense.quantize("int8", type_check=False)
+    assert not kernels.decoding_step_supported(model)
+    src = sources(model.config, 4)
+    tokens = np.array([[model.config.bos_id, 5, 6]] * 3, np.int32)
+    steps = decoding_steps(model)
+    assert steps.few_rows is None
+    fallback, _ = step_by_step(model, steps.many_rows, src, tokens)
+    reference, _ = step_by_step(model, _decode_growing(model), src, tokens)
+    np.testing.assert_allclose(fallback, reference, rtol=1e-6, atol=1e-6)
+    assert greedy_decode(model, src, max_length=6)[0].shape[0] == 3
+
+
+def _loop_bodies(function, spec) -> list[collections.Counter]:
+    """The op types of each decoding-step loop body (the while bodies that run the decoder)."""
+    graph = function.get_concrete_function(spec).graph.as_graph_def()
+    bodies = [collections.Counter(node.op for node in f.node_def) for f in graph.library.function
+              if "while_body" in f.signature.name]
+    return [ops for ops in bodies if ops["MatMul"]]
+
+
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_the_decoding_loop_reads_no_variable_and_has_no_shape_arithmetic(decoder):
+    model = randomized_model(5)
+    spec = tf.TensorSpec([None, None], tf.int32)
+    decode = ((lambda s: greedy_decode(model, s)[0]) if decoder == "greedy"
+              else (lambda s: beam_search(model, s, beam_size=3).tokens))
+    bodies = _loop_bodies(tf.function(decode), spec)
+    assert len(bodies) == 2  # the step for many rows and the one for few
+    for ops in bodies:
+        assert ops["ReadVariableOp"] == 0, ops
+        assert ops["Shape"] <= 2 and ops["Transpose"] == 0, ops
+    many, few = sorted(bodies, key=lambda ops: ops["BatchMatMulV2"])[::-1]
+    assert many["BatchMatMulV2"] == 2 * 2 * 2 and many["Softmax"] == 2 * 2  # 2 layers, self and cross
+    assert few["BatchMatMulV2"] == 0 and few["Softmax"] == 0
