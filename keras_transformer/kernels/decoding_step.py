@@ -33,6 +33,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.numerics import masked_score_value
 
 
 class Norm(NamedTuple):
@@ -216,8 +217,6 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     whole product-and-sum, and a step has sixteen and eight of them. With
     many rows the matmuls are faster (``benchmarks/README.md``).
     """
-    from keras_transformer.layers.attention import masked_score_value  # layers import kernels
-
     weights = step_weights(model) if weights is None else weights
     config = model.config
     dtype = model.compute_dtype

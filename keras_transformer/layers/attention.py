@@ -12,19 +12,7 @@ from keras_transformer import kernels
 from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
-
-# Finite stand-ins for -inf (no inf - inf = NaN) that still underflow exp() to
-# exactly 0: the score of a masked position, an impossible token or an empty
-# beam slot. Attention scores and log-probabilities are float32 (see
-# ``scaled_dot_product_attention``), where it is -1e9; float16 tops out at 65504.
-_MASK_VALUE = -1.0e9
-_FLOAT16_MASK_VALUE = -6.0e4
-
-
-def masked_score_value(dtype) -> float:
-    """A finite stand-in for -inf that is representable in ``dtype``."""
-    return _FLOAT16_MASK_VALUE if tf.as_dtype(dtype) == tf.float16 else _MASK_VALUE
-
+from keras_transformer.numerics import masked_score_value
 
 def scaled_dot_product_attention(
     q: tf.Tensor,
