@@ -8,7 +8,8 @@ For greedy decoding and beam search as ``export_saved_model`` traces them
 
 * ``ops_per_step``: the nodes of the ``tf.while_loop`` body, the graph one
   decoding step executes (the largest ``while_body`` function of the traced
-  signature), with its most frequent op types;
+  signature: the step for few rows, where the decoders have two), with its
+  most frequent op types;
 * ``steps``: decoding steps the loops ran, over the batches, against the
   output tokens they produced (greedy stops when every row ended; beam search
   when no live hypothesis could still beat the finished ones);
