@@ -21,6 +21,9 @@ kernel                                 what it does, and who calls it
                                        ``MaskedLabelSmoothedCrossEntropy``
 ``projected_smoothed_cross_entropy``   the same with the output projection inside its
                                        gradient: ``Transformer.train_step``
+``permute``                            ``tf.transpose`` as an ``einsum``, which oneDNN does
+                                       not slow down at small sizes: the attention
+                                       heads
 ``FusedAdam``                          Adam's update as one kernel a variable:
                                        ``paper_adam``
 ``decoding_step``                      one token of ``Transformer.decode`` against a
@@ -44,7 +47,7 @@ from keras_transformer.kernels.decoding_step import supported as decoding_step_s
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
-from keras_transformer.kernels.projection import as_rows, from_rows, project, transposed_product
+from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, transposed_product
 
 __all__ = [
     "FEW_ROWS",
@@ -57,6 +60,7 @@ __all__ = [
     "initial_cache",
     "layer_norm",
     "native",
+    "permute",
     "project",
     "projected_smoothed_cross_entropy",
     "smoothed_cross_entropy",

@@ -33,6 +33,7 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.projection import permute
 from keras_transformer.numerics import masked_score_value
 
 
@@ -169,7 +170,7 @@ def initial_cache(model, memory, weights: StepWeights) -> list:
     rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
     projected = _project(tf.reshape(memory, [-1, config.d_model]), weights.cross_key_value)
     projected = tf.reshape(projected, [rows, length, 2 * layers, heads, depth])
-    keys_values = tf.unstack(tf.transpose(projected, [2, 0, 3, 1, 4]))  # 2·layers × [rows, heads, len, depth]
+    keys_values = tf.unstack(permute(projected, [2, 0, 3, 1, 4]))  # 2·layers × [rows, heads, len, depth]
     empty = tf.zeros([rows, heads, 0, depth], memory.dtype)
     return [{"self": {"key": empty, "value": empty},
              "cross": {"key": keys_values[2 * i], "value": keys_values[2 * i + 1]}} for i in range(layers)]

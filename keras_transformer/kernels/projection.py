@@ -21,6 +21,16 @@ def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
     return tf.matmul(a, b, transpose_a=True)
 
 
+def permute(x: tf.Tensor, perm) -> tf.Tensor:
+    """``tf.transpose(x, perm)`` as an ``einsum``: the same values. TensorFlow's
+    oneDNN build runs a ``Transpose`` of a small tensor in tens of microseconds
+    (~48 µs for a sentence's ``[1, 12, 4, 48]`` heads, where this takes ~1 µs),
+    and the encoder and the decoders' caches move heads at every call; at
+    training sizes the two cost about the same (``benchmarks/README.md``)."""
+    letters = "abcdefgh"[: len(perm)]
+    return tf.einsum(f"{letters}->{''.join(letters[axis] for axis in perm)}", x)
+
+
 def as_rows(x: tf.Tensor) -> tf.Tensor:
     """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by
     static sizes where they are known (a decoding loop runs every shape op

@@ -80,14 +80,14 @@ def _split_heads(x: tf.Tensor, num_heads: int, depth: int) -> tf.Tensor:
         return tf.reshape(x, [-1, num_heads, 1, depth])
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     x = tf.reshape(x, [batch, length, num_heads, depth])
-    return tf.transpose(x, [0, 2, 1, 3])
+    return kernels.permute(x, [0, 2, 1, 3])
 
 
 def _merge_heads(x: tf.Tensor, d_model: int) -> tf.Tensor:
     """``[batch, heads, len, depth]`` → ``[batch, len, heads*depth]``."""
     if x.shape[2] == 1:
         return tf.reshape(x, [-1, 1, d_model])
-    x = tf.transpose(x, [0, 2, 1, 3])
+    x = kernels.permute(x, [0, 2, 1, 3])
     batch, length = tf.shape(x)[0], tf.shape(x)[1]
     return tf.reshape(x, [batch, length, d_model])
 
