@@ -18,11 +18,14 @@ for one new token against a growing cache (the tests compare the two):
 * LayerNorm, softmax and the logits in float32 as in the layers, so mixed
   precision gives the same values too.
 
-The cache is ``Transformer.initial_cache``'s (self-attention keys and values
-``[rows, heads, len, depth]``, growing by one position a step), so decoders
-reorder and shrink it as before. The ops are portable (CPU, GPU, TPU, XLA);
-static-shape decoding (a fixed-size cache written in place) keeps
-``Transformer.decode``.
+The cache has ``Transformer.initial_cache``'s layout (self-attention keys and
+values ``[rows, heads, len, depth]``, growing by one position a step), so
+decoders reorder and shrink it as before; ``initial_cache`` projects every
+layer's cross-attention keys and values with one product. A second step, for
+at most ``FEW_ROWS`` rows, avoids the small batched products and softmaxes
+that TensorFlow's oneDNN build runs slowly (see ``decoding_step``). The ops
+are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache
+written in place) keeps ``Transformer.decode``.
 """
 
 from __future__ import annotations
@@ -164,7 +167,7 @@ def _project(x, weights, activation=None):
 def initial_cache(model, memory, weights: StepWeights) -> list:
     """``Transformer.initial_cache(memory)`` (a growing cache) with every
     layer's cross-attention keys and values from one product and one
-    transpose, instead of a product and a transpose for each."""
+    permutation, instead of a product and a transpose for each."""
     config = model.config
     heads, depth, layers = config.num_heads, config.d_model // config.num_heads, len(weights.layers)
     rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
@@ -214,9 +217,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     broadcast product and a sum, and its softmax from ``exp``, for steps of at
     most ``FEW_ROWS`` rows (in float32; other dtypes keep the matmuls). The
     same values; TensorFlow's oneDNN build runs a ``BatchMatMul`` or a
-    ``Softmax`` of such a size in tens of microseconds, about the time of the
-    whole product-and-sum, and a step has sixteen and eight of them. With
-    many rows the matmuls are faster (``benchmarks/README.md``).
+    ``Softmax`` of such a size in tens of microseconds, several times the
+    whole product-and-sum attention, and a step has sixteen and eight of them.
+    With many rows the matmuls are faster (``benchmarks/README.md``).
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
