@@ -83,6 +83,12 @@ def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: in
     return {"greedy": call(1), "beam": call(beam)}
 
 
+def summary(engine: str, result: dict) -> str:
+    """``engine``'s speed and BLEU in a row of the printed table."""
+    return (f"{engine} {result['sentences_per_s']:>7.1f} sent/s "
+            f"({result['ms_per_sentence']:.1f} ms, BLEU {result['bleu']})")
+
+
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     return round(sacrebleu.BLEU().corpus_score(list(hypotheses), [list(references)]).score, 2)
 
@@ -152,18 +158,13 @@ def main(argv=None) -> int:
                                         "ms_per_sentence": round(1000 * seconds / len(subset), 2),
                                         "passes": times})
                 row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                head = f"{row['decoder']:<7} batch {batch:>2}:"
                 if "saved_model_xla" in engines:
                     row["ratio_xla"] = round(row["saved_model_xla"]["seconds"] / row["ctranslate2"]["seconds"], 2)
-                    print(f"{row['decoder']:<7} batch {batch:>2}: SavedModel XLA "
-                          f"{row['saved_model_xla']['sentences_per_s']:>7.1f} sent/s "
-                          f"({row['saved_model_xla']['ms_per_sentence']:.1f} ms, BLEU {row['saved_model_xla']['bleu']}): "
-                          f"{row['ratio_xla']}x", flush=True)
+                    print(f"{head} {summary('SavedModel XLA', row['saved_model_xla'])}: {row['ratio_xla']}x", flush=True)
                 rows.append(row)
-                print(f"{row['decoder']:<7} batch {batch:>2}: SavedModel {row['saved_model']['sentences_per_s']:>7.1f} "
-                      f"sent/s ({row['saved_model']['ms_per_sentence']:.1f} ms, BLEU {row['saved_model']['bleu']}), "
-                      f"CTranslate2 {row['ctranslate2']['sentences_per_s']:>7.1f} sent/s "
-                      f"({row['ctranslate2']['ms_per_sentence']:.1f} ms, BLEU {row['ctranslate2']['bleu']}): "
-                      f"{row['ratio']}x", flush=True)
+                print(f"{head} {summary('SavedModel', row['saved_model'])}, "
+                      f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x", flush=True)
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
               "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads, "results": rows}

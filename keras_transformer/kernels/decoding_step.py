@@ -87,15 +87,11 @@ def _norm(layer) -> Norm:
     return Norm(tf.cast(layer.gamma, tf.float32), tf.cast(layer.beta, tf.float32), float(layer.epsilon))
 
 
-def _plain_norm(layer) -> bool:
-    """A LayerNorm the kernel reproduces: the last axis, centred and scaled."""
-    return list(layer.axis) == [-1] and layer.gamma is not None and layer.beta is not None \
-        and not layer.rms_scaling
-
-
 def supported(model) -> bool:
     """Whether ``decoding_step`` reproduces ``model.decode``: no quantized
-    projection, no unusual LayerNorm, no activation the kernel does not know."""
+    projection, no LayerNorm that Keras' own path computes (``kernel_covers``:
+    ``Transformer.decode`` runs them on ``[rows, 1, d_model]``), no learned
+    positions."""
     decoder = model.decoder
     denses, norms = [], []
     for layer in decoder.layer_stack:
@@ -107,15 +103,15 @@ def supported(model) -> bool:
         denses.append(model.output_projection)
     if decoder.final_norm is not None:
         norms.append(decoder.final_norm)
-    return (all(dense.quantization_mode is None for dense in denses) and all(_plain_norm(norm) for norm in norms)
-            and not model.target_embedding.learned_positions)
+    return (all(dense.quantization_mode is None for dense in denses)
+            and all(norm.kernel_covers(3) for norm in norms) and not model.target_embedding.learned_positions)
 
 
 def step_weights(model) -> StepWeights:
     """The weights of ``model``'s decoder, output projection and target
     embedding, read (and cast, scaled, concatenated) once."""
     dtype = model.compute_dtype
-    layers = []
+    layers, cross_kernels, cross_biases = [], [], []
     for layer in model.decoder.layer_stack:
         attention, cross = layer.self_attention, layer.cross_attention
         scale = 1.0 / float(attention.depth) ** 0.5
@@ -134,9 +130,7 @@ def step_weights(model) -> StepWeights:
             outer=_dense_weights(layer.feed_forward.outer_dense, dtype),
             ffn_norm=_norm(layer.feed_forward_norm),
         ))
-    cross_kernels, cross_biases = [], []
-    for layer in model.decoder.layer_stack:
-        for dense in (layer.cross_attention.key_dense, layer.cross_attention.value_dense):
+        for dense in (cross.key_dense, cross.value_dense):  # projected once, in initial_cache
             kernel, bias = _dense_weights(dense, dtype)
             cross_kernels.append(kernel)
             cross_biases.append(tf.zeros([kernel.shape[1]], dtype) if bias is None else bias)
@@ -268,13 +262,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             return x + sublayer(norm(x, n))
         return norm(x + sublayer(x), n)
 
+    inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
+
     def ffn(h, layer: LayerWeights):
-        kernel, bias = layer.inner
-        inner = tf.matmul(h, kernel)
-        if bias is not None:
-            inner = tf.nn.bias_add(inner, bias)
-        inner = tf.nn.relu(inner) if relu else activation(inner)
-        return _project(inner, layer.outer)
+        return _project(_project(h, layer.inner, inner_activation), layer.outer)
 
     def step(token_ids, position, cache, source_padding):
         x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
@@ -287,25 +278,25 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         for layer, layer_cache in zip(weights.layers, cache):
             self_cache = {}
 
-            def self_attention(h, layer=layer, layer_cache=layer_cache, self_cache=self_cache):
+            # The sublayers run at once, in this iteration: no late binding to guard against.
+            def self_attention(h):
                 q, k, v = tf.split(_project(h, layer.self_qkv), 3, axis=1)
                 self_cache["key"] = tf.concat([layer_cache["self"]["key"], split(k)], axis=2)
                 self_cache["value"] = tf.concat([layer_cache["self"]["value"], split(v)], axis=2)
                 return _project(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
 
-            def cross_attention(h, layer=layer, layer_cache=layer_cache):
+            def cross_attention(h):
                 cross = layer_cache["cross"]
                 q = _project(h, layer.cross_query)
                 return _project(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
 
             x = residual(x, self_attention, layer.self_norm)
             x = residual(x, cross_attention, layer.cross_norm)
-            x = residual(x, lambda h, layer=layer: ffn(h, layer), layer.ffn_norm)
+            x = residual(x, lambda h: ffn(h, layer), layer.ffn_norm)
             new_cache.append({"self": self_cache, "cross": layer_cache["cross"]})
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
-        kernel, bias = weights.output
-        if kernel is not None:
+        if weights.output[0] is not None:
             logits = _project(x, weights.output)
         elif output_kernel is not None and not few_rows:
             logits = tf.matmul(x, output_kernel)

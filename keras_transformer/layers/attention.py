@@ -14,6 +14,7 @@ from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 from keras_transformer.numerics import masked_score_value
 
+
 def scaled_dot_product_attention(
     q: tf.Tensor,
     k: tf.Tensor,

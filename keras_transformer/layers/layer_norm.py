@@ -31,10 +31,14 @@ class LayerNormalization(keras.layers.LayerNormalization):
         TensorShape([2, 3, 8])
     """
 
-    def call(self, inputs, training=None):
-        rank = len(inputs.shape)
+    def kernel_covers(self, rank: int) -> bool:
+        """Whether ``kernels.layer_norm`` computes this layer for rank-``rank``
+        inputs: the last axis alone, centred and scaled."""
         last_axis_only = list(self.axis) in ([-1], [rank - 1])
-        if not last_axis_only or self.gamma is None or self.beta is None or self.rms_scaling:
+        return last_axis_only and self.gamma is not None and self.beta is not None and not self.rms_scaling
+
+    def call(self, inputs, training=None):
+        if not self.kernel_covers(len(inputs.shape)):
             return super().call(inputs)
         x = tf.cast(inputs, tf.float32)
         y = kernels.layer_norm(x, tf.cast(self.gamma, tf.float32), tf.cast(self.beta, tf.float32),
