@@ -3,7 +3,7 @@
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
-        [--inter-op-threads N] [--intra-op-threads N] [--xla]
+        [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -13,23 +13,23 @@ Python). Both then translate the same sentences in this process, back to
 back, strings in and strings out: greedy and beam, at batch 64 (every
 sentence) and batch 1 (the first ``--batch-1-sentences``). Each
 configuration first translates one batch untimed (tracing, caches).
-
-The SavedModel is loaded with ``tf.saved_model.load`` and called through its
-signatures, graph mode, no XLA, as TF Serving runs it. CTranslate2 gets the
-same beam size, length penalty (``length_penalty=alpha``), source limit
-(``max_input_length``) and output limit (``max_decoding_length``: the longest
-source of the batch + 50, within the position table), ``min_decoding_length=0``,
-and all the CPU's cores. Each configuration is timed ``--repeats`` times,
-the engines alternating, and each engine keeps its fastest pass: a shared
-machine's slow moments then weigh on neither side. Each row reports
-sentences/s, ms a sentence, BLEU of its outputs, and the SavedModel's time
-over CTranslate2's (``ratio``); ``"passes"`` in the JSON lists every pass.
+The engines then take turns batch by batch, ``--repeats`` times over the
+sentences, and each batch counts its fastest time for each engine: a slow
+moment of a shared machine falls on every engine alike, and the minimum drops
+it. Each row reports sentences/s, ms a sentence (the sums of those fastest
+times), BLEU of its outputs, and the SavedModel's time over CTranslate2's
+(``ratio``); ``"passes"`` in the JSON lists each repeat's total.
 
 ``--xla`` exports the XLA signatures too (``translate_xla``,
 ``translate_greedy_xla``) and times them as a third engine,
 ``saved_model_xla``, with a ratio of its own (``ratio_xla``). XLA compiles
 once for each padded batch shape, so that engine first translates the whole
 set once, untimed.
+
+``--baseline DIR`` times another SavedModel of the same workdir (an export
+made by an earlier version of the code, say) as one more engine,
+``baseline``, with its own ratio (``ratio_baseline``): the two exports are
+then compared in one process, batch by batch, on the same machine state.
 
 ``--inter-op-threads`` and ``--intra-op-threads`` set TensorFlow's thread
 pools (0, the default: TensorFlow's choice, one thread a core for each) as
@@ -43,6 +43,7 @@ import argparse
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -83,6 +84,35 @@ def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: in
     return {"greedy": call(1), "beam": call(beam)}
 
 
+def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences: Sequence[str], batch: int,
+                repeats: int) -> dict[str, dict]:
+    """``{engine: {"outputs", "seconds", "passes"}}``: every engine translates
+    ``sentences`` in batches of ``batch``, ``repeats`` times, the engines taking
+    turns batch by batch after one untimed batch each; ``seconds`` sums each
+    batch's fastest time, ``passes`` lists each repeat's total."""
+    batches = [list(sentences[start:start + batch]) for start in range(0, len(sentences), batch)]
+    for translate in engines.values():
+        translate(batches[0])
+    fastest = {engine: [float("inf")] * len(batches) for engine in engines}
+    passes: dict[str, list[float]] = {engine: [] for engine in engines}
+    outputs: dict[str, list[str]] = {}
+    for _ in range(repeats):
+        totals = dict.fromkeys(engines, 0.0)
+        translated: dict[str, list[str]] = {engine: [] for engine in engines}
+        for i, texts in enumerate(batches):
+            for engine, translate in engines.items():
+                started = time.perf_counter()
+                translated[engine] += translate(texts)
+                seconds = time.perf_counter() - started
+                fastest[engine][i] = min(fastest[engine][i], seconds)
+                totals[engine] += seconds
+        for engine in engines:
+            passes[engine].append(round(totals[engine], 3))
+        outputs = translated
+    return {engine: {"outputs": outputs[engine], "seconds": sum(fastest[engine]), "passes": passes[engine]}
+            for engine in engines}
+
+
 def summary(engine: str, result: dict) -> str:
     """``engine``'s speed and BLEU in a row of the printed table."""
     return (f"{engine} {result['sentences_per_s']:>7.1f} sent/s "
@@ -102,13 +132,15 @@ def main(argv=None) -> int:
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of both beam searches")
     parser.add_argument("--batch-1-sentences", type=int, default=200,
                         help="sentences translated one at a time (batch 64 uses all)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per engine, alternating")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes over the sentences, the engines taking turns batch by batch")
     parser.add_argument("--inter-op-threads", type=int, default=0,
                         help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
     parser.add_argument("--intra-op-threads", type=int, default=0,
                         help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
     parser.add_argument("--xla", action="store_true",
                         help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -119,6 +151,8 @@ def main(argv=None) -> int:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     if args.intra_op_threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
+        parser.error(f"--baseline {args.baseline}: no saved_model.pb there; pass an export's version folder.")
     sentences = args.src.read_text(encoding="utf-8").splitlines()
     references = args.ref.read_text(encoding="utf-8").splitlines()
     if len(sentences) != len(references):
@@ -138,36 +172,40 @@ def main(argv=None) -> int:
         }
         if args.xla:
             engines["saved_model_xla"] = {"greedy": signatures["greedy_xla"], "beam": signatures[f"beam{args.beam}_xla"]}
+        if args.baseline is not None:
+            baseline = signature_translators(args.baseline)
+            engines["baseline"] = {"greedy": baseline["greedy"], "beam": baseline[f"beam{args.beam}"]}
         rows = []
         for decoder in ("greedy", "beam"):
             for batch in BATCHES:
                 subset = sentences if batch > 1 else sentences[: args.batch_1_sentences]
                 row = {"decoder": decoder if decoder == "greedy" else f"beam{args.beam}", "batch": batch,
                        "sentences": len(subset)}
-                passes: dict[str, list[float]] = {engine: [] for engine in engines}
                 if "saved_model_xla" in engines:  # one compilation per padded shape, before any timing
                     timed(engines["saved_model_xla"][decoder], subset, batch)
-                for _ in range(args.repeats):
-                    for engine, translators in engines.items():  # back to back
-                        outputs, seconds = timed(translators[decoder], subset, batch)
-                        passes[engine].append(round(seconds, 3))
-                        row[engine] = {"bleu": bleu(outputs, references[: len(subset)])}
-                for engine, times in passes.items():
-                    seconds = min(times)
-                    row[engine].update({"seconds": seconds, "sentences_per_s": round(len(subset) / seconds, 1),
-                                        "ms_per_sentence": round(1000 * seconds / len(subset), 2),
-                                        "passes": times})
+                results = interleaved({engine: translators[decoder] for engine, translators in engines.items()},
+                                      subset, batch, args.repeats)
+                for engine, result in results.items():
+                    seconds = result["seconds"]
+                    row[engine] = {"bleu": bleu(result["outputs"], references[: len(subset)]),
+                                   "seconds": round(seconds, 3), "sentences_per_s": round(len(subset) / seconds, 1),
+                                   "ms_per_sentence": round(1000 * seconds / len(subset), 2),
+                                   "passes": result["passes"]}
                 row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
                 head = f"{row['decoder']:<7} batch {batch:>2}:"
                 if "saved_model_xla" in engines:
                     row["ratio_xla"] = round(row["saved_model_xla"]["seconds"] / row["ctranslate2"]["seconds"], 2)
                     print(f"{head} {summary('SavedModel XLA', row['saved_model_xla'])}: {row['ratio_xla']}x", flush=True)
+                if "baseline" in engines:
+                    row["ratio_baseline"] = round(row["baseline"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                    print(f"{head} {summary('baseline', row['baseline'])}: {row['ratio_baseline']}x", flush=True)
                 rows.append(row)
                 print(f"{head} {summary('SavedModel', row['saved_model'])}, "
                       f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x", flush=True)
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
-              "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads, "results": rows}
+              "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads,
+              "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
     emit(report, args.json)
     return 0
 

@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from keras_transformer.decoding import (ban_early_eos, ban_tokens, batch_free_shape, decode_limits, decode_loop,
-                                        decoding_steps, loose_shape, never_emitted, scatter_rows)
+from keras_transformer.decoding import (batch_free_shape, decode_limits, decode_loop, decoding_steps, loose_shape,
+                                        never_emitted, scatter_rows)
 from keras_transformer.layers import masked_score_value, padding_mask
 
 _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
@@ -89,7 +89,8 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
 
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
                 extra_length: int = 50, min_length: int = 0, static_shapes: bool = False,
-                buffer_length: int | None = None, stopping: str = "heuristic") -> BeamSearchOutput:
+                buffer_length: int | None = None, stopping: str = "heuristic",
+                derived=None) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     A sentence is settled, and leaves the search, when its length limit is
@@ -115,7 +116,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     ``max_length`` or of ``buffer_length``, see ``decoding.decode_limits``) so
     the search compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
     tokens are padded to the buffer length, and settled sentences stay in the
-    batch, frozen, instead of leaving it.
+    batch, frozen, instead of leaving it. ``derived``: the products of the weights
+    made before (``kernels.FrozenWeights``), for a model whose weights do not
+    change.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -132,9 +135,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
 
     # Every beam of a sentence attends to the same source: encode once, then
     # tile the encoder output batch → batch·k (cross K/V are projected once).
-    memory = tf.repeat(model.encode(source_ids, training=False), k, axis=0)
+    steps = decoding_steps(model, static_shapes, limit, rows=batch * k, derived=derived)  # weights read once
+    memory = tf.repeat(steps.encode(source_ids), k, axis=0)
     source_padding = padding_mask(tf.repeat(source_ids, k, axis=0), config.pad_id)
-    steps = decoding_steps(model, static_shapes, limit, rows=batch * k)  # weights read once, outside the loop
     cache = steps.initial_cache(memory)
 
     if static_shapes:
@@ -157,6 +160,21 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
 
         def grow(seq):  # keep finished sequences as long as the candidates
             return tf.concat([seq, tf.fill([tf.shape(seq)[0], k, 1], pad)], axis=2)
+
+    # The tokens never emitted (and EOS before min_length) are struck from the best `reach`
+    # candidates of a sentence, which leaves its best 2k possible ones: a beam holds each
+    # such token once. top_k puts the lower index first among equal values, so the order is
+    # that of one top_k over the candidates with those tokens struck, which would cost an
+    # op over every beam's whole vocabulary a step.
+    banned = never_emitted(config)
+    reach = min(k * vocab, 2 * k + k * (len(banned) + (1 if min_length else 0)))
+
+    def impossible(tokens, t):
+        """Which of ``tokens`` the search may not take at step ``t``."""
+        struck = tf.reduce_any(tf.equal(tokens[..., tf.newaxis], tf.constant(banned, tf.int32)), axis=-1)
+        if min_length:
+            struck |= tf.logical_and(tf.equal(tokens, eos), t < min_length)
+        return struck
 
     def beam_rows(rows, beams):
         """Flat ``[rows·k]`` indices into the ``rows·k`` beam rows of the state."""
@@ -210,12 +228,14 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             rows = tf.shape(state.alive_seq)[0]
             last = tf.reshape(last_token(state.alive_seq, t), [-1])
             logits, cache = decode_step(last, t, state.cache, state.source_padding)
-            step_log_probs = ban_tokens(tf.nn.log_softmax(logits), never_emitted(config))
-            step_log_probs = ban_early_eos(step_log_probs, t, min_length, config.eos_id)
-            log_probs = tf.reshape(step_log_probs, [rows, k, vocab])
+            log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])
             candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
+            # The best `reach` candidates, then the best 2k of them once the impossible ones are struck.
+            top_lp, top_index = tf.math.top_k(candidates, k=reach)
+            top_lp = tf.where(impossible(top_index % vocab, t), _NEG, top_lp)
             # 2k candidates guarantee k that do not end here.
-            top_lp, top_index = tf.math.top_k(candidates, k=2 * k)
+            top_lp, pick = tf.math.top_k(top_lp, k=2 * k)
+            top_index = tf.gather(top_index, pick, batch_dims=1)
             parents = top_index // vocab
             tokens = top_index % vocab
             candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)

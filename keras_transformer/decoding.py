@@ -58,31 +58,45 @@ def ban_tokens(log_probs: tf.Tensor, token_ids) -> tf.Tensor:
 
 
 class DecodingSteps(NamedTuple):
-    """The decoding steps a decoder's loop runs: ``step(token_ids [rows] int32,
-    t [] int32, cache, source_padding [rows, src_len]) → (logits [rows,
-    tgt_vocab] float32, cache)``, one new token a row at position ``t``."""
+    """What a decoder runs: ``encode(source_ids [rows, src_len]) → memory``,
+    then the decoding steps, ``step(token_ids [rows] int32, t [] int32, cache,
+    source_padding [rows, src_len]) → (logits [rows, tgt_vocab] float32,
+    cache)``, one new token a row at position ``t``."""
 
+    encode: Callable           # source_ids → memory [rows, src_len, d_model]
     initial_cache: Callable    # memory [rows, src_len, d_model] → the cache the steps start from
     many_rows: Callable        # any number of rows
     few_rows: Callable | None  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
 
 
-def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None) -> DecodingSteps:
-    """The decoding steps for ``model``, set up where the loop is built.
+def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
+                   derived: kernels.DerivedWeights | None = None) -> DecodingSteps:
+    """The encoder and decoding steps for ``model``, set up where the loop is built.
 
     A growing cache takes ``kernels.decoding_step``, which reads the weights
     here, once, and runs the step on rank-2 tensors with few graph nodes, with
-    a variant for few rows. A fixed-size cache (static shapes) and models whose
-    settings that kernel does not cover take ``model.decode``, with the tied
-    output kernel read here. All give the same logits
-    (``tests/test_decoding_step.py``). ``limit``: the fixed cache length of
-    static shapes; ``rows``: the cache rows the loop starts with (default:
-    more than ``kernels.FEW_ROWS``).
+    a variant for few rows, and ``kernels.encode`` encodes. A fixed-size cache
+    (static shapes) and models whose settings those kernels do not cover take
+    ``model.encode`` and ``model.decode``, with the tied output kernel read
+    here. All give the same memory and logits (``tests/test_encoding.py``,
+    ``tests/test_decoding_step.py``).
+    ``limit``: the fixed cache length of static shapes; ``rows``: the cache
+    rows the loop starts with (default: more than ``kernels.FEW_ROWS``);
+    ``derived``: the products of the weights the kernels would make, made
+    before (``kernels.FrozenWeights(model).read()``, as an export keeps them).
     """
+    if not static_shapes and kernels.encoding_supported(model):
+        encoder_weights = kernels.encoder_weights(model, derived)
+
+        def encode(source_ids):
+            return kernels.encode(model, source_ids, encoder_weights)
+    else:
+        def encode(source_ids):
+            return model.encode(source_ids, training=False)
     if not static_shapes and kernels.decoding_step_supported(model):
-        weights = kernels.step_weights(model)
+        weights = kernels.step_weights(model, derived)
         output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
-        return DecodingSteps(lambda memory: kernels.initial_cache(model, memory, weights),
+        return DecodingSteps(encode, lambda memory: kernels.initial_cache(model, memory, weights),
                              kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
                              kernels.decoding_step(model, few_rows=True, weights=weights))
     output_kernel = model.output_kernel()
@@ -93,8 +107,10 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None) ->
                                      output_kernel=output_kernel)
         return logits[:, -1, :], cache
 
-    return DecodingSteps(lambda memory: model.initial_cache(memory, max_length=limit if static_shapes else None),
-                         step, None)
+    def initial_cache(memory):
+        return model.initial_cache(memory, max_length=limit if static_shapes else None)
+
+    return DecodingSteps(encode, initial_cache, step, None)
 
 
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
@@ -205,7 +221,8 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
 
 
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
-                  static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None):
+                  static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None,
+                  derived: kernels.DerivedWeights | None = None):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
     Rows that finished leave the batch (dynamic shapes), so the rest decodes
@@ -220,6 +237,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
             ``max_length`` or ``buffer_length`` (see ``decode_limits``).
         min_length: EOS is not allowed before this many tokens (benchmarks use
             it to force a fixed output length).
+        derived: the products of the weights made before
+            (``kernels.FrozenWeights``), for a model whose weights do not change.
 
     Decoding starts from ``bos_id`` (the pad id for a model whose decoder
     starts from it) and never chooses ``pad_id`` or ``bos_id``
@@ -235,9 +254,9 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     source_ids = tf.convert_to_tensor(source_ids)
     row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
     batch = tf.shape(source_ids)[0]
-    memory = model.encode(source_ids, training=False)
+    steps = decoding_steps(model, static_shapes, limit, rows=batch, derived=derived)  # weights read once
+    memory = steps.encode(source_ids)
     source_padding = padding_mask(source_ids, config.pad_id)
-    steps = decoding_steps(model, static_shapes, limit, rows=batch)  # weights read once, outside the loop
     cache = steps.initial_cache(memory)
     pad = tf.constant(config.pad_id, tf.int32)
     eos = tf.constant(config.eos_id, tf.int32)

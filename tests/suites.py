@@ -20,6 +20,7 @@ LIBRARY_TESTS = [
     "tests/test_decoding.py",
     "tests/test_decoding_step.py",
     "tests/test_doctests.py",
+    "tests/test_encoding.py",
     "tests/test_fast_layers.py",
     "tests/test_feed_forward.py",
     "tests/test_hardware.py",

@@ -38,6 +38,16 @@ def test_beam_of_one_without_length_penalty_is_greedy(model):
     np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
 
 
+def test_beam_of_one_with_min_length_is_greedy_with_min_length(model):
+    # The search strikes EOS (before min_length), pad and BOS from its best few candidates
+    # (here 5 of 30): what is left must be what striking them from the whole vocabulary gives.
+    greedy, greedy_scores = greedy_decode(model, SOURCE, max_length=12, min_length=6)
+    beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, max_length=12, min_length=6)
+    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :greedy.shape[1]], greedy.numpy())
+    np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
+    assert (greedy.numpy()[:, :6] != model.config.eos_id).all()
+
+
 def test_beam_scores_are_the_models_log_probabilities(model):
     out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(SOURCE)
     tokens, scores, log_probs = (x.numpy() for x in (out.tokens, out.scores, out.log_probs))

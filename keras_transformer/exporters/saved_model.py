@@ -21,6 +21,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from keras_transformer import kernels
 from keras_transformer.beam_search import check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
@@ -102,6 +103,9 @@ class ExportedTranslator(tf.Module):
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
         attach_model(self, model)
+        # The fused and scaled kernels of the inference kernels, made now rather than at every call.
+        supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
+        self.frozen_weights = kernels.FrozenWeights(model) if supported else None
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
@@ -128,7 +132,9 @@ class ExportedTranslator(tf.Module):
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping)
+        derived = None if self.frozen_weights is None else self.frozen_weights.read()
+        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping,
+                        derived=derived)
 
     def _decode_xla(self, source_ids, beam_size=None):
         """``_decode`` by the static-shape decoders under XLA, on a batch padded

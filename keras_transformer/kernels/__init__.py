@@ -29,6 +29,13 @@ kernel                                 what it does, and who calls it
 ``decoding_step``                      one token of ``Transformer.decode`` against a
                                        growing cache, weights read once, rank-2
                                        products: ``decoding.decoding_steps``
+``encode``                             ``Transformer.encode`` at inference: one product
+                                       for each layer's query, key and value, and
+                                       attention by sums for short batches:
+                                       ``decoding.decoding_steps``
+``FrozenWeights``                      the products of the weights those two make
+                                       (fused and scaled kernels), kept as variables:
+                                       the exported SavedModel
 ``native``                             the opt-in C++ ops and their build cache
 =====================================  =====================================================
 
@@ -45,23 +52,33 @@ from keras_transformer.kernels.decoding_step import (FEW_ROWS, decoding_step, in
                                                      tied_output_kernel)
 from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
 from keras_transformer.kernels.dropout import dropout
+from keras_transformer.kernels.encoding import encode, encoder_weights
+from keras_transformer.kernels.encoding import supported as encoding_supported
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
-from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, transposed_product
+from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, project_rows, transposed_product
+from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, derived_weights
 
 __all__ = [
     "FEW_ROWS",
+    "DerivedWeights",
+    "FrozenWeights",
     "FusedAdam",
     "as_rows",
     "decoding_step",
     "decoding_step_supported",
+    "derived_weights",
     "dropout",
+    "encode",
+    "encoder_weights",
+    "encoding_supported",
     "from_rows",
     "initial_cache",
     "layer_norm",
     "native",
     "permute",
     "project",
+    "project_rows",
     "projected_smoothed_cross_entropy",
     "smoothed_cross_entropy",
     "step_weights",

@@ -36,14 +36,10 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.kernels.layer_norm import layer_norm
-from keras_transformer.kernels.projection import permute
+from keras_transformer.kernels.projection import permute, project_rows
+from keras_transformer.kernels.weights import (DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights,
+                                               packed_cross_key_value, scaled_query)
 from keras_transformer.numerics import masked_score_value
-
-
-class Norm(NamedTuple):
-    gamma: tf.Tensor    # [d_model] float32
-    beta: tf.Tensor     # [d_model] float32
-    epsilon: float
 
 
 class LayerWeights(NamedTuple):
@@ -73,20 +69,6 @@ class StepWeights(NamedTuple):
     final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
 
 
-def _dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
-    kernel = tf.cast(dense.kernel, dtype)
-    bias = None if dense.bias is None else tf.cast(dense.bias, dtype)
-    if scale != 1.0:
-        factor = tf.constant(scale, dtype)
-        kernel = kernel * factor
-        bias = None if bias is None else bias * factor
-    return kernel, bias
-
-
-def _norm(layer) -> Norm:
-    return Norm(tf.cast(layer.gamma, tf.float32), tf.cast(layer.beta, tf.float32), float(layer.epsilon))
-
-
 def supported(model) -> bool:
     """Whether ``decoding_step`` reproduces ``model.decode``: no quantized
     projection, no LayerNorm that Keras' own path computes (``kernel_covers``:
@@ -107,55 +89,44 @@ def supported(model) -> bool:
             and all(norm.kernel_covers(3) for norm in norms) and not model.target_embedding.learned_positions)
 
 
-def step_weights(model) -> StepWeights:
+def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
     """The weights of ``model``'s decoder, output projection and target
-    embedding, read (and cast, scaled, concatenated) once."""
+    embedding, read (and cast, scaled, concatenated) once. ``derived``: the
+    products of the weights made before (``weights.FrozenWeights``); by
+    default made here."""
     dtype = model.compute_dtype
-    layers, cross_kernels, cross_biases = [], [], []
-    for layer in model.decoder.layer_stack:
-        attention, cross = layer.self_attention, layer.cross_attention
-        scale = 1.0 / float(attention.depth) ** 0.5
-        q_kernel, q_bias = _dense_weights(attention.query_dense, dtype, scale)
-        k_kernel, k_bias = _dense_weights(attention.key_dense, dtype)
-        v_kernel, v_bias = _dense_weights(attention.value_dense, dtype)
-        qkv_bias = None if q_bias is None else tf.concat([q_bias, k_bias, v_bias], axis=0)
-        layers.append(LayerWeights(
-            self_qkv=(tf.concat([q_kernel, k_kernel, v_kernel], axis=1), qkv_bias),
-            self_output=_dense_weights(attention.output_dense, dtype),
-            self_norm=_norm(layer.self_attention_norm),
-            cross_query=_dense_weights(cross.query_dense, dtype, 1.0 / float(cross.depth) ** 0.5),
-            cross_output=_dense_weights(cross.output_dense, dtype),
-            cross_norm=_norm(layer.cross_attention_norm),
-            inner=_dense_weights(layer.feed_forward.inner_dense, dtype),
-            outer=_dense_weights(layer.feed_forward.outer_dense, dtype),
-            ffn_norm=_norm(layer.feed_forward_norm),
-        ))
-        for dense in (cross.key_dense, cross.value_dense):  # projected once, in initial_cache
-            kernel, bias = _dense_weights(dense, dtype)
-            cross_kernels.append(kernel)
-            cross_biases.append(tf.zeros([kernel.shape[1]], dtype) if bias is None else bias)
+    stack = model.decoder.layer_stack
+    if derived is None:
+        qkv = [fused_qkv(layer.self_attention, dtype) for layer in stack]
+        cross_query = [scaled_query(layer.cross_attention, dtype) for layer in stack]
+        cross_key_value = packed_cross_key_value(model.decoder, dtype)
+    else:
+        qkv, cross_query, cross_key_value = derived.decoder_qkv, derived.cross_query, derived.cross_key_value
+    layers = tuple(LayerWeights(
+        self_qkv=qkv[i],
+        self_output=dense_weights(layer.self_attention.output_dense, dtype),
+        self_norm=norm_weights(layer.self_attention_norm),
+        cross_query=cross_query[i],
+        cross_output=dense_weights(layer.cross_attention.output_dense, dtype),
+        cross_norm=norm_weights(layer.cross_attention_norm),
+        inner=dense_weights(layer.feed_forward.inner_dense, dtype),
+        outer=dense_weights(layer.feed_forward.outer_dense, dtype),
+        ffn_norm=norm_weights(layer.feed_forward_norm),
+    ) for i, layer in enumerate(stack))
     embedding = model.target_embedding
     if model.output_projection is not None:
-        output = _dense_weights(model.output_projection, dtype)
+        output = dense_weights(model.output_projection, dtype)
     else:
         output = (None, None)  # the tied embedding
     return StepWeights(
         embeddings=tf.cast(embedding.embeddings, dtype),
         positions=tf.constant(embedding.position_table, dtype),
-        layers=tuple(layers),
-        cross_key_value=(tf.concat(cross_kernels, axis=1), tf.concat(cross_biases, axis=0)),
-        final_norm=None if model.decoder.final_norm is None else _norm(model.decoder.final_norm),
+        layers=layers,
+        cross_key_value=tuple(cross_key_value),
+        final_norm=None if model.decoder.final_norm is None else norm_weights(model.decoder.final_norm),
         output=output,
         final_logits_bias=None if model.final_logits_bias is None else tf.cast(model.final_logits_bias, tf.float32),
     )
-
-
-def _project(x, weights, activation=None):
-    kernel, bias = weights
-    y = tf.matmul(x, kernel)
-    if bias is not None:
-        y = tf.nn.bias_add(y, bias)
-    return activation(y) if activation is not None else y
 
 
 def initial_cache(model, memory, weights: StepWeights) -> list:
@@ -165,7 +136,7 @@ def initial_cache(model, memory, weights: StepWeights) -> list:
     config = model.config
     heads, depth, layers = config.num_heads, config.d_model // config.num_heads, len(weights.layers)
     rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
-    projected = _project(tf.reshape(memory, [-1, config.d_model]), weights.cross_key_value)
+    projected = project_rows(tf.reshape(memory, [-1, config.d_model]), weights.cross_key_value)
     projected = tf.reshape(projected, [rows, length, 2 * layers, heads, depth])
     keys_values = tf.unstack(permute(projected, [2, 0, 3, 1, 4]))  # 2·layers × [rows, heads, len, depth]
     empty = tf.zeros([rows, heads, 0, depth], memory.dtype)
@@ -265,7 +236,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
 
     def ffn(h, layer: LayerWeights):
-        return _project(_project(h, layer.inner, inner_activation), layer.outer)
+        return project_rows(project_rows(h, layer.inner, inner_activation), layer.outer)
 
     def step(token_ids, position, cache, source_padding):
         x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
@@ -280,15 +251,15 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
-                q, k, v = tf.split(_project(h, layer.self_qkv), 3, axis=1)
+                q, k, v = tf.split(project_rows(h, layer.self_qkv), 3, axis=1)
                 self_cache["key"] = tf.concat([layer_cache["self"]["key"], split(k)], axis=2)
                 self_cache["value"] = tf.concat([layer_cache["self"]["value"], split(v)], axis=2)
-                return _project(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
+                return project_rows(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                q = _project(h, layer.cross_query)
-                return _project(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
+                q = project_rows(h, layer.cross_query)
+                return project_rows(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
 
             x = residual(x, self_attention, layer.self_norm)
             x = residual(x, cross_attention, layer.cross_norm)
@@ -297,7 +268,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
         if weights.output[0] is not None:
-            logits = _project(x, weights.output)
+            logits = project_rows(x, weights.output)
         elif output_kernel is not None and not few_rows:
             logits = tf.matmul(x, output_kernel)
             logits.set_shape([None, weights.embeddings.shape[0]])

@@ -31,6 +31,17 @@ def permute(x: tf.Tensor, perm) -> tf.Tensor:
     return tf.einsum(f"{letters}->{''.join(letters[axis] for axis in perm)}", x)
 
 
+def project_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
+    """``activation?(x [rows, k] @ kernel + bias)`` for ``weights = (kernel,
+    bias | None)``, with no gradient wrapper (inference kernels); bias and
+    ReLU right after the product for grappler's fusion."""
+    kernel, bias = weights
+    y = tf.matmul(x, kernel)
+    if bias is not None:
+        y = tf.nn.bias_add(y, bias)
+    return activation(y) if activation is not None else y
+
+
 def as_rows(x: tf.Tensor) -> tf.Tensor:
     """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by
     static sizes where they are known (a decoding loop runs every shape op

@@ -1,0 +1,175 @@
+"""The encoder at inference as few graph nodes as possible: one product for each
+layer's query, key and value, rank-2 ``[tokens, d_model]`` products, and for
+short batches an attention without batched matmuls, softmax or transposes.
+
+``Transformer.encode`` runs the paper's layers: each reads its variables,
+scales its query kernel, projects the query, key and value with three
+products, moves the heads with permutations and runs oneDNN's batched
+products and softmax, which cost tens of microseconds each at a sentence's
+size on TensorFlow's oneDNN build (``benchmarks/README.md``). ``encode``
+computes the same memory for a decoder (the tests compare the two):
+
+* ``encoder_weights`` reads the weights once, with each layer's query, key
+  and value kernels side by side and the query's ``1/√d_k`` folded in, as the
+  layer folds it (an exported SavedModel stores these products of the
+  weights instead of making them at every call, see ``frozen``);
+* a batch of at most ``FEW_SCORES`` query-key pairs a head (``rows · len²``)
+  attends by broadcast products and sums in the ``[rows, len, heads, depth]``
+  layout of the projections (no transposes), with ``exp`` for the softmax;
+  larger batches take the batched matmuls, where those are faster. A
+  ``tf.cond`` picks one a call.
+
+Dropout is off (inference). Static-shape decoding (XLA, TFLite) keeps
+``Transformer.encode``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.projection import permute, project_rows
+from keras_transformer.kernels.weights import DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights
+from keras_transformer.numerics import masked_score_value
+
+
+class EncoderLayerWeights(NamedTuple):
+    """One encoder layer's weights in the compute dtype (norms in float32)."""
+
+    qkv: tuple             # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
+    output: tuple          # ([d_model, d_model], [d_model] | None)
+    attention_norm: Norm
+    inner: tuple           # ([d_model, d_ff], [d_ff] | None)
+    outer: tuple           # ([d_ff, d_model], [d_model] | None)
+    ffn_norm: Norm
+
+
+class EncoderWeights(NamedTuple):
+    """Everything ``encode`` reads, read once a call."""
+
+    embeddings: tf.Tensor     # [src_vocab, d_model] compute dtype
+    positions: tf.Tensor      # [max_length, d_model] compute dtype
+    layers: tuple             # EncoderLayerWeights per encoder layer
+    final_norm: Norm | None   # pre-LN stacks only
+
+
+# At most this many query-key pairs a head (rows · len²: a sentence of 22 tokens), a float32 batch attends by
+# broadcast products and sums; above it, by batched matmuls and softmax.
+FEW_SCORES = 512
+
+
+def supported(model) -> bool:
+    """Whether ``encode`` reproduces ``model.encode``: no quantized projection,
+    no LayerNorm that Keras' own path computes, no learned positions."""
+    encoder = model.encoder
+    denses, norms = [], []
+    for layer in encoder.layer_stack:
+        attention = layer.self_attention
+        denses += [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense,
+                   layer.feed_forward.inner_dense, layer.feed_forward.outer_dense]
+        norms += [layer.self_attention_norm, layer.feed_forward_norm]
+    if encoder.final_norm is not None:
+        norms.append(encoder.final_norm)
+    return (all(dense.quantization_mode is None for dense in denses)
+            and all(norm.kernel_covers(2) and norm.kernel_covers(3) for norm in norms)
+            and not model.source_embedding.learned_positions)
+
+
+def encoder_weights(model, derived: DerivedWeights | None = None) -> EncoderWeights:
+    """The encoder's weights and the source embedding, read (and cast,
+    scaled, concatenated) once. ``derived``: the products of the weights made
+    before (``weights.FrozenWeights``); by default made here."""
+    dtype = model.compute_dtype
+    stack = model.encoder.layer_stack
+    if derived is None:
+        qkv = tuple(fused_qkv(layer.self_attention, dtype) for layer in stack)
+    else:
+        qkv = derived.encoder_qkv
+    layers = tuple(EncoderLayerWeights(
+        qkv=fused,
+        output=dense_weights(layer.self_attention.output_dense, dtype),
+        attention_norm=norm_weights(layer.self_attention_norm),
+        inner=dense_weights(layer.feed_forward.inner_dense, dtype),
+        outer=dense_weights(layer.feed_forward.outer_dense, dtype),
+        ffn_norm=norm_weights(layer.feed_forward_norm),
+    ) for layer, fused in zip(stack, qkv))
+    embedding = model.source_embedding
+    return EncoderWeights(
+        embeddings=tf.cast(embedding.embeddings, dtype),
+        positions=tf.constant(embedding.position_table, dtype),
+        layers=layers,
+        final_norm=None if model.encoder.final_norm is None else norm_weights(model.encoder.final_norm),
+    )
+
+
+def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tensor:
+    """``model.encode(source_ids, training=False)``: the memory ``[rows,
+    src_len, d_model]`` in the compute dtype, for ``source_ids [rows,
+    src_len]`` padded with ``pad_id``. ``supported(model)`` says whether the
+    model's settings allow it; ``weights``: ``encoder_weights(model)``."""
+    weights = encoder_weights(model) if weights is None else weights
+    config = model.config
+    dtype = model.compute_dtype
+    heads, d_model = config.num_heads, config.d_model
+    depth = d_model // heads
+    norm_first = model.encoder.norm_first
+    activation = model.encoder.layer_stack[0].feed_forward.inner_dense.activation
+    inner_activation = tf.nn.relu if activation is keras.activations.relu else activation
+    masked = masked_score_value(tf.float32)
+
+    source_ids = tf.convert_to_tensor(source_ids)
+    rows, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+    real = tf.not_equal(source_ids, tf.cast(config.pad_id, source_ids.dtype))  # [rows, len]
+    x = (tf.gather(weights.embeddings, source_ids) * tf.constant(model.source_embedding.scale, dtype)
+         + weights.positions[:length])
+    x = tf.reshape(x, [-1, d_model])  # [rows·len, d_model]
+    few = tf.logical_and(tf.constant(dtype == "float32"), rows * length * length <= FEW_SCORES)
+    # A sentence with no real token attends to nothing: its outputs are zeroed, as the layer does.
+    has_key = tf.reduce_any(real, axis=-1)
+
+    def attend_by_sums(qkv):
+        qkv = tf.reshape(qkv, [rows, length, 3, heads, depth])
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [rows, len, heads, depth]
+        scores = tf.reduce_sum(q[:, :, tf.newaxis] * k[:, tf.newaxis], axis=-1)  # [rows, q, k, heads]
+        scores = tf.cast(scores, tf.float32) + tf.where(real, 0.0, masked)[:, tf.newaxis, :, tf.newaxis]
+        exp = tf.exp(scores - tf.reduce_max(scores, axis=2, keepdims=True))
+        probs = exp / tf.reduce_sum(exp, axis=2, keepdims=True)
+        attended = tf.reduce_sum(probs[..., tf.newaxis] * v[:, tf.newaxis], axis=2)  # [rows, q, heads, depth]
+        attended *= tf.cast(has_key, attended.dtype)[:, tf.newaxis, tf.newaxis, tf.newaxis]
+        return tf.reshape(attended, [-1, d_model])
+
+    def attend_by_matmuls(qkv):
+        qkv = tf.reshape(qkv, [rows, length, 3, heads, depth])
+        q, k, v = tf.unstack(permute(qkv, [2, 0, 3, 1, 4]))  # [rows, heads, len, depth]
+        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
+        scores += tf.where(real, 0.0, masked)[:, tf.newaxis, tf.newaxis, :]
+        attended = tf.matmul(tf.cast(tf.nn.softmax(scores), v.dtype), v)  # [rows, heads, len, depth]
+        attended *= tf.cast(has_key, attended.dtype)[:, tf.newaxis, tf.newaxis, tf.newaxis]
+        return tf.reshape(permute(attended, [0, 2, 1, 3]), [-1, d_model])
+
+    def norm(x, n: Norm):
+        return tf.cast(layer_norm(tf.cast(x, tf.float32), n.gamma, n.beta, n.epsilon, with_gradient=False), dtype)
+
+    def residual(x, sublayer, n: Norm):
+        if norm_first:
+            return x + sublayer(norm(x, n))
+        return norm(x + sublayer(x), n)
+
+    def stack(x, attend):
+        for layer in weights.layers:
+            def attention(h, layer=layer):
+                return project_rows(attend(project_rows(h, layer.qkv)), layer.output)
+
+            x = residual(x, attention, layer.attention_norm)
+            x = residual(x, lambda h, layer=layer: project_rows(project_rows(h, layer.inner, inner_activation),
+                                                                layer.outer), layer.ffn_norm)
+        if weights.final_norm is not None:
+            x = norm(x, weights.final_norm)
+        return x
+
+    # One choice a call, for the whole stack: a branch in every layer would cost more nodes.
+    x = tf.cond(few, lambda: stack(x, attend_by_sums), lambda: stack(x, attend_by_matmuls))
+    return tf.reshape(x, [rows, length, d_model])

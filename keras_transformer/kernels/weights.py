@@ -1,0 +1,129 @@
+"""The weights the inference kernels read, and the products of the weights they
+make before use: each attention's query, key and value kernels side by side,
+the query's ``1/√d_k`` folded in, and every decoder layer's cross-attention
+key and value kernels packed into one.
+
+``encoding.encode`` and ``decoding_step`` make these products once a call,
+before the decoding loop. A model whose weights no longer change (an exported
+SavedModel) keeps them instead, as variables (``FrozenWeights``): a call then
+reads them and copies nothing.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class Norm(NamedTuple):
+    gamma: tf.Tensor    # [d_model] float32
+    beta: tf.Tensor     # [d_model] float32
+    epsilon: float
+
+
+def dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
+    """``(kernel, bias | None)`` of a ``Dense`` in ``dtype``, times ``scale``."""
+    kernel = tf.cast(dense.kernel, dtype)
+    bias = None if dense.bias is None else tf.cast(dense.bias, dtype)
+    if scale != 1.0:
+        factor = tf.constant(scale, dtype)
+        kernel = kernel * factor
+        bias = None if bias is None else bias * factor
+    return kernel, bias
+
+
+def norm_weights(layer) -> Norm:
+    return Norm(tf.cast(layer.gamma, tf.float32), tf.cast(layer.beta, tf.float32), float(layer.epsilon))
+
+
+def fused_qkv(attention, dtype) -> tuple:
+    """An attention layer's query, key and value kernels side by side ``[d_model,
+    3·d_model]`` (and biases), the query's scaled by ``1/√d_k`` as the layer
+    scales it."""
+    q_kernel, q_bias = dense_weights(attention.query_dense, dtype, 1.0 / float(attention.depth) ** 0.5)
+    k_kernel, k_bias = dense_weights(attention.key_dense, dtype)
+    v_kernel, v_bias = dense_weights(attention.value_dense, dtype)
+    bias = None if q_bias is None else tf.concat([q_bias, k_bias, v_bias], axis=0)
+    return tf.concat([q_kernel, k_kernel, v_kernel], axis=1), bias
+
+
+def scaled_query(attention, dtype) -> tuple:
+    """A cross-attention's query kernel and bias, scaled by ``1/√d_k``."""
+    return dense_weights(attention.query_dense, dtype, 1.0 / float(attention.depth) ** 0.5)
+
+
+def packed_cross_key_value(decoder, dtype) -> tuple:
+    """Every decoder layer's cross-attention key, then value, kernel side by
+    side ``[d_model, 2·layers·d_model]`` and the biases (zeros where a layer
+    has none): the memory's keys and values for all layers in one product."""
+    kernels, biases = [], []
+    for layer in decoder.layer_stack:
+        for dense in (layer.cross_attention.key_dense, layer.cross_attention.value_dense):
+            kernel, bias = dense_weights(dense, dtype)
+            kernels.append(kernel)
+            biases.append(tf.zeros([kernel.shape[1]], dtype) if bias is None else bias)
+    return tf.concat(kernels, axis=1), tf.concat(biases, axis=0)
+
+
+class DerivedWeights(NamedTuple):
+    """The products of the weights the kernels make before use, in the compute dtype."""
+
+    encoder_qkv: tuple       # per encoder layer: fused_qkv of its self-attention
+    decoder_qkv: tuple       # per decoder layer: fused_qkv of its self-attention
+    cross_query: tuple       # per decoder layer: scaled_query of its cross-attention
+    cross_key_value: tuple   # packed_cross_key_value
+
+
+def derived_weights(model) -> DerivedWeights:
+    """``model``'s ``DerivedWeights``, made now from its variables."""
+    dtype = model.compute_dtype
+    encoder, decoder = model.encoder.layer_stack, model.decoder.layer_stack
+    return DerivedWeights(
+        encoder_qkv=tuple(fused_qkv(layer.self_attention, dtype) for layer in encoder),
+        decoder_qkv=tuple(fused_qkv(layer.self_attention, dtype) for layer in decoder),
+        cross_query=tuple(scaled_query(layer.cross_attention, dtype) for layer in decoder),
+        cross_key_value=packed_cross_key_value(model.decoder, dtype),
+    )
+
+
+class FrozenWeights(tf.Module):
+    """``derived_weights(model)`` made once and kept as variables, for a model
+    whose weights no longer change: an exported SavedModel holds them, and its
+    calls ``read()`` them (one ``ReadVariableOp`` each) instead of copying and
+    scaling the kernels at every call. They add about a quarter to the size of
+    a model's variables (the attention kernels of the encoder's and decoder's
+    self-attention and of the decoder's cross-attention, once more).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.decoding import greedy_decode
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
+        >>> model.build()
+        >>> frozen = FrozenWeights(model)
+        >>> len(frozen.frozen)  # a kernel and a bias: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v
+        14
+        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, derived=frozen.read())
+        >>> tokens.shape[0]
+        1
+    """
+
+    def __init__(self, model, name: str = "frozen_weights"):
+        super().__init__(name=name)
+        derived = derived_weights(model)
+        flat = tf.nest.flatten(derived)  # absent biases are None leaves
+        self.frozen = [tf.Variable(value, trainable=False, name="frozen") for value in flat if value is not None]
+        present = tuple(i for i, value in enumerate(flat) if value is not None)
+        template = tf.nest.map_structure(lambda value: value is not None, derived)  # no tensors kept
+
+        def unflatten(values):
+            full = [None] * len(flat)
+            for i, value in zip(present, values):
+                full[i] = value
+            return tf.nest.pack_sequence_as(template, full)
+
+        self._unflatten = unflatten  # a plain function: not tracked, not saved
+
+    def read(self) -> DerivedWeights:
+        """The weights as tensors, read now (inside a ``tf.function``: once a call)."""
+        return self._unflatten([tf.convert_to_tensor(variable) for variable in self.frozen])

@@ -1,0 +1,120 @@
+"""The inference encoder (``kernels.encode``) against ``Transformer.encode``, for
+every model option it covers, both attentions (sums for short batches, batched
+matmuls for long ones), padded and empty rows, mixed bfloat16 and the fallback;
+and ``kernels.FrozenWeights``: the same decodes, the variables a SavedModel keeps."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import kernels
+from keras_transformer.beam_search import beam_search
+from keras_transformer.decoding import decoding_steps, greedy_decode
+from keras_transformer.precision import with_precision
+from test_decoding_step import VARIANTS, VOCAB, randomized_model, sources
+
+
+def padded_sources(config, rows, length, seed=0):
+    """``rows`` sources of up to ``length`` tokens ending with EOS; row 1 is padding only."""
+    rng = np.random.default_rng(seed)
+    src = rng.integers(3, VOCAB - 2, size=(rows, length)).astype("int32")
+    for i, row in enumerate(src):
+        real = length - i % length
+        row[real - 1] = config.eos_id
+        row[real:] = config.pad_id
+    src[1 % rows] = config.pad_id
+    return tf.constant(src)
+
+
+def assert_same_memory(model, src, rtol=1e-5, atol=2e-5):
+    reference = model.encode(src, training=False).numpy()
+    fast = tf.function(lambda ids: kernels.encode(model, ids))(src).numpy()
+    real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
+    # Padded positions hold values no later layer reads; compare the real tokens.
+    np.testing.assert_allclose(np.where(real, fast, 0.0), np.where(real, reference, 0.0), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_encode_gives_the_memory_of_the_model_by_sums_and_by_matmuls(variant):
+    model = randomized_model(1, **VARIANTS[variant])
+    assert kernels.encoding_supported(model)
+    few = padded_sources(model.config, rows=2, length=6)  # 2 · 6² ≤ FEW_SCORES: sums
+    many = padded_sources(model.config, rows=3, length=20)  # 3 · 20² > FEW_SCORES: batched matmuls
+    assert 2 * 6 ** 2 <= kernels.encoding.FEW_SCORES < 3 * 20 ** 2
+    assert_same_memory(model, few)
+    assert_same_memory(model, many)
+
+
+def test_an_empty_source_row_is_zeroed_as_the_layer_zeroes_it():
+    model = randomized_model(2)
+    src = padded_sources(model.config, rows=3, length=5)
+    fast = kernels.encode(model, src).numpy()
+    reference = model.encode(src, training=False).numpy()
+    np.testing.assert_allclose(fast[1], reference[1], rtol=1e-5, atol=2e-5)
+
+
+def test_encode_under_mixed_bfloat16_matches_the_model():
+    model = with_precision(randomized_model(3), "bf16")
+    src = sources(model.config, 3)
+    fast = kernels.encode(model, src)
+    assert fast.dtype == tf.bfloat16
+    reference = model.encode(src, training=False)
+    real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
+    np.testing.assert_allclose(np.where(real, tf.cast(fast, tf.float32), 0.0),
+                               np.where(real, tf.cast(reference, tf.float32), 0.0), rtol=0.05, atol=0.1)
+
+
+def test_a_quantized_encoder_encodes_through_the_model():
+    model = randomized_model(4)
+    model.encoder.layer_stack[0].feed_forward.inner_dense.quantize("int8", type_check=False)
+    assert not kernels.encoding_supported(model)
+    src = sources(model.config, 4)
+    np.testing.assert_array_equal(decoding_steps(model).encode(src).numpy(), model.encode(src, training=False).numpy())
+
+
+@pytest.mark.parametrize("variant", ["paper", "marian"])
+def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
+    model = randomized_model(5, **VARIANTS[variant])
+    frozen = kernels.FrozenWeights(model)
+    derived = kernels.derived_weights(model)
+    for kept, made in zip(tf.nest.flatten(frozen.read()), tf.nest.flatten(derived)):
+        if made is None:
+            assert kept is None
+        else:
+            np.testing.assert_array_equal(kept.numpy(), made.numpy())
+    # The fused kernels only: three attention kernels for each self-attention, one query kernel
+    # and a key and value kernel for each cross-attention, with their biases.
+    d_model = model.config.d_model
+    layers = model.config.num_encoder_layers + model.config.num_decoder_layers
+    assert sum(int(np.prod(v.shape)) for v in frozen.frozen) == (
+        3 * layers * (d_model + 1) * d_model + 3 * model.config.num_decoder_layers * (d_model + 1) * d_model)
+    src = sources(model.config, 5)
+    greedy = tf.function(lambda ids, derived: greedy_decode(model, ids, derived=derived))
+    plain, plain_scores = greedy_decode(model, src)
+    tokens, scores = greedy(src, frozen.read())
+    np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
+    np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
+    beam = beam_search(model, src, beam_size=3, derived=frozen.read())
+    np.testing.assert_array_equal(beam.tokens.numpy(), beam_search(model, src, beam_size=3).tokens.numpy())
+
+
+def test_frozen_weights_are_saved_and_restored_with_a_module(tmp_path):
+    model = randomized_model(6)
+    module = tf.Module()
+    module.frozen = kernels.FrozenWeights(model)
+    module.f = tf.function(lambda: tf.nest.flatten(module.frozen.read().cross_key_value)[0], input_signature=[])
+    tf.saved_model.save(module, str(tmp_path))
+    restored = tf.saved_model.load(str(tmp_path))
+    np.testing.assert_array_equal(restored.f().numpy(), kernels.derived_weights(model).cross_key_value[0].numpy())
+
+
+def test_the_encoder_has_no_transpose_and_one_branch():
+    model = randomized_model(7)
+    graph = tf.function(lambda ids: kernels.encode(model, ids)).get_concrete_function(
+        tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
+    ops = [node.op for node in graph.node] + [node.op for f in graph.library.function for node in f.node_def]
+    assert ops.count("Transpose") == 0
+    assert ops.count("If") + ops.count("StatelessIf") == 1
+    assert ops.count("MatMul") == 2 * 2 * 4  # both branches: 2 layers × (qkv, output, inner, outer)
+    keras.backend.clear_session()
