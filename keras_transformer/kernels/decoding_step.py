@@ -35,7 +35,7 @@ from typing import Callable, NamedTuple
 import keras
 import tensorflow as tf
 
-from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import (DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights,
                                                packed_cross_key_value, scaled_query)
@@ -226,12 +226,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         return tf.reshape(attended, [-1, d_model])
 
     def norm(x, n: Norm):
-        return tf.cast(layer_norm(tf.cast(x, tf.float32), n.gamma, n.beta, n.epsilon, with_gradient=False), dtype)
+        return inference_norm(x, n, dtype)
 
     def residual(x, sublayer, n: Norm):
-        if norm_first:
-            return x + sublayer(norm(x, n))
-        return norm(x + sublayer(x), n)
+        return inference_residual(x, sublayer, n, norm_first, dtype)
 
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
 

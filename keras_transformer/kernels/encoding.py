@@ -11,13 +11,13 @@ computes the same memory for a decoder (the tests compare the two):
 
 * ``encoder_weights`` reads the weights once, with each layer's query, key
   and value kernels side by side and the query's ``1/√d_k`` folded in, as the
-  layer folds it (an exported SavedModel stores these products of the
-  weights instead of making them at every call, see ``frozen``);
+  layer folds it (an exported SavedModel keeps these products of the
+  weights instead of making them at every call: ``weights.FrozenWeights``);
 * a batch of at most ``FEW_SCORES`` query-key pairs a head (``rows · len²``)
   attends by broadcast products and sums in the ``[rows, len, heads, depth]``
   layout of the projections (no transposes), with ``exp`` for the softmax;
-  larger batches take the batched matmuls, where those are faster. A
-  ``tf.cond`` picks one a call.
+  larger batches take the batched matmuls, where those are faster. One
+  ``tf.cond`` a call picks the attention of the whole stack.
 
 Dropout is off (inference). Static-shape decoding (XLA, TFLite) keeps
 ``Transformer.encode``.
@@ -30,7 +30,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights
 from keras_transformer.numerics import masked_score_value
@@ -151,12 +151,10 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
         return tf.reshape(permute(attended, [0, 2, 1, 3]), [-1, d_model])
 
     def norm(x, n: Norm):
-        return tf.cast(layer_norm(tf.cast(x, tf.float32), n.gamma, n.beta, n.epsilon, with_gradient=False), dtype)
+        return inference_norm(x, n, dtype)
 
     def residual(x, sublayer, n: Norm):
-        if norm_first:
-            return x + sublayer(norm(x, n))
-        return norm(x + sublayer(x), n)
+        return inference_residual(x, sublayer, n, norm_first, dtype)
 
     def stack(x, attend):
         for layer in weights.layers:

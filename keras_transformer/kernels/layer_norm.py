@@ -40,6 +40,19 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
     return y
 
 
+def inference_norm(x: tf.Tensor, norm, dtype) -> tf.Tensor:
+    """``x`` normalised by ``norm`` (a ``weights.Norm``: γ, β, ε) in float32 and
+    cast back to ``dtype``, with no gradient wrapper: the inference kernels' LayerNorm."""
+    return tf.cast(layer_norm(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False), dtype)
+
+
+def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype) -> tf.Tensor:
+    """Post-LN ``LN(x + F(x))`` or pre-LN ``x + F(LN(x))`` at inference (no dropout)."""
+    if norm_first:
+        return x + sublayer(inference_norm(x, norm, dtype))
+    return inference_norm(x + sublayer(x), norm, dtype)
+
+
 def _statistics(flat, epsilon: float):
     mean = tf.reduce_mean(flat, axis=-1, keepdims=True)
     centered = flat - mean
