@@ -54,11 +54,13 @@ def test_an_empty_source_row_is_zeroed_as_the_layer_zeroes_it():
     np.testing.assert_allclose(fast[1], reference[1], rtol=1e-5, atol=2e-5)
 
 
-def test_encode_under_mixed_bfloat16_matches_the_model():
-    model = with_precision(randomized_model(3), "bf16")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_encode_under_mixed_precision_matches_the_model(precision):
+    model = with_precision(randomized_model(3), precision)
     src = sources(model.config, 3)
-    fast = kernels.encode(model, src)
-    assert fast.dtype == tf.bfloat16
+    fast = tf.function(lambda ids: kernels.encode(model, ids))(src)  # a graph: every branch is built
+    assert fast.dtype == model.compute_dtype
+    assert tf.function(lambda ids: greedy_decode(model, ids, max_length=4)[0])(src).shape[0] == 3
     reference = model.encode(src, training=False)
     real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
     np.testing.assert_allclose(np.where(real, tf.cast(fast, tf.float32), 0.0),

@@ -126,7 +126,6 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
     x = (tf.gather(weights.embeddings, source_ids) * tf.constant(model.source_embedding.scale, dtype)
          + weights.positions[:length])
     x = tf.reshape(x, [-1, d_model])  # [rows·len, d_model]
-    few = tf.logical_and(tf.constant(dtype == "float32"), rows * length * length <= FEW_SCORES)
     # A sentence with no real token attends to nothing: its outputs are zeroed, as the layer does.
     has_key = tf.reduce_any(real, axis=-1)
 
@@ -168,6 +167,9 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
             x = norm(x, weights.final_norm)
         return x
 
-    # One choice a call, for the whole stack: a branch in every layer would cost more nodes.
-    x = tf.cond(few, lambda: stack(x, attend_by_sums), lambda: stack(x, attend_by_matmuls))
+    if dtype != "float32":  # the sums are for float32 only: low-precision sums would drift
+        x = stack(x, attend_by_matmuls)
+    else:  # one choice a call, for the whole stack: a branch in every layer would cost more nodes
+        x = tf.cond(rows * length * length <= FEW_SCORES, lambda: stack(x, attend_by_sums),
+                    lambda: stack(x, attend_by_matmuls))
     return tf.reshape(x, [rows, length, d_model])
