@@ -132,7 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of both beam searches")
     parser.add_argument("--batch-1-sentences", type=int, default=200,
                         help="sentences translated one at a time (batch 64 uses all)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes over the sentences, the engines taking turns batch by batch")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed passes over the sentences, the engines taking turns batch by batch")
     parser.add_argument("--inter-op-threads", type=int, default=0,
                         help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
     parser.add_argument("--intra-op-threads", type=int, default=0,

@@ -113,14 +113,11 @@ class FrozenWeights(tf.Module):
         derived = derived_weights(model)
         flat = tf.nest.flatten(derived)  # absent biases are None leaves
         self.frozen = [tf.Variable(value, trainable=False, name="frozen") for value in flat if value is not None]
-        present = tuple(i for i, value in enumerate(flat) if value is not None)
         template = tf.nest.map_structure(lambda value: value is not None, derived)  # no tensors kept
 
-        def unflatten(values):
-            full = [None] * len(flat)
-            for i, value in zip(present, values):
-                full[i] = value
-            return tf.nest.pack_sequence_as(template, full)
+        def unflatten(values):  # the variables' values back in the places of the present leaves
+            values = iter(values)
+            return tf.nest.map_structure(lambda present: next(values) if present else None, template)
 
         self._unflatten = unflatten  # a plain function: not tracked, not saved
 
