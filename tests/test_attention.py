@@ -148,3 +148,31 @@ def test_mixed_precision_attention_softmax_in_float32():
     out, weights = layer(x, return_attention_weights=True)
     assert out.dtype == tf.bfloat16
     assert weights.dtype == tf.float32
+
+
+@pytest.mark.parametrize("queries", [1, 6])
+def test_the_inference_attention_kernel_matches_numpy(queries):
+    """``kernels.attention.attend`` (the decoding step's and encoder's attention): the
+    reference formula, a padding bias, and a row with no key zeroed; float32 by
+    ``BatchMatMulV3``, bf16 by ``tf.matmul``, softmax in float32 either way."""
+    from keras_transformer.kernels.attention import attend, batched_product
+
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=(3, 2, queries, 8)).astype("float32")
+    k = rng.normal(size=(3, 2, 7, 8)).astype("float32")
+    v = rng.normal(size=(3, 2, 7, 8)).astype("float32")
+    real = rng.random((3, 7)) < 0.7
+    real[:, 0] = True
+    real[2] = False  # a row with no key at all
+    bias = np.where(real, 0.0, masked_score_value("float32")).astype("float32")[:, None, None, :]
+    has_key = real.any(-1)[:, None, None, None]
+    out = attend(tf.constant(q), tf.constant(k), tf.constant(v), tf.constant(bias), tf.constant(has_key))
+    expected, _ = reference.attention(q * np.sqrt(8), k, v, real[:, None, None, :])  # attend takes q scaled
+    np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert np.all(out.numpy()[2] == 0.0)
+    graph = tf.function(batched_product).get_concrete_function(
+        tf.TensorSpec([None, 2, None, 8]), tf.TensorSpec([None, 2, 7, 8]), True).graph
+    assert [op.type for op in graph.get_operations() if "BatchMatMul" in op.type] == ["BatchMatMulV3"]
+    bf16 = attend(*(tf.constant(x, tf.bfloat16) for x in (q, k, v)), tf.constant(bias), tf.constant(has_key))
+    assert bf16.dtype == tf.bfloat16
+    np.testing.assert_allclose(tf.cast(bf16, tf.float32).numpy(), expected, rtol=0.05, atol=0.05)

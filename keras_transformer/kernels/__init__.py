@@ -26,12 +26,15 @@ kernel                                 what it does, and who calls it
                                        heads
 ``FusedAdam``                          Adam's update as one kernel a variable:
                                        ``paper_adam``
+``attend``                             attention at inference, in float32 by the
+                                       batched product (``BatchMatMulV3``) that oneDNN
+                                       leaves to Eigen and an ``exp`` softmax: the two
+                                       kernels below
 ``decoding_step``                      one token of ``Transformer.decode`` against a
                                        growing cache, weights read once, rank-2
                                        products: ``decoding.decoding_steps``
 ``encode``                             ``Transformer.encode`` at inference: one product
-                                       for each layer's query, key and value, and
-                                       attention by sums for short batches:
+                                       for each layer's query, key and value:
                                        ``decoding.decoding_steps``
 ``FrozenWeights``                      the products of the weights those two make
                                        (fused and scaled kernels), kept as variables:
@@ -47,6 +50,7 @@ once whether the training step fuses the output projection with the loss
 """
 
 from keras_transformer.kernels import native
+from keras_transformer.kernels.attention import attend, batched_product
 from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
 from keras_transformer.kernels.decoding_step import (FEW_ROWS, decoding_step, initial_cache, step_weights,
                                                      tied_output_kernel)
@@ -65,6 +69,8 @@ __all__ = [
     "FrozenWeights",
     "FusedAdam",
     "as_rows",
+    "attend",
+    "batched_product",
     "decoding_step",
     "decoding_step_supported",
     "derived_weights",

@@ -13,6 +13,8 @@ for one new token against a growing cache (the tests compare the two):
   three kernels side by side (the query's ``1/√d_k`` folded in, as the layer
   folds it);
 * heads split and merge by a reshape of a single position: no transposes;
+* attention by ``kernels.attention.attend``: in float32, batched products
+  that TensorFlow's oneDNN build leaves to Eigen, and an ``exp`` softmax;
 * no self-attention mask (a new token may attend to every cached one), and the
   source's padding becomes one additive bias a step, shared by all layers;
 * LayerNorm, softmax and the logits in float32 as in the layers, so mixed
@@ -22,8 +24,8 @@ The cache has ``Transformer.initial_cache``'s layout (self-attention keys and
 values ``[rows, heads, len, depth]``, growing by one position a step), so
 decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
-at most ``FEW_ROWS`` rows, avoids the small batched products and softmaxes
-that TensorFlow's oneDNN build runs slowly (see ``decoding_step``). The ops
+at most ``FEW_ROWS`` rows, takes a tied output layer's logits from the
+embedding transposed inside the product (see ``tied_output_kernel``). The ops
 are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache
 written in place) keeps ``Transformer.decode``.
 """
@@ -35,6 +37,7 @@ from typing import Callable, NamedTuple
 import keras
 import tensorflow as tf
 
+from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import (DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights,
@@ -156,12 +159,20 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
     if weights.output[0] is not None:
         return None
     embeddings = weights.embeddings
-    return tf.cond(rows > FEW_ROWS, lambda: tf.transpose(embeddings),
-                   lambda: tf.zeros([embeddings.shape[1], 0], embeddings.dtype))
+
+    def transposed():
+        return tf.transpose(embeddings)
+
+    def empty():
+        return tf.zeros([embeddings.shape[1], 0], embeddings.dtype)
+
+    if isinstance(rows, int):  # known now: no branch in the graph
+        return transposed() if rows > FEW_ROWS else empty()
+    return tf.cond(rows > FEW_ROWS, transposed, empty)
 
 
-# At most this many cache rows, a float32 step attends by broadcast products and sums
-# (``few_rows``); above it, by batched matmuls and softmax.
+# At most this many cache rows, a step with a tied output layer takes the logits from the
+# embedding transposed in the product (``few_rows``); above it, from ``tied_output_kernel``.
 FEW_ROWS = 16
 
 
@@ -178,13 +189,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     tied output layer, ``tied_output_kernel``'s; without it the logits come
     from the embedding transposed in the product.
 
-    ``few_rows=True`` computes each head's single-query attention by a
-    broadcast product and a sum, and its softmax from ``exp``, for steps of at
-    most ``FEW_ROWS`` rows (in float32; other dtypes keep the matmuls). The
-    same values; TensorFlow's oneDNN build runs a ``BatchMatMul`` or a
-    ``Softmax`` of such a size in tens of microseconds, several times the
-    whole product-and-sum attention, and a step has sixteen and eight of them.
-    With many rows the matmuls are faster (``benchmarks/README.md``).
+    ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
+    reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
+    and picks one a round).
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -201,29 +208,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     def split(x):  # [rows, d_model] → [rows, heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, heads, 1, depth])
 
-    few_rows = few_rows and dtype == "float32"
-
     def attend(q, key, value, bias=None, has_key=None):
-        if few_rows:
-            return attend_by_sums(q, key, value, bias, has_key)
-        scores = tf.cast(tf.matmul(split(q), key, transpose_b=True), tf.float32)
-        if bias is not None:
-            scores += bias
-        attended = tf.matmul(tf.cast(tf.nn.softmax(scores), value.dtype), value)
-        if has_key is not None:
-            attended *= tf.cast(has_key, attended.dtype)
-        return tf.reshape(attended, [-1, d_model])
-
-    def attend_by_sums(q, key, value, bias=None, has_key=None):
-        scores = tf.reduce_sum(split(q) * key, axis=-1)  # [rows, heads, len]
-        if bias is not None:
-            scores += bias
-        exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
-        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
-        attended = tf.reduce_sum(weights[..., tf.newaxis] * value, axis=2)  # [rows, heads, depth]
-        if has_key is not None:
-            attended *= tf.cast(has_key, attended.dtype)
-        return tf.reshape(attended, [-1, d_model])
+        return tf.reshape(attend_heads(split(q), key, value, bias, has_key), [-1, d_model])
 
     def norm(x, n: Norm):
         return inference_norm(x, n, dtype)
@@ -238,9 +224,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     def step(token_ids, position, cache, source_padding):
         x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
-        real = tf.expand_dims(tf.cast(source_padding, tf.bool), 1)  # [rows, 1, src_len]
-        if not few_rows:
-            real = tf.expand_dims(real, 1)  # [rows, 1, 1, src_len]: a head axis and a query axis
+        real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, heads, query, src_len]
         source_bias = tf.where(real, 0.0, masked)
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []

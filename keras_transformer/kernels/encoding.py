@@ -1,23 +1,22 @@
 """The encoder at inference as few graph nodes as possible: one product for each
-layer's query, key and value, rank-2 ``[tokens, d_model]`` products, and for
-short batches an attention without batched matmuls, softmax or transposes.
+layer's query, key and value, rank-2 ``[tokens, d_model]`` products, and the
+attention of ``kernels.attention``.
 
 ``Transformer.encode`` runs the paper's layers: each reads its variables,
 scales its query kernel, projects the query, key and value with three
-products, moves the heads with permutations and runs oneDNN's batched
-products and softmax, which cost tens of microseconds each at a sentence's
-size on TensorFlow's oneDNN build (``benchmarks/README.md``). ``encode``
-computes the same memory for a decoder (the tests compare the two):
+products, and runs oneDNN's batched products and softmax, which cost tens of
+microseconds each at a sentence's size on TensorFlow's oneDNN build
+(``benchmarks/README.md``). ``encode`` computes the same memory for a decoder
+(the tests compare the two):
 
 * ``encoder_weights`` reads the weights once, with each layer's query, key
   and value kernels side by side and the query's ``1/√d_k`` folded in, as the
   layer folds it (an exported SavedModel keeps these products of the
   weights instead of making them at every call: ``weights.FrozenWeights``);
-* a batch of at most ``FEW_SCORES`` query-key pairs a head (``rows · len²``)
-  attends by broadcast products and sums in the ``[rows, len, heads, depth]``
-  layout of the projections (no transposes), with ``exp`` for the softmax;
-  larger batches take the batched matmuls, where those are faster. One
-  ``tf.cond`` a call picks the attention of the whole stack.
+* the heads move by ``permute`` (an ``einsum``: no ``Transpose``) and attend
+  by ``kernels.attention.attend``: in float32, the batched products oneDNN
+  leaves to Eigen and an ``exp`` softmax, faster than oneDNN's kernels and
+  than broadcast products and sums at every batch size measured.
 
 Dropout is off (inference). Static-shape decoding (XLA, TFLite) keeps
 ``Transformer.encode``.
@@ -30,6 +29,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights
@@ -54,11 +54,6 @@ class EncoderWeights(NamedTuple):
     positions: tf.Tensor      # [max_length, d_model] compute dtype
     layers: tuple             # EncoderLayerWeights per encoder layer
     final_norm: Norm | None   # pre-LN stacks only
-
-
-# At most this many query-key pairs a head (rows · len²: a sentence of 22 tokens), a float32 batch attends by
-# broadcast products and sums; above it, by batched matmuls and softmax.
-FEW_SCORES = 512
 
 
 def supported(model) -> bool:
@@ -126,27 +121,14 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
     x = (tf.gather(weights.embeddings, source_ids) * tf.constant(model.source_embedding.scale, dtype)
          + weights.positions[:length])
     x = tf.reshape(x, [-1, d_model])  # [rows·len, d_model]
+    bias = tf.where(real, 0.0, masked)[:, tf.newaxis, tf.newaxis, :]  # [rows, heads, queries, keys]
     # A sentence with no real token attends to nothing: its outputs are zeroed, as the layer does.
-    has_key = tf.reduce_any(real, axis=-1)
+    has_key = tf.reduce_any(real, axis=-1)[:, tf.newaxis, tf.newaxis, tf.newaxis]
 
-    def attend_by_sums(qkv):
-        qkv = tf.reshape(qkv, [rows, length, 3, heads, depth])
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [rows, len, heads, depth]
-        scores = tf.reduce_sum(q[:, :, tf.newaxis] * k[:, tf.newaxis], axis=-1)  # [rows, q, k, heads]
-        scores = tf.cast(scores, tf.float32) + tf.where(real, 0.0, masked)[:, tf.newaxis, :, tf.newaxis]
-        exp = tf.exp(scores - tf.reduce_max(scores, axis=2, keepdims=True))
-        probs = exp / tf.reduce_sum(exp, axis=2, keepdims=True)
-        attended = tf.reduce_sum(probs[..., tf.newaxis] * v[:, tf.newaxis], axis=2)  # [rows, q, heads, depth]
-        attended *= tf.cast(has_key, attended.dtype)[:, tf.newaxis, tf.newaxis, tf.newaxis]
-        return tf.reshape(attended, [-1, d_model])
-
-    def attend_by_matmuls(qkv):
+    def attend(qkv):
         qkv = tf.reshape(qkv, [rows, length, 3, heads, depth])
         q, k, v = tf.unstack(permute(qkv, [2, 0, 3, 1, 4]))  # [rows, heads, len, depth]
-        scores = tf.cast(tf.matmul(q, k, transpose_b=True), tf.float32)
-        scores += tf.where(real, 0.0, masked)[:, tf.newaxis, tf.newaxis, :]
-        attended = tf.matmul(tf.cast(tf.nn.softmax(scores), v.dtype), v)  # [rows, heads, len, depth]
-        attended *= tf.cast(has_key, attended.dtype)[:, tf.newaxis, tf.newaxis, tf.newaxis]
+        attended = attend_heads(q, k, v, bias, has_key)
         return tf.reshape(permute(attended, [0, 2, 1, 3]), [-1, d_model])
 
     def norm(x, n: Norm):
@@ -155,21 +137,13 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
     def residual(x, sublayer, n: Norm):
         return inference_residual(x, sublayer, n, norm_first, dtype)
 
-    def stack(x, attend):
-        for layer in weights.layers:
-            def attention(h, layer=layer):
-                return project_rows(attend(project_rows(h, layer.qkv)), layer.output)
+    for layer in weights.layers:
+        def attention(h, layer=layer):
+            return project_rows(attend(project_rows(h, layer.qkv)), layer.output)
 
-            x = residual(x, attention, layer.attention_norm)
-            x = residual(x, lambda h, layer=layer: project_rows(project_rows(h, layer.inner, inner_activation),
-                                                                layer.outer), layer.ffn_norm)
-        if weights.final_norm is not None:
-            x = norm(x, weights.final_norm)
-        return x
-
-    if dtype != "float32":  # the sums are for float32 only: low-precision sums would drift
-        x = stack(x, attend_by_matmuls)
-    else:  # one choice a call, for the whole stack: a branch in every layer would cost more nodes
-        x = tf.cond(rows * length * length <= FEW_SCORES, lambda: stack(x, attend_by_sums),
-                    lambda: stack(x, attend_by_matmuls))
+        x = residual(x, attention, layer.attention_norm)
+        x = residual(x, lambda h, layer=layer: project_rows(project_rows(h, layer.inner, inner_activation),
+                                                            layer.outer), layer.ffn_norm)
+    if weights.final_norm is not None:
+        x = norm(x, weights.final_norm)
     return tf.reshape(x, [rows, length, d_model])
