@@ -133,12 +133,14 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     pad = tf.constant(config.pad_id, tf.int32)
     buffer_width = limit + 1  # BOS and the longest output
 
-    # Every beam of a sentence attends to the same source: encode once, then
-    # tile the encoder output batch → batch·k (cross K/V are projected once).
+    # Every beam of a sentence attends to the same source: encode it and project
+    # its cross-attention keys and values once, then copy the cache to its k
+    # beam rows (batch → batch·k).
     steps = decoding_steps(model, static_shapes, limit, rows=batch * k, derived=derived)  # weights read once
-    memory = tf.repeat(steps.encode(source_ids), k, axis=0)
-    source_padding = padding_mask(tf.repeat(source_ids, k, axis=0), config.pad_id)
-    cache = steps.initial_cache(memory)
+    beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
+    cache = tf.nest.map_structure(lambda x: tf.gather(x, beam_sentences),
+                                  steps.initial_cache(steps.encode(source_ids)))
+    source_padding = padding_mask(tf.gather(source_ids, beam_sentences), config.pad_id)
 
     if static_shapes:
         # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.

@@ -144,6 +144,8 @@ def test_the_decoding_loop_reads_no_variable_and_has_no_shape_arithmetic(decoder
         assert ops["Shape"] <= 2 and ops["Transpose"] == 0, ops
     for ops in bodies:  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
         assert ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0, ops
+    # 2 layers × 6 projections, then the tied logits: one product, or one a slice of the embedding for few rows.
+    assert sorted(ops["MatMul"] for ops in bodies) == [2 * 6 + 1, 2 * 6 + kernels.OUTPUT_SLICES]
 
 
 def test_decoding_steps_without_a_row_count_build_inside_a_function():

@@ -52,8 +52,8 @@ once whether the training step fuses the output projection with the loss
 from keras_transformer.kernels import native
 from keras_transformer.kernels.attention import attend, batched_product
 from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
-from keras_transformer.kernels.decoding_step import (FEW_ROWS, decoding_step, initial_cache, step_weights,
-                                                     tied_output_kernel)
+from keras_transformer.kernels.decoding_step import (FEW_ROWS, OUTPUT_SLICES, decoding_step, initial_cache,
+                                                     step_weights, tied_output_kernel)
 from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.encoding import encode, encoder_weights
@@ -65,6 +65,7 @@ from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, der
 
 __all__ = [
     "FEW_ROWS",
+    "OUTPUT_SLICES",
     "DerivedWeights",
     "FrozenWeights",
     "FusedAdam",

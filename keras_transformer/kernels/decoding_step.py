@@ -24,8 +24,8 @@ The cache has ``Transformer.initial_cache``'s layout (self-attention keys and
 values ``[rows, heads, len, depth]``, growing by one position a step), so
 decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
-at most ``FEW_ROWS`` rows, takes a tied output layer's logits from the
-embedding transposed inside the product (see ``tied_output_kernel``). The ops
+at most ``FEW_ROWS`` rows, takes a tied output layer's logits from slices of
+the embedding, transposed inside the products (see ``decoding_step``). The ops
 are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache
 written in place) keeps ``Transformer.decode``.
 """
@@ -152,9 +152,9 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
     transposed) for the steps over more than ``FEW_ROWS`` rows, made once,
     before the loop, and only when the batch has that many ``rows`` (an empty
     ``[d_model, 0]`` otherwise: no step reads it then, since rows only
-    leave). Steps of few rows multiply by the embedding transposed in the
-    product instead, as fast at one row and not much slower at a few, while
-    the copy costs about a millisecond a call for an 8,000-piece vocabulary
+    leave). Steps of few rows multiply by slices of the embedding, transposed
+    in the products, instead: faster at a few rows, while the copy costs
+    about a millisecond a call for an 8,000-piece vocabulary
     (``benchmarks/README.md``); ``None`` for an untied output layer."""
     if weights.output[0] is not None:
         return None
@@ -174,6 +174,8 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
 # At most this many cache rows, a step with a tied output layer takes the logits from the
 # embedding transposed in the product (``few_rows``); above it, from ``tied_output_kernel``.
 FEW_ROWS = 16
+# ... as this many products, each with a slice of the embedding's rows (see ``decoding_step``).
+OUTPUT_SLICES = 16
 
 
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
@@ -191,7 +193,14 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
     reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
-    and picks one a round).
+    and picks one a round). Its tied logits come from ``OUTPUT_SLICES``
+    products, one for each slice of the embedding's rows (slices of the
+    first axis share the embedding's memory), concatenated: the same values.
+    At a few rows the output product only streams the embedding from memory;
+    TensorFlow's oneDNN build runs a product of a slice's size on one thread,
+    and the executor runs the slices side by side, where it splits the whole
+    product less well (``benchmarks/README.md``: 23% less time at one row,
+    44% at four).
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -218,6 +227,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         return inference_residual(x, sublayer, n, norm_first, dtype)
 
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
+    if few_rows and weights.output[0] is None:
+        vocab = weights.embeddings.shape[0]
+        slices = min(OUTPUT_SLICES, vocab)
+        output_slices = tf.split(weights.embeddings, [vocab // slices + (i < vocab % slices) for i in range(slices)])
 
     def ffn(h, layer: LayerWeights):
         return project_rows(project_rows(h, layer.inner, inner_activation), layer.outer)
@@ -251,7 +264,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             x = norm(x, weights.final_norm)
         if weights.output[0] is not None:
             logits = project_rows(x, weights.output)
-        elif output_kernel is not None and not few_rows:
+        elif few_rows:
+            logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
+        elif output_kernel is not None:
             logits = tf.matmul(x, output_kernel)
             logits.set_shape([None, weights.embeddings.shape[0]])
         else:
