@@ -199,8 +199,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     At a few rows the output product only streams the embedding from memory;
     TensorFlow's oneDNN build runs a product of a slice's size on one thread,
     and the executor runs the slices side by side, where it splits the whole
-    product less well (``benchmarks/README.md``: 23% less time at one row,
-    44% at four).
+    product less well: a little faster at one row, much faster at a few
+    (``python -m benchmarks.inference_kernels``).
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
