@@ -237,7 +237,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     def step(token_ids, position, cache, source_padding):
         x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
-        real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, heads, query, src_len]
+        real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, 1, 1, src_len]
         source_bias = tf.where(real, 0.0, masked)
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []
