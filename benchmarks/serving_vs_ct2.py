@@ -13,10 +13,16 @@ Python). Both then translate the same sentences in this process, back to
 back, strings in and strings out: greedy and beam, at batch 64 (every
 sentence) and batch 1 (the first ``--batch-1-sentences``). Each
 configuration first translates one batch untimed (tracing, caches).
-The engines then take turns batch by batch, ``--repeats`` times over the
-sentences, and each batch counts its fastest time for each engine: a slow
-moment of a shared machine falls on every engine alike, and the minimum drops
-it. Each row reports sentences/s, ms a sentence (the sums of those fastest
+
+The SavedModel is loaded with ``tf.saved_model.load`` and called through its
+signatures, graph mode, no XLA, as TF Serving runs it. CTranslate2 gets the
+same beam size, length penalty (``length_penalty=alpha``), source limit
+(``max_input_length``) and output limit (``max_decoding_length``: the longest
+source of the batch + 50, within the position table), ``min_decoding_length=0``,
+and all the CPU's cores. The engines then take turns batch by batch,
+``--repeats`` times over the sentences, and each batch counts its fastest time
+for each engine: a slow moment of a shared machine falls on every engine
+alike, and the minimum drops it. Each row reports sentences/s, ms a sentence (the sums of those fastest
 times), BLEU of its outputs, and the SavedModel's time over CTranslate2's
 (``ratio``); ``"passes"`` in the JSON lists each repeat's total.
 
