@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from keras_transformer import kernels
 from keras_transformer.decoding import (batch_free_shape, decode_limits, decode_loop, decoding_steps, loose_shape,
                                         never_emitted, scatter_rows)
 from keras_transformer.layers import masked_score_value, padding_mask
@@ -233,7 +234,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])
             candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
             # The best `reach` candidates, then the best 2k of them once the impossible ones are struck.
-            top_lp, top_index = tf.math.top_k(candidates, k=reach)
+            top_lp, top_index = kernels.top_k(candidates, k=reach)
             top_lp = tf.where(impossible(top_index % vocab, t), _NEG, top_lp)
             # 2k candidates guarantee k that do not end here.
             top_lp, pick = tf.math.top_k(top_lp, k=2 * k)

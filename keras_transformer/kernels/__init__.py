@@ -36,6 +36,9 @@ kernel                                 what it does, and who calls it
 ``encode``                             ``Transformer.encode`` at inference: one product
                                        for each layer's query, key and value:
                                        ``decoding.decoding_steps``
+``top_k``                              ``tf.math.top_k`` over a long row by the maxima of
+                                       blocks, the same values and order:
+                                       ``beam_search``'s candidates
 ``FrozenWeights``                      the products of the weights those two make
                                        (fused and scaled kernels), kept as variables:
                                        the exported SavedModel
@@ -61,6 +64,7 @@ from keras_transformer.kernels.encoding import supported as encoding_supported
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
 from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, project_rows, transposed_product
+from keras_transformer.kernels.top_k import top_k
 from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, derived_weights
 
 __all__ = [
@@ -90,5 +94,6 @@ __all__ = [
     "smoothed_cross_entropy",
     "step_weights",
     "tied_output_kernel",
+    "top_k",
     "transposed_product",
 ]
