@@ -146,6 +146,10 @@ def test_the_decoding_loop_reads_no_variable_and_has_no_shape_arithmetic(decoder
         assert ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0, ops
     # 2 layers × 6 projections, then the tied logits: one product, or one a slice of the embedding for few rows.
     assert sorted(ops["MatMul"] for ops in bodies) == [2 * 6 + 1, 2 * 6 + kernels.OUTPUT_SLICES]
+    # The many-rows step's biases go in by BiasAdd (fused with the product); the few-rows step
+    # subtracts them, negated, after it (an AddV2 of a [1, n] bias would be fused too).
+    many, few = sorted(bodies, key=lambda ops: ops["MatMul"])
+    assert many["BiasAdd"] == 2 * 6 and few["BiasAdd"] == 0 and few["Sub"] >= 2 * 6, (many, few)
 
 
 def test_decoding_steps_without_a_row_count_build_inside_a_function():
@@ -164,3 +168,19 @@ def test_decoding_steps_without_a_row_count_build_inside_a_function():
 
     reference, _ = step_by_step(model, _decode_growing(model), src, np.full([3, 1], model.config.bos_id, np.int32))
     np.testing.assert_allclose(first_logits(src).numpy(), reference[0], rtol=1e-5, atol=2e-5)
+
+
+def test_an_apart_bias_gives_the_fused_products_values_exactly():
+    """``project_rows`` with ``kernels.projection.apart(bias)``: ``y - (-b)``, the same
+    bits as ``BiasAdd``, by a ``Sub`` that grappler's remapper does not fuse."""
+    from keras_transformer.kernels.projection import apart
+
+    rng = np.random.default_rng(7)
+    x, kernel = (tf.constant(rng.standard_normal(shape).astype(np.float32)) for shape in ([3, 8], [8, 5]))
+    bias = tf.constant(rng.standard_normal([5]).astype(np.float32))
+    fused = kernels.project_rows(x, (kernel, bias), tf.nn.relu)
+    graph = tf.function(lambda x: kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu)).get_concrete_function(
+        tf.TensorSpec([None, 8])).graph
+    types = {op.type for op in graph.get_operations()}
+    assert "Sub" in types and not types & {"BiasAdd", "AddV2"}
+    np.testing.assert_array_equal(kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu).numpy(), fused.numpy())

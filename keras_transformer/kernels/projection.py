@@ -3,6 +3,8 @@ bias and ReLU inside the product for grappler's fusion, rank-2 reshapes by stati
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import tensorflow as tf
 
 
@@ -31,13 +33,33 @@ def permute(x: tf.Tensor, perm) -> tf.Tensor:
     return tf.einsum(f"{letters}->{''.join(letters[axis] for axis in perm)}", x)
 
 
+class ApartBias(NamedTuple):
+    """A bias that ``project_rows`` adds after the product rather than fused
+    into it, held negated as ``[1, n]`` and subtracted: ``y - (-b)`` is ``y +
+    b`` exactly. Grappler's remapper fuses a ``BiasAdd``, and an ``AddV2`` of
+    a ``[1, n]`` tensor too, into oneDNN's product with a bias, and leaves a
+    ``Sub`` alone; at one row to a few dozen, oneDNN's plain product and the
+    subtraction take less time than the fused product (``benchmarks/README.md``).
+    ``apart(bias)`` makes one."""
+
+    negated: tf.Tensor  # [1, n]
+
+
+def apart(bias: tf.Tensor | None) -> ApartBias | None:
+    """``bias`` ``[n]`` as an ``ApartBias`` (``None`` stays ``None``)."""
+    return None if bias is None else ApartBias(-bias[tf.newaxis])
+
+
 def project_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
     """``activation?(x [rows, k] @ kernel + bias)`` for ``weights = (kernel,
-    bias | None)``, with no gradient wrapper (inference kernels); bias and
-    ReLU right after the product for grappler's fusion."""
+    bias | None)``, with no gradient wrapper (inference kernels). A ``[n]``
+    bias goes in by ``BiasAdd`` right after the product, where grappler fuses
+    it (and a ReLU) into one oneDNN product; an ``ApartBias`` after it, apart."""
     kernel, bias = weights
     y = tf.matmul(x, kernel)
-    if bias is not None:
+    if isinstance(bias, ApartBias):
+        y = y - bias.negated
+    elif bias is not None:
         y = tf.nn.bias_add(y, bias)
     return activation(y) if activation is not None else y
 
