@@ -3,7 +3,7 @@
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
-        [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
+        [--cold] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -22,7 +22,14 @@ source of the batch + 50, within the position table), ``min_decoding_length=0``,
 and all the CPU's cores. The engines then take turns batch by batch,
 ``--repeats`` times over the sentences, and each batch counts its fastest time
 for each engine: a slow moment of a shared machine falls on every engine
-alike, and the minimum drops it. Each row reports sentences/s, ms a sentence (the sums of those fastest
+alike, and the minimum drops it.
+
+Each timed call is warm: it follows an untimed call of the same engine on the
+batch before, so it starts with that engine's weights in the CPU's caches, as
+a server under load does. Right after the other engine's call (``--cold``)
+each engine first reads its weights back from memory, and both are slower;
+at batch 1 CTranslate2 loses more from it than the SavedModel, so the cold
+ratio flatters the SavedModel (``benchmarks/README.md``). Each row reports sentences/s, ms a sentence (the sums of those fastest
 times), BLEU of its outputs, and the SavedModel's time over CTranslate2's
 (``ratio``); ``"passes"`` in the JSON lists each repeat's total.
 
@@ -91,11 +98,14 @@ def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: in
 
 
 def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences: Sequence[str], batch: int,
-                repeats: int) -> dict[str, dict]:
+                repeats: int, warm: bool = True) -> dict[str, dict]:
     """``{engine: {"outputs", "seconds", "passes"}}``: every engine translates
     ``sentences`` in batches of ``batch``, ``repeats`` times, the engines taking
     turns batch by batch after one untimed batch each; ``seconds`` sums each
-    batch's fastest time, ``passes`` lists each repeat's total."""
+    batch's fastest time, ``passes`` lists each repeat's total. ``warm``: in
+    its turn an engine first translates the batch before (the last one for
+    the first), untimed, so that the timed call does not start from the
+    other engine's state of the CPU's caches."""
     batches = [list(sentences[start:start + batch]) for start in range(0, len(sentences), batch)]
     for translate in engines.values():
         translate(batches[0])
@@ -107,6 +117,8 @@ def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences:
         translated: dict[str, list[str]] = {engine: [] for engine in engines}
         for i, texts in enumerate(batches):
             for engine, translate in engines.items():
+                if warm:
+                    translate(batches[i - 1])
                 started = time.perf_counter()
                 translated[engine] += translate(texts)
                 seconds = time.perf_counter() - started
@@ -140,6 +152,8 @@ def main(argv=None) -> int:
                         help="sentences translated one at a time (batch 64 uses all)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed passes over the sentences, the engines taking turns batch by batch")
+    parser.add_argument("--cold", action="store_true",
+                        help="time each call right after the other engine's, without a warm-up call of its own")
     parser.add_argument("--inter-op-threads", type=int, default=0,
                         help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
     parser.add_argument("--intra-op-threads", type=int, default=0,
@@ -191,7 +205,7 @@ def main(argv=None) -> int:
                 if "saved_model_xla" in engines:  # one compilation per padded shape, before any timing
                     timed(engines["saved_model_xla"][decoder], subset, batch)
                 results = interleaved({engine: translators[decoder] for engine, translators in engines.items()},
-                                      subset, batch, args.repeats)
+                                      subset, batch, args.repeats, warm=not args.cold)
                 for engine, result in results.items():
                     seconds = result["seconds"]
                     row[engine] = {"bleu": bleu(result["outputs"], references[: len(subset)]),
@@ -211,7 +225,7 @@ def main(argv=None) -> int:
                       f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x", flush=True)
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
-              "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads,
+              "warm": not args.cold, "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads,
               "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
     emit(report, args.json)
     return 0

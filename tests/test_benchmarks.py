@@ -169,7 +169,31 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
         assert row["ratio_baseline"] > 0 and row["baseline"]["bleu"] == row["saved_model"]["bleu"]
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
-    assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline)
+    assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline) and report["warm"]
+
+
+@pytest.mark.parametrize("warm", [True, False])
+def test_serving_vs_ct2_warms_each_engine_before_its_timed_call(warm):
+    """Warm (the default): in its turn an engine first translates the batch before,
+    untimed; cold: the engines' calls simply alternate. Outputs are the timed calls'."""
+    from benchmarks.serving_vs_ct2 import interleaved
+
+    calls = []
+
+    def engine(name):
+        def translate(texts):
+            calls.append((name, texts[0]))
+            return [f"{name}:{text}" for text in texts]
+        return translate
+
+    results = interleaved({"a": engine("a"), "b": engine("b")}, ["s0", "s1", "s2"], 1, repeats=1, warm=warm)
+    after_warm_up = calls[2:]  # one untimed batch each first
+    if warm:
+        assert after_warm_up == [("a", "s2"), ("a", "s0"), ("b", "s2"), ("b", "s0"), ("a", "s0"), ("a", "s1"),
+                                 ("b", "s0"), ("b", "s1"), ("a", "s1"), ("a", "s2"), ("b", "s1"), ("b", "s2")]
+    else:
+        assert after_warm_up == [("a", "s0"), ("b", "s0"), ("a", "s1"), ("b", "s1"), ("a", "s2"), ("b", "s2")]
+    assert results["a"]["outputs"] == ["a:s0", "a:s1", "a:s2"] and len(results["b"]["passes"]) == 1
 
 
 def test_profile_serving_counts_the_ops_and_steps_of_each_decoder(tiny_workdir, tmp_path):
