@@ -237,7 +237,7 @@ def test_pretrained_import_runs_each_program_on_a_marian_checkpoint(tmp_path):
     assert report["max_abs_logit_difference"] < 1e-4 and report["cpu"]
 
 
-def test_inference_kernels_times_attention_and_logits_variants(tmp_path):
+def test_inference_kernels_times_each_kernels_variants(tmp_path):
     import json
 
     from benchmarks import inference_kernels
@@ -245,11 +245,13 @@ def test_inference_kernels_times_attention_and_logits_variants(tmp_path):
     out = tmp_path / "kernels.json"
     inference_kernels.main(["--rows", "1,3", "--keys", "5", "--heads", "2", "--depth", "8", "--vocab", "40",
                             "--d-model", "16", "--copies", "2", "--iterations", "2", "--repeats", "1",
-                            "--json", str(out)])
+                            "--d-ff", "32", "--layers", "1", "--candidates", "600", "--top-k", "2", "--json", str(out)])
     report = json.loads(out.read_text())
     assert [r["rows"] for r in report["results"]] == [1, 3]
     for result in report["results"]:
         assert set(result["attention_us"]) == set(inference_kernels.ATTENTIONS)
         assert set(result["logits_us"]) == {"one product", "16 slices"}
         assert all(value > 0 for value in result["logits_us"].values())
+        assert set(result["product_us"]) == {"bias fused (BiasAdd)", "bias apart (Sub)"}
+        assert set(result["top_k_us"]) == {"tf.math.top_k", "kernels.top_k"}
     assert report["cpu"]["model"]
