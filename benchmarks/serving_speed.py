@@ -72,6 +72,30 @@ def signature_translators(path: Path) -> dict[str, Callable[[list[str]], list[st
     return translators
 
 
+def session_translators(path: Path, beam: int) -> dict[str, Callable[[list[str]], list[str]]]:
+    """The SavedModel's ``translate_greedy`` and ``serving_default`` (exported with
+    ``beam``) loaded as TF Serving loads them: the TF1 session loader
+    (``tf.compat.v1.saved_model``), each signature a ``Session`` callable; named
+    like ``signature_translators``'s.
+    A signature called from Python this way does not pass the variables it
+    captures at every call, as a ``tf.saved_model.load`` signature does."""
+    graph = tf.Graph()
+    session = tf.compat.v1.Session(graph=graph)
+    with graph.as_default():
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(path))
+
+    def call(name):
+        signature = meta.signature_def[name]
+        (source,) = signature.inputs.values()
+        run = session.make_callable(signature.outputs["translations"].name, [graph.get_tensor_by_name(source.name)])
+
+        def translate(batch: list[str]) -> list[str]:
+            return [text.decode("utf-8") for text in run(np.array(batch, dtype=object))]
+        return translate
+
+    return {"greedy": call("translate_greedy"), f"beam{beam}": call("serving_default")}
+
+
 def saved_model_rows(path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp) -> list[dict]:
     rows = []
     for name, translate in signature_translators(path).items():

@@ -3,7 +3,7 @@
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
-        [--cold] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
+        [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -44,6 +44,11 @@ made by an earlier version of the code, say) as one more engine,
 ``baseline``, with its own ratio (``ratio_baseline``): the two exports are
 then compared in one process, batch by batch, on the same machine state.
 
+``--session`` also times the SavedModel loaded as TF Serving loads it, by the
+TF1 session loader, as one more engine, ``saved_model_session``, with its own
+ratio (``ratio_session``): the same graph, called without passing the 100-odd
+variables a ``tf.saved_model.load`` signature captures at every call.
+
 ``--inter-op-threads`` and ``--intra-op-threads`` set TensorFlow's thread
 pools (0, the default: TensorFlow's choice, one thread a core for each) as
 TF Serving's ``--tensorflow_inter_op_parallelism`` and
@@ -65,7 +70,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
 from benchmarks.report import emit
-from benchmarks.serving_speed import signature_translators, spm_processors, timed
+from benchmarks.serving_speed import session_translators, signature_translators, spm_processors, timed
 from keras_transformer import Workdir
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.exporters.saved_model import export_saved_model
@@ -160,6 +165,8 @@ def main(argv=None) -> int:
                         help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
     parser.add_argument("--xla", action="store_true",
                         help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
+    parser.add_argument("--session", action="store_true",
+                        help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too")
     parser.add_argument("--json", default=None)
@@ -193,6 +200,9 @@ def main(argv=None) -> int:
         }
         if args.xla:
             engines["saved_model_xla"] = {"greedy": signatures["greedy_xla"], "beam": signatures[f"beam{args.beam}_xla"]}
+        if args.session:
+            session = session_translators(saved_model, args.beam)
+            engines["saved_model_session"] = {"greedy": session["greedy"], "beam": session[f"beam{args.beam}"]}
         if args.baseline is not None:
             baseline = signature_translators(args.baseline)
             engines["baseline"] = {"greedy": baseline["greedy"], "beam": baseline[f"beam{args.beam}"]}
@@ -217,6 +227,10 @@ def main(argv=None) -> int:
                 if "saved_model_xla" in engines:
                     row["ratio_xla"] = round(row["saved_model_xla"]["seconds"] / row["ctranslate2"]["seconds"], 2)
                     print(f"{head} {summary('SavedModel XLA', row['saved_model_xla'])}: {row['ratio_xla']}x", flush=True)
+                if "saved_model_session" in engines:
+                    row["ratio_session"] = round(row["saved_model_session"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                    print(f"{head} {summary('SavedModel, TF1 session', row['saved_model_session'])}: "
+                          f"{row['ratio_session']}x", flush=True)
                 if "baseline" in engines:
                     row["ratio_baseline"] = round(row["baseline"]["seconds"] / row["ctranslate2"]["seconds"], 2)
                     print(f"{head} {summary('baseline', row['baseline'])}: {row['ratio_baseline']}x", flush=True)

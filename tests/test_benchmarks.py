@@ -136,9 +136,10 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
 
 
 def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path):
-    """Both engines, the SavedModel's XLA signatures and a baseline export translate the
-    same sentences, strings in and out, greedy and beam at batch 64 and 1; greedy outputs
-    agree (CTranslate2 reproduces our greedy decoder, and XLA and the baseline the graph's)."""
+    """Both engines, the SavedModel's XLA signatures, the SavedModel through the TF1
+    session loader and a baseline export translate the same sentences, strings in and
+    out, greedy and beam at batch 64 and 1; greedy outputs agree (CTranslate2 reproduces
+    our greedy decoder, and XLA, the session and the baseline the graph's)."""
     import json
 
     pytest.importorskip("ctranslate2")
@@ -155,7 +156,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
                                 "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
                                 "--batch-1-sentences", "3", "--repeats", "2", "--xla", "--json", str(out),
-                                "--baseline", str(baseline)]) == 0
+                                "--baseline", str(baseline), "--session"]) == 0
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
@@ -167,6 +168,8 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
         assert 0 < row["saved_model"]["seconds"] <= min(row["saved_model"]["passes"]) + 1e-3
         assert row["ratio_xla"] > 0 and row["saved_model_xla"]["bleu"] == row["saved_model"]["bleu"]
         assert row["ratio_baseline"] > 0 and row["baseline"]["bleu"] == row["saved_model"]["bleu"]
+        # The TF1 session loader runs the same graph: the same translations.
+        assert row["ratio_session"] > 0 and row["saved_model_session"]["bleu"] == row["saved_model"]["bleu"]
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
     assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline) and report["warm"]
