@@ -26,9 +26,9 @@ decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
 at most ``FEW_ROWS`` rows, adds the products' biases apart from them and takes
 a tied output layer's logits from slices of the embedding, transposed inside
-the products (see ``decoding_step``). The ops
-are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache
-written in place) keeps ``Transformer.decode``.
+the products (see ``decoding_step``). The ops are portable (CPU, GPU, TPU,
+XLA); static-shape decoding (a fixed-size cache written in place) keeps
+``Transformer.decode``.
 """
 
 from __future__ import annotations
@@ -211,10 +211,11 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
     reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
     and picks one a round). Its products add their biases after oneDNN's
-    plain product rather than fused into it (``project_rows``), faster at a
-    few rows and no slower at ``FEW_ROWS``. Its tied logits come from ``OUTPUT_SLICES``
-    products, one for each slice of the embedding's rows (slices of the
-    first axis share the embedding's memory), concatenated: the same values.
+    plain product rather than fused into it (``projection.ApartBias``),
+    faster at a few rows and no slower at ``FEW_ROWS``. Its tied logits come
+    from ``OUTPUT_SLICES`` products, one for each slice of the embedding's
+    rows (slices of the first axis share the embedding's memory),
+    concatenated: the same values.
     At a few rows the output product only streams the embedding from memory;
     TensorFlow's oneDNN build runs a product of a slice's size on one thread,
     and the executor runs the slices side by side, where it splits the whole
