@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from benchmarks.report import emit
 from keras_transformer import kernels
+from keras_transformer.kernels.decoding_step import output_slice_sizes
 from keras_transformer.kernels.projection import apart
 
 
@@ -96,8 +97,7 @@ def logits_times(rows: int, vocab: int, d_model: int, copies: int, iterations: i
     rng = np.random.default_rng(1)
     embeddings = [tf.constant(rng.normal(scale=0.05, size=(vocab, d_model)).astype("float32"))
                   for _ in range(copies)]
-    slices = min(kernels.OUTPUT_SLICES, vocab)
-    sizes = [vocab // slices + (i < vocab % slices) for i in range(slices)]
+    sizes = output_slice_sizes(vocab)
     x0 = tf.constant(rng.normal(size=(rows, d_model)).astype("float32"))
 
     def loop(product):
@@ -114,7 +114,7 @@ def logits_times(rows: int, vocab: int, d_model: int, copies: int, iterations: i
 
     functions = {
         "one product": loop(lambda x, e, p: tf.matmul(x, e, transpose_b=True)),
-        f"{slices} slices": loop(lambda x, e, p: tf.concat([tf.matmul(x, s, transpose_b=True) for s in p], 1)),
+        f"{len(sizes)} slices": loop(lambda x, e, p: tf.concat([tf.matmul(x, s, transpose_b=True) for s in p], 1)),
     }
     seconds = interleaved(functions, repeats)
     return {name: 1e6 * value / iterations / copies for name, value in seconds.items()}
@@ -187,6 +187,9 @@ def main(argv=None) -> int:
     rows = [int(r) for r in args.rows.split(",")]
     if min(rows) < 1:
         parser.error("--rows must be positive integers, e.g. 1,4,16,64")
+    if args.d_ff % args.d_model:
+        parser.error(f"--d-ff {args.d_ff} must be a multiple of --d-model {args.d_model} "
+                     "(the layer products tile their inputs)")
     results = []
     for count in rows:
         attention = attention_times(count, args.keys, args.heads, args.depth, args.iterations, args.repeats)

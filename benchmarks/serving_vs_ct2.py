@@ -29,7 +29,9 @@ batch before, so it starts with that engine's weights in the CPU's caches, as
 a server under load does. Right after the other engine's call (``--cold``)
 each engine first reads its weights back from memory, and both are slower;
 at batch 1 CTranslate2 loses more from it than the SavedModel, so the cold
-ratio flatters the SavedModel (``benchmarks/README.md``). Each row reports sentences/s, ms a sentence (the sums of those fastest
+ratio flatters the SavedModel (``benchmarks/README.md``).
+
+Each row reports sentences/s, ms a sentence (the sums of those fastest
 times), BLEU of its outputs, and the SavedModel's time over CTranslate2's
 (``ratio``); ``"passes"`` in the JSON lists each repeat's total.
 
@@ -100,6 +102,12 @@ def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: in
         return translate
 
     return {"greedy": call(1), "beam": call(beam)}
+
+
+# The engines timed beside the SavedModel and CTranslate2 on request: their ratio's key and printed name.
+EXTRA_ENGINES = {"saved_model_xla": ("ratio_xla", "SavedModel XLA"),
+                 "saved_model_session": ("ratio_session", "SavedModel, TF1 session"),
+                 "baseline": ("ratio_baseline", "baseline")}
 
 
 def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences: Sequence[str], batch: int,
@@ -192,20 +200,22 @@ def main(argv=None) -> int:
                                          xla=args.xla)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
         signatures = signature_translators(saved_model)
+
+        def greedy_and_beam(translators: dict, suffix: str = "") -> dict:
+            return {"greedy": translators[f"greedy{suffix}"], "beam": translators[f"beam{args.beam}{suffix}"]}
+
         engines = {
-            "saved_model": {"greedy": signatures["greedy"], "beam": signatures[f"beam{args.beam}"]},
+            "saved_model": greedy_and_beam(signatures),
             "ctranslate2": ct2_translators(ct2, beam=args.beam, alpha=args.alpha,
                                            max_input_length=min(trained.max_src_length, max_length),
                                            max_length=max_length),
         }
         if args.xla:
-            engines["saved_model_xla"] = {"greedy": signatures["greedy_xla"], "beam": signatures[f"beam{args.beam}_xla"]}
+            engines["saved_model_xla"] = greedy_and_beam(signatures, "_xla")
         if args.session:
-            session = session_translators(saved_model, args.beam)
-            engines["saved_model_session"] = {"greedy": session["greedy"], "beam": session[f"beam{args.beam}"]}
+            engines["saved_model_session"] = greedy_and_beam(session_translators(saved_model, args.beam))
         if args.baseline is not None:
-            baseline = signature_translators(args.baseline)
-            engines["baseline"] = {"greedy": baseline["greedy"], "beam": baseline[f"beam{args.beam}"]}
+            engines["baseline"] = greedy_and_beam(signature_translators(args.baseline))
         rows = []
         for decoder in ("greedy", "beam"):
             for batch in BATCHES:
@@ -224,22 +234,17 @@ def main(argv=None) -> int:
                                    "passes": result["passes"]}
                 row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
                 head = f"{row['decoder']:<7} batch {batch:>2}:"
-                if "saved_model_xla" in engines:
-                    row["ratio_xla"] = round(row["saved_model_xla"]["seconds"] / row["ctranslate2"]["seconds"], 2)
-                    print(f"{head} {summary('SavedModel XLA', row['saved_model_xla'])}: {row['ratio_xla']}x", flush=True)
-                if "saved_model_session" in engines:
-                    row["ratio_session"] = round(row["saved_model_session"]["seconds"] / row["ctranslate2"]["seconds"], 2)
-                    print(f"{head} {summary('SavedModel, TF1 session', row['saved_model_session'])}: "
-                          f"{row['ratio_session']}x", flush=True)
-                if "baseline" in engines:
-                    row["ratio_baseline"] = round(row["baseline"]["seconds"] / row["ctranslate2"]["seconds"], 2)
-                    print(f"{head} {summary('baseline', row['baseline'])}: {row['ratio_baseline']}x", flush=True)
+                for engine, (ratio, label) in EXTRA_ENGINES.items():
+                    if engine in engines:
+                        row[ratio] = round(row[engine]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                        print(f"{head} {summary(label, row[engine])}: {row[ratio]}x", flush=True)
                 rows.append(row)
                 print(f"{head} {summary('SavedModel', row['saved_model'])}, "
                       f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x", flush=True)
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
-              "warm": not args.cold, "inter_op_threads": args.inter_op_threads, "intra_op_threads": args.intra_op_threads,
+              "warm": not args.cold, "inter_op_threads": args.inter_op_threads,
+              "intra_op_threads": args.intra_op_threads,
               "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
     emit(report, args.json)
     return 0

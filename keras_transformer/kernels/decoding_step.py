@@ -195,6 +195,13 @@ FEW_ROWS = 16
 OUTPUT_SLICES = 16
 
 
+def output_slice_sizes(vocab: int) -> list[int]:
+    """The rows of each of the few-rows step's ``OUTPUT_SLICES`` embedding
+    slices (fewer for a vocabulary that small), as even as they go."""
+    slices = min(OUTPUT_SLICES, vocab)
+    return [vocab // slices + (i < vocab % slices) for i in range(slices)]
+
+
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
                   output_kernel: tf.Tensor | None = None) -> Callable:
     """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
@@ -216,8 +223,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     from ``OUTPUT_SLICES`` products, one for each slice of the embedding's
     rows (slices of the first axis share the embedding's memory),
     concatenated: the same values.
-    At a few rows the output product only streams the embedding from memory;
-    TensorFlow's oneDNN build runs a product of a slice's size on one thread,
+    At a few rows the output product does little more than read the
+    embedding; TensorFlow's oneDNN build runs a product of a slice's size on one thread,
     and the executor runs the slices side by side, where it splits the whole
     product less well: a little faster at one row, much faster at a few
     (``python -m benchmarks.inference_kernels``).
@@ -249,10 +256,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
         weights = _unfused_biases(weights)
-    if few_rows and weights.output[0] is None:
-        vocab = weights.embeddings.shape[0]
-        slices = min(OUTPUT_SLICES, vocab)
-        output_slices = tf.split(weights.embeddings, [vocab // slices + (i < vocab % slices) for i in range(slices)])
+        if weights.output[0] is None:
+            output_slices = tf.split(weights.embeddings, output_slice_sizes(weights.embeddings.shape[0]))
 
     def ffn(h, layer: LayerWeights):
         return project_rows(project_rows(h, layer.inner, inner_activation), layer.outer)
