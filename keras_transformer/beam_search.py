@@ -130,8 +130,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
     batch = tf.shape(source_ids)[0]
     vocab = config.tgt_vocab_size
-    eos = tf.constant(config.eos_id, tf.int32)
-    pad = tf.constant(config.pad_id, tf.int32)
+    # The loop's body makes its constants itself (a tensor made out here would be a loop variable).
+    eos, pad = config.eos_id, config.pad_id
     buffer_width = limit + 1  # BOS and the longest output
 
     # Every beam of a sentence attends to the same source: encode it and project

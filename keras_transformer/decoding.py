@@ -83,7 +83,7 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
     ``limit``: the fixed cache length of static shapes; ``rows``: the cache
     rows the loop starts with (default: more than ``kernels.FEW_ROWS``);
     ``derived``: the products of the weights the kernels would make, made
-    before (``kernels.FrozenWeights(model).read()``, as an export keeps them).
+    before (``kernels.FrozenWeights(model).unread()``, as an export keeps them).
     """
     if not static_shapes and kernels.encoding_supported(model):
         encoder_weights = kernels.encoder_weights(model, derived)
@@ -259,7 +259,6 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     source_padding = padding_mask(source_ids, config.pad_id)
     cache = steps.initial_cache(memory)
     pad = tf.constant(config.pad_id, tf.int32)
-    eos = tf.constant(config.eos_id, tf.int32)
     banned = never_emitted(config)
 
     if static_shapes:
@@ -294,9 +293,9 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
             log_probs = ban_tokens(tf.nn.log_softmax(logits), banned)
             log_probs = ban_early_eos(log_probs, t, min_length, config.eos_id)
             chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-            chosen = tf.where(finished, pad, chosen)
+            chosen = tf.where(finished, config.pad_id, chosen)  # constants made here: see kernels.decoding_step
             scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
-            finished = finished | tf.equal(chosen, eos) | (t + 1 >= state.row_limits)
+            finished = finished | tf.equal(chosen, config.eos_id) | (t + 1 >= state.row_limits)
             return state._replace(step=t + 1, last=chosen, cache=cache, finished=finished,
                                   scores=scores, tokens=write(state.tokens, chosen, t))
 

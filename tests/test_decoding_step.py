@@ -123,32 +123,63 @@ def test_a_quantized_model_decodes_through_decode():
     assert greedy_decode(model, src, max_length=6)[0].shape[0] == 3
 
 
-def _loop_bodies(function, spec) -> list[collections.Counter]:
-    """The op types of each decoding-step loop body (the while bodies that run the decoder)."""
-    graph = function.get_concrete_function(spec).graph.as_graph_def()
-    bodies = [collections.Counter(node.op for node in f.node_def) for f in graph.library.function
-              if "while_body" in f.signature.name]
-    return [ops for ops in bodies if ops["MatMul"]]
+def _graph(function, spec):
+    return function.get_concrete_function(spec).graph.as_graph_def()
+
+
+def _loop_bodies(graph) -> dict[str, collections.Counter]:
+    """The op types of each decoding-step loop body (the while bodies that run the decoder), by name."""
+    bodies = {f.signature.name: collections.Counter(node.op for node in f.node_def) for f in graph.library.function
+              if "while_body" in f.signature.name}
+    return {name: ops for name, ops in bodies.items() if ops["MatMul"]}
+
+
+def _carried(graph, body: str) -> collections.Counter:
+    """The types of the loop variables of the ``While`` whose body is ``body``."""
+    for node in [n for f in graph.library.function for n in f.node_def] + list(graph.node):
+        if node.op in ("While", "StatelessWhile") and node.attr["body"].func.name == body:
+            return collections.Counter(tf.dtypes.as_dtype(t).name for t in node.attr["T"].list.type)
+    raise AssertionError(f"no While runs {body}")
 
 
 @pytest.mark.parametrize("decoder", ["greedy", "beam"])
-def test_the_decoding_loop_reads_no_variable_and_has_no_shape_arithmetic(decoder):
+def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(decoder):
+    """The weights enter a decoding loop as variables and are read in its
+    body: a tensor made before the loop and used in it would be one more loop
+    variable, passed from step to step by control-flow nodes."""
     model = randomized_model(5)
     spec = tf.TensorSpec([None, None], tf.int32)
     decode = ((lambda s: greedy_decode(model, s)[0]) if decoder == "greedy"
               else (lambda s: beam_search(model, s, beam_size=3).tokens))
-    bodies = _loop_bodies(tf.function(decode), spec)
-    assert len(bodies) == 2  # the step for many rows and the one for few
-    for ops in bodies:
-        assert ops["ReadVariableOp"] == 0, ops
-        assert ops["Shape"] <= 2 and ops["Transpose"] == 0, ops
-    for ops in bodies:  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
+    frozen = kernels.FrozenWeights(model)
+    decode_frozen = ((lambda s: greedy_decode(model, s, derived=frozen.unread())[0]) if decoder == "greedy"
+                     else (lambda s: beam_search(model, s, beam_size=3, derived=frozen.unread()).tokens))
+    layers = model.config.num_decoder_layers
+    # The state: the cache's 4 tensors a layer, and 9 more (greedy) or 15 (beam: its sequences,
+    # scores, flags and results); besides, the loop's limit and the round's count.
+    state = 4 * layers + (9 if decoder == "greedy" else 15)
+    for function, derived_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
+        graph = _graph(tf.function(function), spec)
+        bodies = _loop_bodies(graph)
+        assert len(bodies) == 2  # the step for many rows and the one for few
+        for name, ops in bodies.items():
+            carried = _carried(graph, name)
+            # Made once a call without FrozenWeights: each layer's fused qkv, scaled query (kernel and
+            # bias each) and, for the few-rows step, its negated biases; the tied output kernel.
+            assert sum(carried.values()) - carried["resource"] <= state + 2 + derived_carried + 6 * layers, carried
+            # At least each layer's 4 kernels used as they are and its 3 norms, and the embedding.
+            assert carried["resource"] >= 10 * layers + 1, carried
+            assert ops["ReadVariableOp"] >= 10 * layers + 1, ops
+            assert ops["Shape"] <= 2 and ops["Transpose"] == 0, ops
+    bodies = _loop_bodies(_graph(tf.function(decode_frozen), spec))
+    for ops in bodies.values():  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
         assert ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0, ops
+        assert ops["Neg"] == 0, ops
     # 2 layers × 6 projections, then the tied logits: one product, or one a slice of the embedding for few rows.
-    assert sorted(ops["MatMul"] for ops in bodies) == [2 * 6 + 1, 2 * 6 + kernels.OUTPUT_SLICES]
+    assert sorted(ops["MatMul"] for ops in bodies.values()) == [2 * 6 + 1, 2 * 6 + kernels.OUTPUT_SLICES]
     # The many-rows step's biases go in by BiasAdd (fused with the product); the few-rows step
     # subtracts them, negated, after it (an AddV2 of a [1, n] bias would be fused too).
-    many, few = sorted(bodies, key=lambda ops: ops["MatMul"])
+    many, few = sorted(bodies.values(), key=lambda ops: ops["MatMul"])
     assert many["BiasAdd"] == 2 * 6 and few["BiasAdd"] == 0 and few["Sub"] >= 2 * 6, (many, few)
 
 

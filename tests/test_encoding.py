@@ -82,19 +82,25 @@ def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
         else:
             np.testing.assert_array_equal(kept.numpy(), made.numpy())
     # The fused kernels only: three attention kernels for each self-attention, one query kernel
-    # and a key and value kernel for each cross-attention, with their biases.
-    d_model = model.config.d_model
-    layers = model.config.num_encoder_layers + model.config.num_decoder_layers
+    # and a key and value kernel for each cross-attention, with their biases; and the biases of
+    # each decoder layer's products (3 attention, 2 attention outputs, the two of the FFN), negated.
+    d_model, d_ff = model.config.d_model, model.config.d_ff
+    decoder_layers = model.config.num_decoder_layers
+    layers = model.config.num_encoder_layers + decoder_layers
+    assert model.output_projection is None  # tied: no output bias
     assert sum(int(np.prod(v.shape)) for v in frozen.frozen) == (
-        3 * layers * (d_model + 1) * d_model + 3 * model.config.num_decoder_layers * (d_model + 1) * d_model)
+        3 * layers * (d_model + 1) * d_model + 3 * decoder_layers * (d_model + 1) * d_model
+        + decoder_layers * (6 * d_model + d_ff + d_model))
     src = sources(model.config, 5)
     greedy = tf.function(lambda ids, derived: greedy_decode(model, ids, derived=derived))
     plain, plain_scores = greedy_decode(model, src)
-    tokens, scores = greedy(src, frozen.read())
-    np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
-    np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
-    beam = beam_search(model, src, beam_size=3, derived=frozen.read())
-    np.testing.assert_array_equal(beam.tokens.numpy(), beam_search(model, src, beam_size=3).tokens.numpy())
+    plain_beam = beam_search(model, src, beam_size=3).tokens.numpy()
+    for derived in (frozen.read(), frozen.unread()):  # tensors, or the variables, read in the loop
+        tokens, scores = greedy(src, derived)
+        np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
+        np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
+        np.testing.assert_array_equal(beam_search(model, src, beam_size=3, derived=derived).tokens.numpy(),
+                                      plain_beam)
 
 
 def test_frozen_weights_are_saved_and_restored_with_a_module(tmp_path):

@@ -132,7 +132,7 @@ class ExportedTranslator(tf.Module):
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        derived = None if self.frozen_weights is None else self.frozen_weights.read()
+        derived = None if self.frozen_weights is None else self.frozen_weights.unread()
         return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping,
                         derived=derived)
 

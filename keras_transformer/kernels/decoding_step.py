@@ -9,6 +9,12 @@ is mostly executor overhead: the nodes, not the arithmetic, set the time.
 step of plain TensorFlow ops that computes what ``Transformer.decode`` computes
 for one new token against a growing cache (the tests compare the two):
 
+* the weights reach the step as variables where they can
+  (``weights.model_weight``, ``FrozenWeights.unread``) and are read inside
+  it, and its constants are made inside it: whatever tensor a loop's body
+  captures from outside becomes a loop variable, passed from step to step by
+  three control-flow nodes;
+
 * the self-attention query, key and value come from one product with the
   three kernels side by side (the query's ``1/√d_k`` folded in, as the layer
   folds it);
@@ -36,18 +42,21 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import apart, permute, project_rows
-from keras_transformer.kernels.weights import (DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights,
-                                               packed_cross_key_value, scaled_query)
+from keras_transformer.kernels.projection import ApartBias, permute, project_rows
+from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
+                                               fused_qkv, model_weight, norm_weights, packed_cross_key_value,
+                                               read_weights, scaled_query)
 from keras_transformer.numerics import masked_score_value
 
 
 class LayerWeights(NamedTuple):
-    """One decoder layer's weights in the compute dtype (norms in float32)."""
+    """One decoder layer's weights in the compute dtype (norms in float32):
+    variables or tensors (see ``StepWeights``)."""
 
     self_qkv: tuple        # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
     self_output: tuple     # ([d_model, d_model], [d_model] | None)
@@ -61,16 +70,19 @@ class LayerWeights(NamedTuple):
 
 
 class StepWeights(NamedTuple):
-    """Everything a step reads, read once before the loop."""
+    """Everything a step reads. A leaf is a ``tf.Variable`` where the step
+    can read it as it is (the step reads it at every step, inside the loop),
+    else a tensor made once, before the loop."""
 
     embeddings: tf.Tensor        # [tgt_vocab, d_model] compute dtype
-    positions: tf.Tensor         # [max_length, d_model] compute dtype
+    positions: np.ndarray        # [max_length, d_model]: made a constant (compute dtype) inside the step
     layers: tuple                # LayerWeights per decoder layer
     cross_key_value: tuple       # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
     final_norm: Norm | None      # pre-LN stacks only
     output: tuple                # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
     #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
     final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
+    apart_biases: tuple          # weights.apart_biases: the few-rows step's negated [1, n] biases
 
 
 def supported(model) -> bool:
@@ -95,17 +107,20 @@ def supported(model) -> bool:
 
 def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
     """The weights of ``model``'s decoder, output projection and target
-    embedding, read (and cast, scaled, concatenated) once. ``derived``: the
-    products of the weights made before (``weights.FrozenWeights``); by
-    default made here."""
+    embedding: the model's variables where the step uses them as they are,
+    and their products (cast, scaled, concatenated, negated) made once here.
+    ``derived``: those products made before (``weights.FrozenWeights``:
+    variables too); by default made here, as tensors."""
     dtype = model.compute_dtype
     stack = model.decoder.layer_stack
     if derived is None:
         qkv = [fused_qkv(layer.self_attention, dtype) for layer in stack]
         cross_query = [scaled_query(layer.cross_attention, dtype) for layer in stack]
         cross_key_value = packed_cross_key_value(model.decoder, dtype)
+        negated = apart_biases(model, qkv, cross_query)
     else:
         qkv, cross_query, cross_key_value = derived.decoder_qkv, derived.cross_query, derived.cross_key_value
+        negated = derived.apart_biases
     layers = tuple(LayerWeights(
         self_qkv=qkv[i],
         self_output=dense_weights(layer.self_attention.output_dense, dtype),
@@ -123,13 +138,15 @@ def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
     else:
         output = (None, None)  # the tied embedding
     return StepWeights(
-        embeddings=tf.cast(embedding.embeddings, dtype),
-        positions=tf.constant(embedding.position_table, dtype),
+        embeddings=model_weight(embedding.embeddings, dtype),
+        positions=np.asarray(embedding.position_table),
         layers=layers,
         cross_key_value=tuple(cross_key_value),
         final_norm=None if model.decoder.final_norm is None else norm_weights(model.decoder.final_norm),
         output=output,
-        final_logits_bias=None if model.final_logits_bias is None else tf.cast(model.final_logits_bias, tf.float32),
+        final_logits_bias=(None if model.final_logits_bias is None
+                           else model_weight(model.final_logits_bias, tf.float32)),
+        apart_biases=negated,
     )
 
 
@@ -159,7 +176,7 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
     (``benchmarks/README.md``); ``None`` for an untied output layer."""
     if weights.output[0] is not None:
         return None
-    embeddings = weights.embeddings
+    embeddings = tf.convert_to_tensor(weights.embeddings)
 
     def transposed():
         return tf.transpose(embeddings)
@@ -173,18 +190,19 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
 
 
 def _unfused_biases(weights: StepWeights) -> StepWeights:
-    """``weights`` with the products' biases ``apart`` (``projection.ApartBias``):
-    a few-rows step's products by oneDNN's plain kernel, faster at a row or a
-    few than its product with the bias (and ReLU) fused in. Made before the
-    loop, once."""
-    def row(kernel_bias: tuple) -> tuple:
-        kernel, bias = kernel_bias
-        return kernel, apart(bias)
+    """``weights`` with the products' biases apart (``projection.ApartBias``,
+    from ``weights.apart_biases``): a few-rows step's products by oneDNN's
+    plain kernel, faster at a row or a few than its product with the bias
+    (and ReLU) fused in."""
+    layer_biases, output_bias = weights.apart_biases
 
-    products = ("self_qkv", "self_output", "cross_query", "cross_output", "inner", "outer")
-    layers = tuple(layer._replace(**{name: row(getattr(layer, name)) for name in products})
-                   for layer in weights.layers)
-    output = weights.output if weights.output[0] is None else row(weights.output)
+    def row(kernel_bias: tuple, negated) -> tuple:
+        return kernel_bias[0], None if negated is None else ApartBias(negated)
+
+    layers = tuple(layer._replace(**{name: row(getattr(layer, name), negated)
+                                     for name, negated in zip(STEP_PRODUCTS, biases)})
+                   for layer, biases in zip(weights.layers, layer_biases))
+    output = weights.output if weights.output[0] is None else row(weights.output, output_bias)
     return weights._replace(layers=layers, output=output)
 
 
@@ -235,17 +253,18 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     heads = config.num_heads
     d_model = config.d_model
     depth = d_model // heads
-    scale = tf.constant(model.target_embedding.scale, dtype)
+    scale = model.target_embedding.scale
     norm_first = model.decoder.norm_first
     activation = model.decoder.layer_stack[0].feed_forward.inner_dense.activation
     relu = activation is keras.activations.relu
     masked = masked_score_value(tf.float32)
+    vocab = weights.embeddings.shape[0]
 
     def split(x):  # [rows, d_model] → [rows, heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, heads, 1, depth])
 
-    def attend(q, key, value, bias=None, has_key=None):
-        return tf.reshape(attend_heads(split(q), key, value, bias, has_key), [-1, d_model])
+    def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
+        return tf.reshape(attend_heads(q, key, value, bias, has_key), [-1, d_model])
 
     def norm(x, n: Norm):
         return inference_norm(x, n, dtype)
@@ -256,14 +275,17 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
         weights = _unfused_biases(weights)
-        if weights.output[0] is None:
-            output_slices = tf.split(weights.embeddings, output_slice_sizes(weights.embeddings.shape[0]))
+    # The step reads its weights, and makes its constants, itself: a tensor made out here and used in a
+    # loop's body would be one of the loop's variables. It reads only what it uses.
+    unread = weights._replace(cross_key_value=(), apart_biases=())
 
     def ffn(h, layer: LayerWeights):
         return project_rows(project_rows(h, layer.inner, inner_activation), layer.outer)
 
     def step(token_ids, position, cache, source_padding):
-        x = tf.gather(weights.embeddings, token_ids) * scale + tf.gather(weights.positions, position)
+        weights = read_weights(unread)
+        positions = tf.constant(weights.positions, dtype)
+        x = tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype) + tf.gather(positions, position)
         real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, 1, 1, src_len]
         source_bias = tf.where(real, 0.0, masked)
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
@@ -273,14 +295,16 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
-                q, k, v = tf.split(project_rows(h, layer.self_qkv), 3, axis=1)
-                self_cache["key"] = tf.concat([layer_cache["self"]["key"], split(k)], axis=2)
-                self_cache["value"] = tf.concat([layer_cache["self"]["value"], split(v)], axis=2)
+                # [rows, 3·d_model] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's
+                qkv = tf.reshape(project_rows(h, layer.self_qkv), [-1, 3 * heads, 1, depth])
+                q, k, v = tf.split(qkv, 3, axis=1)
+                self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
+                self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
                 return project_rows(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                q = project_rows(h, layer.cross_query)
+                q = split(project_rows(h, layer.cross_query))
                 return project_rows(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
 
             x = residual(x, self_attention, layer.self_norm)
@@ -292,10 +316,11 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         if weights.output[0] is not None:
             logits = project_rows(x, weights.output)
         elif few_rows:
+            output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
             logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
         elif output_kernel is not None:
             logits = tf.matmul(x, output_kernel)
-            logits.set_shape([None, weights.embeddings.shape[0]])
+            logits.set_shape([None, vocab])
         else:
             logits = tf.matmul(x, weights.embeddings, transpose_b=True)
         logits = tf.cast(logits, tf.float32)

@@ -32,7 +32,8 @@ import tensorflow as tf
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
-from keras_transformer.kernels.weights import DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights
+from keras_transformer.kernels.weights import (DerivedWeights, Norm, dense_weights, fused_qkv, norm_weights,
+                                               read_weights)
 from keras_transformer.numerics import masked_score_value
 
 
@@ -105,7 +106,7 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
     src_len, d_model]`` in the compute dtype, for ``source_ids [rows,
     src_len]`` padded with ``pad_id``. ``supported(model)`` says whether the
     model's settings allow it; ``weights``: ``encoder_weights(model)``."""
-    weights = encoder_weights(model) if weights is None else weights
+    weights = read_weights(encoder_weights(model) if weights is None else weights)
     config = model.config
     dtype = model.compute_dtype
     heads, d_model = config.num_heads, config.d_model

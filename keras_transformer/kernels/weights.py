@@ -22,19 +22,37 @@ class Norm(NamedTuple):
     epsilon: float
 
 
+def model_weight(variable, dtype):
+    """A model's variable (Keras or ``tf.Variable``) as the inference kernels
+    take it: the ``tf.Variable`` itself where it already has ``dtype``, read
+    by the op that uses it (inside a decoding loop: at every step, without the
+    loop carrying it), else cast to ``dtype`` now, a tensor."""
+    raw = variable if isinstance(variable, tf.Variable) else getattr(variable, "value", variable)
+    if isinstance(raw, tf.Variable) and raw.dtype == dtype:
+        return raw
+    return tf.cast(variable, dtype)
+
+
+def read_weights(structure):
+    """``structure`` with each ``tf.Variable`` leaf read (a tensor); other
+    leaves (tensors, ``None``, numbers) as they are. Inside a loop's body it
+    reads at every step."""
+    return tf.nest.map_structure(lambda leaf: tf.convert_to_tensor(leaf) if isinstance(leaf, tf.Variable) else leaf,
+                                 structure)
+
+
 def dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
-    """``(kernel, bias | None)`` of a ``Dense`` in ``dtype``, times ``scale``."""
-    kernel = tf.cast(dense.kernel, dtype)
-    bias = None if dense.bias is None else tf.cast(dense.bias, dtype)
-    if scale != 1.0:
-        factor = tf.constant(scale, dtype)
-        kernel = kernel * factor
-        bias = None if bias is None else bias * factor
-    return kernel, bias
+    """``(kernel, bias | None)`` of a ``Dense`` in ``dtype``, times ``scale``:
+    its variables (``model_weight``) where nothing is to be done to them."""
+    if scale == 1.0:
+        return model_weight(dense.kernel, dtype), None if dense.bias is None else model_weight(dense.bias, dtype)
+    factor = tf.constant(scale, dtype)
+    kernel = tf.cast(dense.kernel, dtype) * factor
+    return kernel, None if dense.bias is None else tf.cast(dense.bias, dtype) * factor
 
 
 def norm_weights(layer) -> Norm:
-    return Norm(tf.cast(layer.gamma, tf.float32), tf.cast(layer.beta, tf.float32), float(layer.epsilon))
+    return Norm(model_weight(layer.gamma, tf.float32), model_weight(layer.beta, tf.float32), float(layer.epsilon))
 
 
 def fused_qkv(attention, dtype) -> tuple:
@@ -66,6 +84,32 @@ def packed_cross_key_value(decoder, dtype) -> tuple:
     return tf.concat(kernels, axis=1), tf.concat(biases, axis=0)
 
 
+# A decoder layer's products in a decoding step, in the order ``apart_biases`` gives their biases.
+STEP_PRODUCTS = ("self_qkv", "self_output", "cross_query", "cross_output", "inner", "outer")
+
+
+def apart_biases(model, decoder_qkv, cross_query) -> tuple:
+    """What a decoding step of a few rows subtracts after its products
+    (``projection.ApartBias``): per decoder layer, the biases of its
+    ``STEP_PRODUCTS`` negated, ``[1, n]`` (``None`` where a product has
+    none), then the output projection's (``None``: tied, or no bias).
+    ``decoder_qkv``, ``cross_query``: the layers' ``fused_qkv`` and
+    ``scaled_query``."""
+    dtype = model.compute_dtype
+
+    def negated(bias):
+        return None if bias is None else -tf.cast(bias, dtype)[tf.newaxis]
+
+    layers = []
+    for layer, (_, qkv_bias), (_, query_bias) in zip(model.decoder.layer_stack, decoder_qkv, cross_query):
+        biases = (qkv_bias, layer.self_attention.output_dense.bias, query_bias,
+                  layer.cross_attention.output_dense.bias, layer.feed_forward.inner_dense.bias,
+                  layer.feed_forward.outer_dense.bias)
+        layers.append(tuple(negated(bias) for bias in biases))
+    output = None if model.output_projection is None else negated(model.output_projection.bias)
+    return tuple(layers), output
+
+
 class DerivedWeights(NamedTuple):
     """The products of the weights the kernels make before use, in the compute dtype."""
 
@@ -73,26 +117,31 @@ class DerivedWeights(NamedTuple):
     decoder_qkv: tuple       # per decoder layer: fused_qkv of its self-attention
     cross_query: tuple       # per decoder layer: scaled_query of its cross-attention
     cross_key_value: tuple   # packed_cross_key_value
+    apart_biases: tuple      # apart_biases: a few-rows decoding step's negated [1, n] biases
 
 
 def derived_weights(model) -> DerivedWeights:
     """``model``'s ``DerivedWeights``, made now from its variables."""
     dtype = model.compute_dtype
     encoder, decoder = model.encoder.layer_stack, model.decoder.layer_stack
+    decoder_qkv = tuple(fused_qkv(layer.self_attention, dtype) for layer in decoder)
+    cross_query = tuple(scaled_query(layer.cross_attention, dtype) for layer in decoder)
     return DerivedWeights(
         encoder_qkv=tuple(fused_qkv(layer.self_attention, dtype) for layer in encoder),
-        decoder_qkv=tuple(fused_qkv(layer.self_attention, dtype) for layer in decoder),
-        cross_query=tuple(scaled_query(layer.cross_attention, dtype) for layer in decoder),
+        decoder_qkv=decoder_qkv,
+        cross_query=cross_query,
         cross_key_value=packed_cross_key_value(model.decoder, dtype),
+        apart_biases=apart_biases(model, decoder_qkv, cross_query),
     )
 
 
 class FrozenWeights(tf.Module):
     """``derived_weights(model)`` made once and kept as variables, for a model
-    whose weights no longer change: an exported SavedModel holds them, and its
-    calls ``read()`` them (one ``ReadVariableOp`` each) instead of copying and
-    scaling the kernels at every call. They add about a quarter to the size of
-    a model's variables (the attention kernels of the encoder's and decoder's
+    whose weights no longer change: an exported SavedModel holds them and
+    hands its decoders the variables themselves (``unread()``), which the
+    decoding steps read where they use them, instead of copying, scaling and
+    negating weights at every call. They add about a quarter to the size of a
+    model's variables (the attention kernels of the encoder's and decoder's
     self-attention and of the decoder's cross-attention, once more).
 
     Example:
@@ -101,9 +150,10 @@ class FrozenWeights(tf.Module):
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> frozen = FrozenWeights(model)
-        >>> len(frozen.frozen)  # a kernel and a bias: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v
-        14
-        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, derived=frozen.read())
+        >>> len(frozen.frozen)  # kernels and biases: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v
+        ...                     # and the 6 negated biases of each decoder layer's products
+        26
+        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, derived=frozen.unread())
         >>> tokens.shape[0]
         1
     """
@@ -115,7 +165,7 @@ class FrozenWeights(tf.Module):
         self.frozen = [tf.Variable(value, trainable=False, name="frozen") for value in flat if value is not None]
         template = tf.nest.map_structure(lambda value: value is not None, derived)  # no tensors kept
 
-        def unflatten(values):  # the variables' values back in the places of the present leaves
+        def unflatten(values):  # the values back in the places of the present leaves
             values = iter(values)
             return tf.nest.map_structure(lambda present: next(values) if present else None, template)
 
@@ -124,3 +174,9 @@ class FrozenWeights(tf.Module):
     def read(self) -> DerivedWeights:
         """The weights as tensors, read now (inside a ``tf.function``: once a call)."""
         return self._unflatten([tf.convert_to_tensor(variable) for variable in self.frozen])
+
+    def unread(self) -> DerivedWeights:
+        """The weights as the variables themselves: each op that uses one reads
+        it, so a decoding step reads its weights at every step rather than
+        having its loop carry them (see the module's docstring)."""
+        return self._unflatten(self.frozen)
