@@ -31,8 +31,9 @@ kernel                                 what it does, and who calls it
                                        leaves to Eigen and an ``exp`` softmax: the two
                                        kernels below
 ``decoding_step``                      one token of ``Transformer.decode`` against a
-                                       growing cache, weights read once, rank-2
-                                       products: ``decoding.decoding_steps``
+                                       growing cache, weights made once and read in
+                                       the step as variables, rank-2 products:
+                                       ``decoding.decoding_steps``
 ``encode``                             ``Transformer.encode`` at inference: one product
                                        for each layer's query, key and value:
                                        ``decoding.decoding_steps``
@@ -40,8 +41,8 @@ kernel                                 what it does, and who calls it
                                        blocks, the same values and order:
                                        ``beam_search``'s candidates
 ``FrozenWeights``                      the products of the weights those two make
-                                       (fused and scaled kernels), kept as variables:
-                                       the exported SavedModel
+                                       (fused and scaled kernels, negated biases),
+                                       kept as variables: the exported SavedModel
 ``native``                             the opt-in C++ ops and their build cache
 =====================================  =====================================================
 
