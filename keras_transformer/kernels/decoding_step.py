@@ -47,7 +47,7 @@ import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import ApartBias, permute, project_rows
+from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
                                                fused_qkv, model_weight, norm_weights, packed_cross_key_value,
                                                read_weights, scaled_query)
@@ -82,7 +82,7 @@ class StepWeights(NamedTuple):
     output: tuple                # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
     #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
     final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
-    apart_biases: tuple          # weights.apart_biases: the few-rows step's negated [1, n] biases
+    apart_biases: tuple          # weights.apart_biases: the few-rows step's biases (projection.ApartBias)
 
 
 def supported(model) -> bool:
@@ -195,14 +195,10 @@ def _unfused_biases(weights: StepWeights) -> StepWeights:
     plain kernel, faster at a row or a few than its product with the bias
     (and ReLU) fused in."""
     layer_biases, output_bias = weights.apart_biases
-
-    def row(kernel_bias: tuple, negated) -> tuple:
-        return kernel_bias[0], None if negated is None else ApartBias(negated)
-
-    layers = tuple(layer._replace(**{name: row(getattr(layer, name), negated)
-                                     for name, negated in zip(STEP_PRODUCTS, biases)})
+    layers = tuple(layer._replace(**{name: (getattr(layer, name)[0], bias)
+                                     for name, bias in zip(STEP_PRODUCTS, biases)})
                    for layer, biases in zip(weights.layers, layer_biases))
-    output = weights.output if weights.output[0] is None else row(weights.output, output_bias)
+    output = weights.output if weights.output[0] is None else (weights.output[0], output_bias)
     return weights._replace(layers=layers, output=output)
 
 

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
+from keras_transformer.kernels.projection import apart
+
 
 class Norm(NamedTuple):
     gamma: tf.Tensor    # [d_model] float32
@@ -89,16 +91,16 @@ STEP_PRODUCTS = ("self_qkv", "self_output", "cross_query", "cross_output", "inne
 
 
 def apart_biases(model, decoder_qkv, cross_query) -> tuple:
-    """What a decoding step of a few rows subtracts after its products
-    (``projection.ApartBias``): per decoder layer, the biases of its
-    ``STEP_PRODUCTS`` negated, ``[1, n]`` (``None`` where a product has
-    none), then the output projection's (``None``: tied, or no bias).
+    """What a decoding step of a few rows subtracts after its products: per
+    decoder layer, the biases of its ``STEP_PRODUCTS`` as
+    ``projection.ApartBias`` (negated, ``[1, n]``; ``None`` where a product
+    has none), then the output projection's (``None``: tied, or no bias).
     ``decoder_qkv``, ``cross_query``: the layers' ``fused_qkv`` and
     ``scaled_query``."""
     dtype = model.compute_dtype
 
     def negated(bias):
-        return None if bias is None else -tf.cast(bias, dtype)[tf.newaxis]
+        return apart(None if bias is None else tf.cast(bias, dtype))
 
     layers = []
     for layer, (_, qkv_bias), (_, query_bias) in zip(model.decoder.layer_stack, decoder_qkv, cross_query):
@@ -117,7 +119,7 @@ class DerivedWeights(NamedTuple):
     decoder_qkv: tuple       # per decoder layer: fused_qkv of its self-attention
     cross_query: tuple       # per decoder layer: scaled_query of its cross-attention
     cross_key_value: tuple   # packed_cross_key_value
-    apart_biases: tuple      # apart_biases: a few-rows decoding step's negated [1, n] biases
+    apart_biases: tuple      # apart_biases: a few-rows decoding step's biases, projection.ApartBias
 
 
 def derived_weights(model) -> DerivedWeights:
