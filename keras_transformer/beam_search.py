@@ -91,7 +91,7 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
 def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
                 extra_length: int = 50, min_length: int = 0, static_shapes: bool = False,
                 buffer_length: int | None = None, stopping: str = "heuristic",
-                derived=None) -> BeamSearchOutput:
+                derived=None, constant_steps=None) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     A sentence is settled, and leaves the search, when its length limit is
@@ -118,8 +118,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     the search compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
     tokens are padded to the buffer length, and settled sentences stay in the
     batch, frozen, instead of leaving it. ``derived``: the products of the weights
-    made before (``kernels.FrozenWeights``), for a model whose weights do not
-    change.
+    made before (``kernels.FrozenWeights``), and ``constant_steps`` a
+    ``decoding.ConstantSteps`` (dynamic shapes only), for a model whose
+    weights do not change.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
@@ -137,7 +138,8 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     # Every beam of a sentence attends to the same source: encode it and project
     # its cross-attention keys and values once, then copy the cache to its k
     # beam rows (batch → batch·k).
-    steps = decoding_steps(model, static_shapes, limit, rows=batch * k, derived=derived)  # weights read once
+    steps = decoding_steps(model, static_shapes, limit, rows=batch * k, derived=derived,  # weights read once
+                           constant_steps=constant_steps)
     beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
     cache = tf.nest.map_structure(lambda x: tf.gather(x, beam_sentences),
                                   steps.initial_cache(steps.encode(source_ids)))

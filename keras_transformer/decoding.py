@@ -69,8 +69,80 @@ class DecodingSteps(NamedTuple):
     few_rows: Callable | None  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
 
 
+class ConstantSteps:
+    """A model's encoder, ``initial_cache`` and few-rows decoding step
+    (at most ``kernels.FEW_ROWS`` rows) with the weights in the graph as
+    constants, each a ``tf.function`` made once. For a model whose weights no
+    longer change: a decoder handed them (``constant_steps=``) runs them in
+    place of the ones it would build; the many-rows step still reads the
+    model's variables. Every decoder of an export takes the same three, so
+    its SavedModel holds their constants once.
+
+    At a sentence or a few, a decoding step's time goes to the executor's
+    nodes as much as to the products: a constant costs less than reading a
+    variable at every step, and a call that uses no variables passes none in
+    (a loaded signature's call costs some microseconds a variable it
+    captures). The constants are a second copy of the weights (``nbytes``),
+    in the SavedModel's graph and in a server's memory for each signature
+    that runs them.
+
+    Args:
+        model: a ``keras_transformer.Transformer`` whose settings the
+            inference kernels cover (``kernels.encoding_supported``,
+            ``kernels.decoding_step_supported``).
+        derived: the products of the weights made before
+            (``kernels.FrozenWeights``); by default made here.
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> from keras_transformer.decoding import greedy_decode
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
+        >>> model.build()
+        >>> steps = ConstantSteps(model)
+        >>> tokens, _ = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, constant_steps=steps)
+        >>> expected, _ = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4)
+        >>> bool(tf.reduce_all(tokens == expected))
+        True
+    """
+
+    def __init__(self, model, derived: kernels.DerivedWeights | None = None):
+        if not (kernels.encoding_supported(model) and kernels.decoding_step_supported(model)):
+            raise ValueError("ConstantSteps needs a model that the inference kernels cover "
+                             "(kernels.encoding_supported and kernels.decoding_step_supported); "
+                             "decode this model without constant_steps.")
+        config = model.config
+        dtype = model.compute_dtype
+        encoder_weights = kernels.as_constants(kernels.encoder_weights(model, derived))
+        step_weights = kernels.as_constants(kernels.step_weights(model, derived))
+        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights)
+        # Loose shapes: any rows, source length and cache length (the loops' own invariants).
+        ids = tf.TensorSpec([None, None], tf.int32)
+        memory = tf.TensorSpec([None, None, config.d_model], dtype)
+        keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], dtype)
+        cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
+                 for _ in range(config.num_decoder_layers)]
+
+        # Named functions: their names name the SavedModel's functions.
+        def constant_encode(source_ids):
+            return kernels.encode(model, source_ids, encoder_weights)
+
+        def constant_initial_cache(memory):
+            return kernels.initial_cache(model, memory, step_weights)
+
+        def constant_few_rows_step(token_ids, position, cache, source_padding):
+            return few_rows_step(token_ids, position, cache, source_padding)
+
+        self.encode = tf.function(constant_encode, input_signature=[ids])
+        self.initial_cache = tf.function(constant_initial_cache, input_signature=[memory])
+        self.few_rows = tf.function(constant_few_rows_step, input_signature=[
+            tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32), cache, tf.TensorSpec([None, None], tf.bool)])
+        self.nbytes = sum(leaf.nbytes for leaf in tf.nest.flatten((encoder_weights, step_weights))
+                          if isinstance(leaf, np.ndarray))
+
+
 def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
-                   derived: kernels.DerivedWeights | None = None) -> DecodingSteps:
+                   derived: kernels.DerivedWeights | None = None,
+                   constant_steps: ConstantSteps | None = None) -> DecodingSteps:
     """The encoder and decoding steps for ``model``, set up where the loop is built.
 
     A growing cache takes ``kernels.decoding_step``, which reads the weights
@@ -83,8 +155,17 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
     ``limit``: the fixed cache length of static shapes; ``rows``: the cache
     rows the loop starts with (default: more than ``kernels.FEW_ROWS``);
     ``derived``: the products of the weights the kernels would make, made
-    before (``kernels.FrozenWeights(model).unread()``, as an export keeps them).
+    before (``kernels.FrozenWeights(model).unread()``, as an export keeps them);
+    ``constant_steps``: a ``ConstantSteps`` of ``model``, whose encoder,
+    ``initial_cache`` and few-rows step a growing cache takes.
     """
+    if constant_steps is not None and not static_shapes:
+        weights = kernels.step_weights(model, derived)
+        output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
+        return DecodingSteps(lambda source_ids: constant_steps.encode(tf.cast(source_ids, tf.int32)),
+                             constant_steps.initial_cache,
+                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
+                             constant_steps.few_rows)
     if not static_shapes and kernels.encoding_supported(model):
         encoder_weights = kernels.encoder_weights(model, derived)
 
@@ -188,9 +269,12 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
     must not change in the steps it waits, which keeps every sentence's
     output independent of its batch. The round's test sits outside the
     decoding step: a branch inside it would cost the executor every step.
-    A round of at most ``kernels.FEW_ROWS`` cache rows (``rows(state)``)
-    runs ``few_rows_step`` where there is one; that choice, too, is made once
-    a round.
+    Where there is a ``few_rows_step``, the rounds end once at most
+    ``kernels.FEW_ROWS`` cache rows (``rows(state)``) remain, and one flat
+    loop of ``few_rows_step`` runs the rest, finished rows staying: a few
+    rows' step costs about the same for any of them, and a loop nested in a
+    loop costs the executor more per step than a loop of its own (a batch of
+    one sentence never enters the rounds).
     """
     def running(state):
         return tf.logical_and(state.step < limit, tf.logical_not(tf.reduce_all(done(state))))
@@ -210,19 +294,17 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
         def until_due(s):
             return running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due)
 
-        if few_rows_step is None:
-            state = loop(until_due, step, state)
-        else:
-            state = tf.cond(rows(state) <= kernels.FEW_ROWS, lambda: loop(until_due, few_rows_step, state),
-                            lambda: loop(until_due, step, state))
-        return leave(state)
+        return leave(loop(until_due, step, state))
 
-    return loop(running, round_, start)
+    if few_rows_step is None:
+        return loop(running, round_, start)
+    state = loop(lambda s: running(s) & (rows(s) > kernels.FEW_ROWS), round_, start)
+    return loop(running, few_rows_step, state)
 
 
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
                   static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None,
-                  derived: kernels.DerivedWeights | None = None):
+                  derived: kernels.DerivedWeights | None = None, constant_steps: ConstantSteps | None = None):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
     Rows that finished leave the batch (dynamic shapes), so the rest decodes
@@ -239,6 +321,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
             it to force a fixed output length).
         derived: the products of the weights made before
             (``kernels.FrozenWeights``), for a model whose weights do not change.
+        constant_steps: a ``ConstantSteps`` of ``model`` (dynamic shapes
+            only), for a model whose weights do not change.
 
     Decoding starts from ``bos_id`` (the pad id for a model whose decoder
     starts from it) and never chooses ``pad_id`` or ``bos_id``
@@ -254,7 +338,8 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     source_ids = tf.convert_to_tensor(source_ids)
     row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
     batch = tf.shape(source_ids)[0]
-    steps = decoding_steps(model, static_shapes, limit, rows=batch, derived=derived)  # weights read once
+    steps = decoding_steps(model, static_shapes, limit, rows=batch, derived=derived,  # weights read once
+                           constant_steps=constant_steps)
     memory = steps.encode(source_ids)
     source_padding = padding_mask(source_ids, config.pad_id)
     cache = steps.initial_cache(memory)

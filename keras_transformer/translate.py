@@ -24,14 +24,16 @@ from keras_transformer.progress import progress_bar
 
 
 def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_length: int = 50,
-             buffer_length: int | None = None, stopping: str = "heuristic", derived=None):
+             buffer_length: int | None = None, stopping: str = "heuristic", derived=None, constant_steps=None):
     """``(tokens [batch, len], scores [batch])`` of the best hypothesis: greedy
     for ``beam_size=1`` (log-probability), else beam search's top beam
     (length-penalised score, ``stopping`` as in ``beam_search``).
     ``buffer_length`` selects the static-shape decoders (XLA) with buffers of
     that length; outputs are the same. ``derived``: the products of the
-    weights made before (``kernels.FrozenWeights``)."""
-    static = dict(static_shapes=buffer_length is not None, buffer_length=buffer_length, derived=derived)
+    weights made before (``kernels.FrozenWeights``); ``constant_steps``: a
+    ``decoding.ConstantSteps`` of the model (dynamic shapes only)."""
+    static = dict(static_shapes=buffer_length is not None, buffer_length=buffer_length, derived=derived,
+                  constant_steps=constant_steps)
     if beam_size > 1:
         out = beam_search(model, source_ids, beam_size=beam_size, alpha=alpha, extra_length=extra_length,
                           stopping=stopping, **static)

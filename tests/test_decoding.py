@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
+from keras_transformer import kernels
 from keras_transformer.decoding import greedy_decode
 from tiny_models import peaked_tiny_model
 
@@ -152,11 +153,12 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
 
 
 def test_finished_rows_leave_the_batch_without_changing_the_others(model):
-    """Rows that finish leave the batch in rounds (dynamic shapes); each
+    """Rows that finish leave the batch in rounds (dynamic shapes) while it
+    has more than ``kernels.FEW_ROWS``, and then wait in it to the end; each
     sentence decodes as it does alone and as in the fixed-shape decoder,
     where every row keeps its place to the end."""
     rng = np.random.default_rng(5)
-    sources = np.zeros((12, 9), np.int32)
+    sources = np.zeros((kernels.FEW_ROWS + 8, 9), np.int32)
     for row in sources:
         length = rng.integers(1, 8)
         row[:length] = rng.integers(4, 30, size=length)
@@ -174,7 +176,7 @@ def test_finished_rows_leave_the_batch_without_changing_the_others(model):
         fixed, fixed_scores = greedy_decode(model, sources, extra_length=12, static_shapes=True, buffer_length=32)
         np.testing.assert_array_equal(fixed.numpy()[:, :tokens.shape[1]], tokens)
         np.testing.assert_allclose(fixed_scores.numpy(), scores, rtol=1e-5, atol=1e-5)
-        for b in (0, 5, 11):
+        for b in (0, 5, 11, len(sources) - 1):
             real = int((sources[b] != 0).sum())
             alone, alone_score = greedy_decode(model, sources[b:b + 1, :real], extra_length=12)
             np.testing.assert_array_equal(alone.numpy()[0, :lengths[b]], tokens[b, :lengths[b]])

@@ -4,6 +4,7 @@ covers, under float32 and mixed bfloat16; the fallback for what it does not
 cover; and a loop body that reads no variable."""
 
 import collections
+import re
 
 import keras
 import numpy as np
@@ -127,10 +128,16 @@ def _graph(function, spec):
     return function.get_concrete_function(spec).graph.as_graph_def()
 
 
+def _is_loop_body(name: str) -> bool:
+    """Whether a function of the library is a ``tf.while_loop``'s body (``while_body_…``,
+    ``while_1_body_…``, nested: ``while_while_body_…``)."""
+    return re.match(r"(while_)*while(_\d+)?_body_\d+$", name) is not None
+
+
 def _loop_bodies(graph) -> dict[str, collections.Counter]:
     """The op types of each decoding-step loop body (the while bodies that run the decoder), by name."""
     bodies = {f.signature.name: collections.Counter(node.op for node in f.node_def) for f in graph.library.function
-              if "while_body" in f.signature.name}
+              if _is_loop_body(f.signature.name)}
     return {name: ops for name, ops in bodies.items() if ops["MatMul"]}
 
 
@@ -156,7 +163,7 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
                      else (lambda s: beam_search(model, s, beam_size=3, derived=frozen.unread()).tokens))
     layers = model.config.num_decoder_layers
     # The state: the cache's 4 tensors a layer, and 9 more (greedy) or 15 (beam: its sequences,
-    # scores, flags and results); besides, the loop's limit and the round's count.
+    # scores, flags and results); besides, the loop's limit and (in rounds) the round's count.
     state = 4 * layers + (9 if decoder == "greedy" else 15)
     for function, derived_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
         graph = _graph(tf.function(function), spec)

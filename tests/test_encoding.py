@@ -1,6 +1,9 @@
 """The inference encoder (``kernels.encode``) against ``Transformer.encode``, for
 every model option it covers, a short and a long batch, padded and empty rows, mixed bfloat16 and the fallback;
-and ``kernels.FrozenWeights``: the same decodes, the variables a SavedModel keeps."""
+and ``kernels.FrozenWeights`` and ``decoding.ConstantSteps``: the same decodes, the
+variables and constants a SavedModel keeps."""
+
+import collections
 
 import keras
 import numpy as np
@@ -9,9 +12,9 @@ import tensorflow as tf
 
 from keras_transformer import kernels
 from keras_transformer.beam_search import beam_search
-from keras_transformer.decoding import decoding_steps, greedy_decode
+from keras_transformer.decoding import ConstantSteps, decoding_steps, greedy_decode
 from keras_transformer.precision import with_precision
-from test_decoding_step import VARIANTS, VOCAB, randomized_model, sources
+from test_decoding_step import VARIANTS, VOCAB, _carried, _is_loop_body, randomized_model, sources
 
 
 def padded_sources(config, rows, length, seed=0):
@@ -129,3 +132,64 @@ def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
     mixed = _encoder_ops(with_precision(randomized_model(7), "bf16"))
     assert mixed.count("BatchMatMulV2") == 2 * 2 and mixed.count("BatchMatMulV3") == 0
     keras.backend.clear_session()
+
+
+@pytest.mark.parametrize("variant", ["paper", "pre_ln", "marian", "untied_with_final_bias", "bf16"])
+def test_constant_steps_decode_as_the_variables(variant):
+    """``ConstantSteps``: the same tokens and scores as the variables, for a
+    few rows (the constant steps from the start) and for more rows than
+    ``kernels.FEW_ROWS`` (rounds of the many-rows step on the variables,
+    then the constant few-rows step), greedy and beam."""
+    model = randomized_model(7, **VARIANTS.get(variant, {}))
+    if variant == "bf16":
+        model = with_precision(model, "bf16")
+    frozen = kernels.FrozenWeights(model)
+    steps = ConstantSteps(model, frozen.unread())
+    assert steps.nbytes >= 4 * model.config.d_model * model.config.tgt_vocab_size // (2 if variant == "bf16" else 1)
+    variables = dict(derived=frozen.unread())
+    constants = dict(derived=frozen.unread(), constant_steps=steps)
+    greedy = {name: tf.function(lambda ids, kw=kw: greedy_decode(model, ids, **kw))
+              for name, kw in (("variables", variables), ("constants", constants))}
+    beam = {name: tf.function(lambda ids, kw=kw: beam_search(model, ids, beam_size=3, **kw))
+            for name, kw in (("variables", variables), ("constants", constants))}
+    assert 3 * 3 <= kernels.FEW_ROWS < 20
+    for src in (sources(model.config, 7), padded_sources(model.config, 20, 7, seed=7)):
+        tokens, scores = greedy["variables"](src)
+        got_tokens, got_scores = greedy["constants"](src)
+        np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
+        # The graph optimiser may fold or fuse constants differently: the last bits of a sum may move.
+        np.testing.assert_allclose(got_scores.numpy(), scores.numpy(), rtol=1e-6)
+        expected, got = beam["variables"](src), beam["constants"](src)
+        np.testing.assert_array_equal(got.tokens.numpy(), expected.tokens.numpy())
+        np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("decoder", ["greedy", "beam"])
+def test_constant_steps_hold_the_weights_and_the_loop_reads_no_variable(decoder):
+    """The three constant functions hold their weights as constants and read
+    no variable; the few-rows loop calls the step and carries only its
+    state; a decoder's graph calls each function once, whatever it decodes."""
+    model = randomized_model(8)
+    frozen = kernels.FrozenWeights(model)
+    steps = ConstantSteps(model, frozen.unread())
+    if decoder == "greedy":
+        decode = tf.function(lambda ids: greedy_decode(model, ids, derived=frozen.unread(), constant_steps=steps)[0])
+    else:
+        decode = tf.function(lambda ids: beam_search(model, ids, beam_size=3, derived=frozen.unread(),
+                                                     constant_steps=steps).tokens)
+    graph = decode.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
+    functions = {f.signature.name: collections.Counter(node.op for node in f.node_def)
+                 for f in graph.library.function}
+    constant = {name: ops for name, ops in functions.items() if "constant_" in name}
+    assert sorted(name.split("constant_")[1].rsplit("_", 1)[0] for name in constant) == [
+        "encode", "few_rows_step", "initial_cache"], sorted(constant)
+    for name, ops in constant.items():
+        assert ops["ReadVariableOp"] == 0 and ops["VarHandleOp"] == 0 and ops["Const"] > 0, (name, ops)
+    step = next(ops for name, ops in constant.items() if "few_rows_step" in name)
+    assert step["MatMul"] == 2 * 6 + kernels.OUTPUT_SLICES, step
+    calls = {name: ops for name, ops in functions.items()
+             if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]}
+    assert len(calls) == 1, sorted(calls)
+    (body, ops), = calls.items()
+    assert ops["ReadVariableOp"] == 0 and ops["MatMul"] == 0, ops
+    assert _carried(graph, body)["resource"] == 0

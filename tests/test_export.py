@@ -233,3 +233,34 @@ def test_xla_signatures_translate_as_the_plain_ones(workdir, export_dir, tmp_pat
             expected, got = signatures[plain](inputs=inputs), signatures[compiled](inputs=inputs)
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
             np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4)
+
+
+def _function_names(export_dir) -> list[str]:
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((export_dir / "saved_model.pb").read_bytes())
+    return [f.signature.name for f in saved.meta_graphs[0].graph_def.library.function]
+
+
+def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, export_dir, tmp_path, monkeypatch):
+    """A small model's export decodes a few rows by steps with the weights as
+    constants, one copy for all its signatures; above the size limit it reads
+    the variables, with the same translations."""
+    from keras_transformer.exporters import export_saved_model
+    from keras_transformer.exporters import saved_model as exporter
+
+    names = _function_names(export_dir)
+    for function in ("constant_encode", "constant_initial_cache", "constant_few_rows_step"):
+        assert sum(f"_{function}_" in name for name in names) == 1, (function, names)
+    monkeypatch.setattr(exporter, "CONSTANT_STEPS_MAX_BYTES", 0)
+    plain = export_saved_model(workdir, tmp_path / "plain", beam_size=3)
+    assert not [name for name in _function_names(plain) if "constant_" in name]
+    assert (plain / "saved_model.pb").stat().st_size < (export_dir / "saved_model.pb").stat().st_size
+    constant, variables = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(plain))
+    for batch in (SENTENCES, SENTENCES[2:], SENTENCES * 7):  # a sentence or a few, and more rows than FEW_ROWS
+        inputs = tf.constant(batch)
+        for name in ("serving_default", "translate_greedy"):
+            expected, got = variables.signatures[name](inputs=inputs), constant.signatures[name](inputs=inputs)
+            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)

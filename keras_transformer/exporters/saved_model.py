@@ -19,12 +19,14 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer import kernels
 from keras_transformer.beam_search import check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
+from keras_transformer.decoding import ConstantSteps
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
@@ -42,6 +44,10 @@ INPUT_KEY = "inputs"
 # its sources to a multiple of XLA_LENGTH_BUCKET tokens: XLA compiles once for each shape it meets.
 XLA_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 XLA_LENGTH_BUCKET = 16
+# A model whose float32 weights take at most this many bytes decodes a sentence or a few by steps
+# with its weights as graph constants (decoding.ConstantSteps): a second copy of them in the
+# SavedModel's graph and, for each signature a server runs, in its memory.
+CONSTANT_STEPS_MAX_BYTES = 128 * 2**20
 
 
 def raw_variables(model) -> list[tf.Variable]:
@@ -53,6 +59,11 @@ def raw_variables(model) -> list[tf.Variable]:
     variables read inside a while loop: Keras 3 variables wrap the tf.Variable.
     """
     return [variable.value for variable in model.variables]
+
+
+def weight_bytes(model) -> int:
+    """The bytes of ``model``'s weights in float32."""
+    return sum(4 * int(np.prod(variable.shape)) for variable in model.weights)
 
 
 def attach_model(module: tf.Module, model) -> None:
@@ -106,6 +117,10 @@ class ExportedTranslator(tf.Module):
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
         supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
         self.frozen_weights = kernels.FrozenWeights(model) if supported else None
+        # Built once and held outside the module's tracked state: every signature calls the same functions,
+        # so the SavedModel holds their constants once.
+        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread())
+                                           if supported and weight_bytes(model) <= CONSTANT_STEPS_MAX_BYTES else None)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
@@ -134,7 +149,7 @@ class ExportedTranslator(tf.Module):
         beam_size = self.beam_size if beam_size is None else beam_size
         derived = None if self.frozen_weights is None else self.frozen_weights.unread()
         return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping,
-                        derived=derived)
+                        derived=derived, constant_steps=self.constant_steps)
 
     def _decode_xla(self, source_ids, beam_size=None):
         """``_decode`` by the static-shape decoders under XLA, on a batch padded

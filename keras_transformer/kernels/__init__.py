@@ -66,7 +66,7 @@ from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
 from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, project_rows, transposed_product
 from keras_transformer.kernels.top_k import top_k
-from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, derived_weights
+from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, as_constants, derived_weights
 
 __all__ = [
     "FEW_ROWS",
@@ -74,6 +74,7 @@ __all__ = [
     "DerivedWeights",
     "FrozenWeights",
     "FusedAdam",
+    "as_constants",
     "as_rows",
     "attend",
     "batched_product",

@@ -11,9 +11,10 @@ for one new token against a growing cache (the tests compare the two):
 
 * the weights reach the step as variables where they can
   (``weights.model_weight``, ``FrozenWeights.unread``) and are read inside
-  it, and its constants are made inside it: whatever tensor a loop's body
-  captures from outside becomes a loop variable, passed from step to step by
-  three control-flow nodes;
+  it, or as NumPy arrays that it makes constants of (``weights.as_constants``,
+  ``decoding.ConstantSteps``), and its other constants are made inside it:
+  whatever tensor a loop's body captures from outside becomes a loop
+  variable, passed from step to step by three control-flow nodes;
 
 * the self-attention query, key and value come from one product with the
   three kernels side by side (the query's ``1/√d_k`` folded in, as the layer
@@ -72,10 +73,11 @@ class LayerWeights(NamedTuple):
 class StepWeights(NamedTuple):
     """Everything a step reads. A leaf is a ``tf.Variable`` where the step
     can read it as it is (the step reads it at every step, inside the loop),
-    else a tensor made once, before the loop."""
+    else a tensor made once, before the loop; or, all of them, NumPy arrays
+    (``weights.as_constants``) that the step makes constants of."""
 
     embeddings: tf.Tensor        # [tgt_vocab, d_model] compute dtype
-    positions: np.ndarray        # [max_length, d_model]: made a constant (compute dtype) inside the step
+    positions: np.ndarray        # [max_length, d_model] compute dtype: made a constant inside the step
     layers: tuple                # LayerWeights per decoder layer
     cross_key_value: tuple       # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
     final_norm: Norm | None      # pre-LN stacks only
@@ -139,7 +141,7 @@ def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
         output = (None, None)  # the tied embedding
     return StepWeights(
         embeddings=model_weight(embedding.embeddings, dtype),
-        positions=np.asarray(embedding.position_table),
+        positions=np.asarray(embedding.position_table, tf.as_dtype(dtype).as_numpy_dtype),
         layers=layers,
         cross_key_value=tuple(cross_key_value),
         final_norm=None if model.decoder.final_norm is None else norm_weights(model.decoder.final_norm),
@@ -280,8 +282,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
-        positions = tf.constant(weights.positions, dtype)
-        x = tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype) + tf.gather(positions, position)
+        x = (tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
+             + tf.gather(weights.positions, position))
         real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, 1, 1, src_len]
         source_bias = tf.where(real, 0.0, masked)
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)

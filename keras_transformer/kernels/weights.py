@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.kernels.projection import apart
@@ -36,11 +37,28 @@ def model_weight(variable, dtype):
 
 
 def read_weights(structure):
-    """``structure`` with each ``tf.Variable`` leaf read (a tensor); other
-    leaves (tensors, ``None``, numbers) as they are. Inside a loop's body it
-    reads at every step."""
-    return tf.nest.map_structure(lambda leaf: tf.convert_to_tensor(leaf) if isinstance(leaf, tf.Variable) else leaf,
-                                 structure)
+    """``structure`` with each ``tf.Variable`` leaf read and each NumPy array
+    made a constant (tensors); other leaves (tensors, ``None``, numbers) as
+    they are. Inside a loop's body it reads, and makes its constants, at
+    every step: nothing the body uses comes from outside it."""
+    def read(leaf):
+        if isinstance(leaf, tf.Variable):
+            return tf.convert_to_tensor(leaf)
+        if isinstance(leaf, np.ndarray):
+            return tf.constant(leaf)
+        return leaf
+
+    return tf.nest.map_structure(read, structure)
+
+
+def as_constants(structure):
+    """``structure`` with each variable and tensor leaf replaced by a NumPy
+    array of its value now: weights that ``read_weights`` makes graph
+    constants of, where they are used (``decoding.ConstantSteps``). Reads
+    eagerly, also when called inside a ``tf.function``'s tracing."""
+    with tf.init_scope():
+        return tf.nest.map_structure(
+            lambda leaf: leaf.numpy() if isinstance(leaf, (tf.Variable, tf.Tensor)) else leaf, structure)
 
 
 def dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
