@@ -70,26 +70,27 @@ class DecodingSteps(NamedTuple):
 
 
 class ConstantSteps:
-    """A model's encoder, ``initial_cache`` and few-rows decoding step
-    (at most ``kernels.FEW_ROWS`` rows) with the weights in the graph as
-    constants, each a ``tf.function`` made once. For a model whose weights no
-    longer change: a decoder handed them (``constant_steps=``) runs them in
-    place of the ones it would build; the many-rows step still reads the
-    model's variables. Every decoder of an export takes the same three, so
-    its SavedModel holds their constants once.
+    """A model's few-rows decoding step (at most ``kernels.FEW_ROWS`` rows)
+    with the weights in the graph as constants: one ``tf.function``, made
+    once. For a model whose weights no longer change: a decoder handed it
+    (``constant_steps=``) runs it in place of the few-rows step it would
+    build; the encoder and the many-rows step still read the model's
+    variables. Every decoder of an export takes the same function, so its
+    SavedModel holds the constants once.
 
     At a sentence or a few, a decoding step's time goes to the executor's
-    nodes as much as to the products: a constant costs less than reading a
-    variable at every step, and a call that uses no variables passes none in
-    (a loaded signature's call costs some microseconds a variable it
-    captures). The constants are a second copy of the weights (``nbytes``),
-    in the SavedModel's graph and in a server's memory for each signature
-    that runs them.
+    nodes as much as to the products, and a constant costs less than reading
+    a variable at every step. The encoder and ``initial_cache`` keep the
+    variables: with their weights as constants too, an export ran batches of
+    many sentences slower, and one sentence no faster after them. The
+    constants are a second copy of
+    the decoder's weights and the target embedding (``nbytes``), in the
+    SavedModel's graph and in a server's memory for each signature that runs
+    the step.
 
     Args:
         model: a ``keras_transformer.Transformer`` whose settings the
-            inference kernels cover (``kernels.encoding_supported``,
-            ``kernels.decoding_step_supported``).
+            inference kernels cover (``kernels.decoding_step_supported``).
         derived: the products of the weights made before
             (``kernels.FrozenWeights``); by default made here.
 
@@ -106,38 +107,24 @@ class ConstantSteps:
     """
 
     def __init__(self, model, derived: kernels.DerivedWeights | None = None):
-        if not (kernels.encoding_supported(model) and kernels.decoding_step_supported(model)):
+        if not kernels.decoding_step_supported(model):
             raise ValueError("ConstantSteps needs a model that the inference kernels cover "
-                             "(kernels.encoding_supported and kernels.decoding_step_supported); "
-                             "decode this model without constant_steps.")
+                             "(kernels.decoding_step_supported); decode this model without constant_steps.")
         config = model.config
-        dtype = model.compute_dtype
-        encoder_weights = kernels.as_constants(kernels.encoder_weights(model, derived))
-        step_weights = kernels.as_constants(kernels.step_weights(model, derived))
+        # The cross-attention's packed kernel serves initial_cache, which reads the variables.
+        step_weights = kernels.as_constants(kernels.step_weights(model, derived)._replace(cross_key_value=()))
         few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights)
-        # Loose shapes: any rows, source length and cache length (the loops' own invariants).
-        ids = tf.TensorSpec([None, None], tf.int32)
-        memory = tf.TensorSpec([None, None, config.d_model], dtype)
-        keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], dtype)
+        # Loose shapes, the loops' own invariants: any rows and cache length.
+        keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
         cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
                  for _ in range(config.num_decoder_layers)]
 
-        # Named functions: their names name the SavedModel's functions.
-        def constant_encode(source_ids):
-            return kernels.encode(model, source_ids, encoder_weights)
-
-        def constant_initial_cache(memory):
-            return kernels.initial_cache(model, memory, step_weights)
-
-        def constant_few_rows_step(token_ids, position, cache, source_padding):
+        def constant_few_rows_step(token_ids, position, cache, source_padding):  # names the SavedModel's function
             return few_rows_step(token_ids, position, cache, source_padding)
 
-        self.encode = tf.function(constant_encode, input_signature=[ids])
-        self.initial_cache = tf.function(constant_initial_cache, input_signature=[memory])
         self.few_rows = tf.function(constant_few_rows_step, input_signature=[
             tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32), cache, tf.TensorSpec([None, None], tf.bool)])
-        self.nbytes = sum(leaf.nbytes for leaf in tf.nest.flatten((encoder_weights, step_weights))
-                          if isinstance(leaf, np.ndarray))
+        self.nbytes = sum(leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray))
 
 
 def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
@@ -156,16 +143,9 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
     rows the loop starts with (default: more than ``kernels.FEW_ROWS``);
     ``derived``: the products of the weights the kernels would make, made
     before (``kernels.FrozenWeights(model).unread()``, as an export keeps them);
-    ``constant_steps``: a ``ConstantSteps`` of ``model``, whose encoder,
-    ``initial_cache`` and few-rows step a growing cache takes.
+    ``constant_steps``: a ``ConstantSteps`` of ``model``, whose few-rows
+    step a growing cache takes.
     """
-    if constant_steps is not None and not static_shapes:
-        weights = kernels.step_weights(model, derived)
-        output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
-        return DecodingSteps(lambda source_ids: constant_steps.encode(tf.cast(source_ids, tf.int32)),
-                             constant_steps.initial_cache,
-                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
-                             constant_steps.few_rows)
     if not static_shapes and kernels.encoding_supported(model):
         encoder_weights = kernels.encoder_weights(model, derived)
 
@@ -177,9 +157,10 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
     if not static_shapes and kernels.decoding_step_supported(model):
         weights = kernels.step_weights(model, derived)
         output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
+        few_rows = (kernels.decoding_step(model, few_rows=True, weights=weights) if constant_steps is None
+                    else constant_steps.few_rows)
         return DecodingSteps(encode, lambda memory: kernels.initial_cache(model, memory, weights),
-                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
-                             kernels.decoding_step(model, few_rows=True, weights=weights))
+                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel), few_rows)
     output_kernel = model.output_kernel()
 
     def step(token_ids, t, cache, source_padding):
@@ -269,12 +250,12 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
     must not change in the steps it waits, which keeps every sentence's
     output independent of its batch. The round's test sits outside the
     decoding step: a branch inside it would cost the executor every step.
-    Where there is a ``few_rows_step``, the rounds end once at most
-    ``kernels.FEW_ROWS`` cache rows (``rows(state)``) remain, and one flat
-    loop of ``few_rows_step`` runs the rest, finished rows staying: a few
-    rows' step costs about the same for any of them, and a loop nested in a
-    loop costs the executor more per step than a loop of its own (a batch of
-    one sentence never enters the rounds).
+    A round of at most ``kernels.FEW_ROWS`` cache rows (``rows(state)``)
+    runs ``few_rows_step`` where there is one; that choice, too, is made once
+    a round. A batch that starts with at most that many rows decodes in one
+    flat loop of ``few_rows_step`` instead, its finished rows waiting in it:
+    no rounds, no branch a round (a loop nested in a loop, under a
+    ``tf.cond``, costs the executor more than a loop of its own).
     """
     def running(state):
         return tf.logical_and(state.step < limit, tf.logical_not(tf.reduce_all(done(state))))
@@ -294,12 +275,17 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
         def until_due(s):
             return running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due)
 
-        return leave(loop(until_due, step, state))
+        if few_rows_step is None:
+            state = loop(until_due, step, state)
+        else:
+            state = tf.cond(rows(state) <= kernels.FEW_ROWS, lambda: loop(until_due, few_rows_step, state),
+                            lambda: loop(until_due, step, state))
+        return leave(state)
 
     if few_rows_step is None:
         return loop(running, round_, start)
-    state = loop(lambda s: running(s) & (rows(s) > kernels.FEW_ROWS), round_, start)
-    return loop(running, few_rows_step, state)
+    return tf.cond(rows(start) <= kernels.FEW_ROWS, lambda: loop(running, few_rows_step, start),
+                   lambda: loop(running, round_, start))
 
 
 def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,

@@ -153,10 +153,10 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
 
 
 def test_finished_rows_leave_the_batch_without_changing_the_others(model):
-    """Rows that finish leave the batch in rounds (dynamic shapes) while it
-    has more than ``kernels.FEW_ROWS``, and then wait in it to the end; each
-    sentence decodes as it does alone and as in the fixed-shape decoder,
-    where every row keeps its place to the end."""
+    """Rows that finish leave the batch in rounds (dynamic shapes: a batch of
+    more than ``kernels.FEW_ROWS`` rows); each sentence decodes as it does
+    alone and as in the fixed-shape decoder, where every row keeps its place
+    to the end."""
     rng = np.random.default_rng(5)
     sources = np.zeros((kernels.FEW_ROWS + 8, 9), np.int32)
     for row in sources:

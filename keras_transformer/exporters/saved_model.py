@@ -44,9 +44,9 @@ INPUT_KEY = "inputs"
 # its sources to a multiple of XLA_LENGTH_BUCKET tokens: XLA compiles once for each shape it meets.
 XLA_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 XLA_LENGTH_BUCKET = 16
-# A model whose float32 weights take at most this many bytes decodes a sentence or a few by steps
-# with its weights as graph constants (decoding.ConstantSteps): a second copy of them in the
-# SavedModel's graph and, for each signature a server runs, in its memory.
+# A model whose float32 weights take at most this many bytes decodes a sentence or a few by a step
+# with the decoder's weights as graph constants (decoding.ConstantSteps): a second copy of them in
+# the SavedModel's graph and, for each signature a server runs, in its memory.
 CONSTANT_STEPS_MAX_BYTES = 128 * 2**20
 
 
@@ -117,8 +117,8 @@ class ExportedTranslator(tf.Module):
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
         supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
         self.frozen_weights = kernels.FrozenWeights(model) if supported else None
-        # Built once and held outside the module's tracked state: every signature calls the same functions,
-        # so the SavedModel holds their constants once.
+        # Built once and held outside the module's tracked state: every signature calls the same function,
+        # so the SavedModel holds its constants once.
         self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread())
                                            if supported and weight_bytes(model) <= CONSTANT_STEPS_MAX_BYTES else None)
         self.src_tokenizer = src_tokenizer
