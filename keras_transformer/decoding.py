@@ -83,10 +83,9 @@ class ConstantSteps:
     a variable at every step. The encoder and ``initial_cache`` keep the
     variables: with their weights as constants too, an export ran batches of
     many sentences slower, and one sentence no faster after them. The
-    constants are a second copy of
-    the decoder's weights and the target embedding (``nbytes``), in the
-    SavedModel's graph and in a server's memory for each signature that runs
-    the step.
+    constants are a second copy of the decoder's weights and the target
+    embedding (``nbytes``), in the SavedModel's graph and in a server's
+    memory for each signature that runs the step.
 
     Args:
         model: a ``keras_transformer.Transformer`` whose settings the

@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer import kernels
@@ -59,11 +58,6 @@ def raw_variables(model) -> list[tf.Variable]:
     variables read inside a while loop: Keras 3 variables wrap the tf.Variable.
     """
     return [variable.value for variable in model.variables]
-
-
-def weight_bytes(model) -> int:
-    """The bytes of ``model``'s weights in float32."""
-    return sum(4 * int(np.prod(variable.shape)) for variable in model.weights)
 
 
 def attach_model(module: tf.Module, model) -> None:
@@ -119,8 +113,9 @@ class ExportedTranslator(tf.Module):
         self.frozen_weights = kernels.FrozenWeights(model) if supported else None
         # Built once and held outside the module's tracked state: every signature calls the same function,
         # so the SavedModel holds its constants once.
+        small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
         self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread())
-                                           if supported and weight_bytes(model) <= CONSTANT_STEPS_MAX_BYTES else None)
+                                           if supported and small else None)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
