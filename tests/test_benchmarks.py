@@ -258,3 +258,24 @@ def test_inference_kernels_times_each_kernels_variants(tmp_path):
         assert set(result["product_us"]) == {"bias fused (BiasAdd)", "bias apart (Sub)"}
         assert set(result["top_k_us"]) == {"tf.math.top_k", "kernels.top_k"}
     assert report["cpu"]["model"]
+
+
+def test_row_products_times_each_chain_of_one_row_products(tmp_path):
+    import json
+
+    from benchmarks import row_products
+
+    out = tmp_path / "rows.json"
+    row_products.main(["--d-model", "16", "--d-ff", "32", "--layers", "1", "--repeats", "1", "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report["results"]) == {"hot", "add", "decoder"}
+    assert report["results"]["decoder"]["nodes_per_step"] == 6  # one layer's products
+    assert all(result["us_per_step"] > 0 for result in report["results"].values())
+    assert report["intra_op_threads"] == 0 and report["cpu"]["model"]
+
+
+def test_row_products_refuses_bad_settings():
+    from benchmarks import row_products
+
+    with pytest.raises(SystemExit):
+        row_products.main(["--layers", "0"])
