@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.report import emit
+from benchmarks.timing import add_thread_arguments, set_thread_pools
 
 STEPS = 40
 CHAIN = 24
@@ -39,11 +40,10 @@ CHAIN = 24
 def chains(d_model: int, d_ff: int, layers: int) -> dict:
     """``{name: (tf.function(x, steps) → x, products a step)}``."""
     rng = np.random.default_rng(0)
-    shapes = []
-    for _ in range(layers):
-        shapes += [(d_model, 3 * d_model), (d_model, d_model), (d_model, d_model), (d_model, d_model),
-                   (d_model, d_ff), (d_ff, d_model)]
-    kernels = [tf.Variable(rng.standard_normal(shape).astype(np.float32) * 0.05) for shape in shapes]
+    # A layer's products: the fused query, key and value first (its first d_model columns go on).
+    layer_shapes = [(d_model, 3 * d_model), (d_model, d_model), (d_model, d_model), (d_model, d_model),
+                    (d_model, d_ff), (d_ff, d_model)]
+    kernels = [tf.Variable(rng.standard_normal(shape).astype(np.float32) * 0.05) for shape in layer_shapes * layers]
     square = tf.Variable(rng.standard_normal((d_model, d_model)).astype(np.float32) * 0.05)
 
     def looped(body):
@@ -65,9 +65,9 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
 
     def decoder(x):
         h = x
-        for kernel in kernels:
+        for i, kernel in enumerate(kernels):
             y = tf.matmul(h, kernel.read_value())
-            h = y if y.shape[1] in (d_model, d_ff) else y[:, :d_model]  # the query's third of a fused product
+            h = y[:, :d_model] if i % len(layer_shapes) == 0 else y  # the query's third of the fused product
         return x + tf.reduce_mean(h) * 1e-6
 
     return {"hot": (looped(hot), CHAIN), "add": (looped(add), CHAIN), "decoder": (looped(decoder), len(kernels))}
@@ -75,21 +75,16 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--intra-op-threads", type=int, default=0, help="TensorFlow's intra-op pool; 0: its choice")
-    parser.add_argument("--inter-op-threads", type=int, default=0, help="TensorFlow's inter-op pool; 0: its choice")
+    add_thread_arguments(parser)
     parser.add_argument("--d-model", type=int, default=192)
     parser.add_argument("--d-ff", type=int, default=768)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    if min(args.intra_op_threads, args.inter_op_threads) < 0 or min(args.d_model, args.d_ff, args.layers,
-                                                                      args.repeats) < 1:
-        parser.error("thread counts must be >= 0 and the sizes and --repeats >= 1")
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
-    if args.inter_op_threads:
-        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if min(args.d_model, args.d_ff, args.layers, args.repeats) < 1:
+        parser.error("--d-model, --d-ff, --layers and --repeats must be >= 1")
+    set_thread_pools(parser, args)
 
     runs = chains(args.d_model, args.d_ff, args.layers)
     x = tf.ones([1, args.d_model])

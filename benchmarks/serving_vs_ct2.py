@@ -73,6 +73,7 @@ import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the Sa
 
 from benchmarks.report import emit
 from benchmarks.serving_speed import session_translators, signature_translators, spm_processors, timed
+from benchmarks.timing import add_thread_arguments, set_thread_pools
 from keras_transformer import Workdir
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.exporters.saved_model import export_saved_model
@@ -167,10 +168,7 @@ def main(argv=None) -> int:
                         help="timed passes over the sentences, the engines taking turns batch by batch")
     parser.add_argument("--cold", action="store_true",
                         help="time each call right after the other engine's, without a warm-up call of its own")
-    parser.add_argument("--inter-op-threads", type=int, default=0,
-                        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
-    parser.add_argument("--intra-op-threads", type=int, default=0,
-                        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
+    add_thread_arguments(parser)
     parser.add_argument("--xla", action="store_true",
                         help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
     parser.add_argument("--session", action="store_true",
@@ -181,12 +179,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.inter_op_threads < 0 or args.intra_op_threads < 0:
-        parser.error("thread counts must be >= 0 (0: TensorFlow's choice)")
-    if args.inter_op_threads:  # before TensorFlow runs its first op
-        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
-    if args.intra_op_threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
+    set_thread_pools(parser, args)
     if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
         parser.error(f"--baseline {args.baseline}: no saved_model.pb there; pass an export's version folder.")
     sentences = args.src.read_text(encoding="utf-8").splitlines()

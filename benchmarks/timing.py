@@ -101,3 +101,26 @@ def mfu_figures(flops: float, times: list[float], peaks: list[float]) -> dict:
         "mfu_per_run": per_run,
         "mfu_vs_best_peak": flops / statistics.median(times) / max(peaks),
     }
+
+
+def add_thread_arguments(parser) -> None:
+    """``--inter-op-threads`` and ``--intra-op-threads`` on ``parser``: TensorFlow's
+    pools, as TF Serving's ``--tensorflow_inter_op_parallelism`` and
+    ``--tensorflow_intra_op_parallelism`` set them (``set_thread_pools``)."""
+    parser.add_argument("--inter-op-threads", type=int, default=0,
+                        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
+    parser.add_argument("--intra-op-threads", type=int, default=0,
+                        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
+
+
+def set_thread_pools(parser, args) -> None:
+    """Set TensorFlow's pools from ``add_thread_arguments``' flags, before it runs
+    its first op; a negative count is the parser's error."""
+    import tensorflow as tf
+
+    if args.inter_op_threads < 0 or args.intra_op_threads < 0:
+        parser.error("thread counts must be >= 0 (0: TensorFlow's choice)")
+    if args.inter_op_threads:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.intra_op_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)

@@ -266,7 +266,8 @@ def test_row_products_times_each_chain_of_one_row_products(tmp_path):
     from benchmarks import row_products
 
     out = tmp_path / "rows.json"
-    row_products.main(["--d-model", "16", "--d-ff", "32", "--layers", "1", "--repeats", "1", "--json", str(out)])
+    # d_ff = 3 · d_model: the fused query/key/value product is as wide as the FFN's inner one
+    row_products.main(["--d-model", "16", "--d-ff", "48", "--layers", "1", "--repeats", "1", "--json", str(out)])
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"hot", "add", "decoder"}
     assert report["results"]["decoder"]["nodes_per_step"] == 6  # one layer's products
