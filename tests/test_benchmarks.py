@@ -267,10 +267,12 @@ def test_row_products_times_each_chain_of_one_row_products(tmp_path):
 
     out = tmp_path / "rows.json"
     # d_ff = 3 · d_model: the fused query/key/value product is as wide as the FFN's inner one
-    row_products.main(["--d-model", "16", "--d-ff", "48", "--layers", "1", "--repeats", "1", "--json", str(out)])
+    row_products.main(["--rows", "3", "--d-model", "16", "--d-ff", "48", "--layers", "1", "--repeats", "1",
+                       "--json", str(out)])
     report = json.loads(out.read_text())
-    assert set(report["results"]) == {"hot", "add", "decoder"}
-    assert report["results"]["decoder"]["nodes_per_step"] == 6  # one layer's products
+    assert set(report["results"]) == {"hot", "add", "decoder", "hot_conv", "decoder_conv"}
+    assert report["results"]["decoder"]["nodes_per_step"] == report["results"]["decoder_conv"]["nodes_per_step"] == 6
+    assert report["rows"] == 3
     assert all(result["us_per_step"] > 0 for result in report["results"].values())
     assert report["intra_op_threads"] == 0 and report["cpu"]["model"]
 

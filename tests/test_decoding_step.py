@@ -182,13 +182,15 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     for ops in bodies.values():  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
         assert ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0, ops
         assert ops["Neg"] == 0, ops
-    # 2 layers × 6 projections, then the tied logits: one product, or one a slice of the embedding for few rows.
-    assert sorted(ops["MatMul"] for ops in bodies.values()) == [2 * 6 + 1] + [2 * 6 + kernels.OUTPUT_SLICES] * 2
+    # 2 layers × 6 projections, then the tied logits: one product; for few rows, the projections as
+    # 1×1 convolutions and one product a slice of the embedding.
+    many, *few = sorted(bodies.values(), key=lambda ops: ops["Conv2D"])
+    assert many["MatMul"] == 2 * 6 + 1 and many["Conv2D"] == 0, many
     # The many-rows step's biases go in by BiasAdd (fused with the product); the few-rows step
     # subtracts them, negated, after it (an AddV2 of a [1, n] bias would be fused too).
-    many, *few = sorted(bodies.values(), key=lambda ops: ops["MatMul"])
     assert many["BiasAdd"] == 2 * 6, many
     for ops in few:
+        assert ops["Conv2D"] == 2 * 6 and ops["MatMul"] == kernels.OUTPUT_SLICES, ops
         assert ops["BiasAdd"] == 0 and ops["Sub"] >= 2 * 6, ops
 
 

@@ -44,8 +44,9 @@ INPUT_KEY = "inputs"
 XLA_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 XLA_LENGTH_BUCKET = 16
 # A model whose float32 weights take at most this many bytes decodes a sentence or a few by a step
-# with the decoder's weights as graph constants (decoding.ConstantSteps): a second copy of them in
-# the SavedModel's graph and, for each signature a server runs, in its memory.
+# with the decoder's weights as graph constants (decoding.ConstantSteps): a second copy of them (of a
+# tied target embedding, a third) in the SavedModel's graph and, for each signature a server runs,
+# in its memory.
 CONSTANT_STEPS_MAX_BYTES = 128 * 2**20
 
 

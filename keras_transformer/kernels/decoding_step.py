@@ -31,11 +31,12 @@ The cache has ``Transformer.initial_cache``'s layout (self-attention keys and
 values ``[rows, heads, len, depth]``, growing by one position a step), so
 decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
-at most ``FEW_ROWS`` rows, adds the products' biases apart from them and takes
+at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
+(``projection.project_few_rows``), adds their biases apart from them and takes
 a tied output layer's logits from slices of the embedding, transposed inside
-the products (see ``decoding_step``). The ops are portable (CPU, GPU, TPU,
-XLA); static-shape decoding (a fixed-size cache written in place) keeps
-``Transformer.decode``.
+the products, or from a transposed copy made once (see ``decoding_step``). The
+ops are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size
+cache written in place) keeps ``Transformer.decode``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import permute, project_rows
+from keras_transformer.kernels.projection import permute, project_few_rows, project_rows
 from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
                                                fused_qkv, model_weight, norm_weights, packed_cross_key_value,
                                                read_weights, scaled_query)
@@ -233,17 +234,23 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
     reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
-    and picks one a round). Its products add their biases after oneDNN's
-    plain product rather than fused into it (``projection.ApartBias``),
-    faster at a few rows and no slower at ``FEW_ROWS``. Its tied logits come
-    from ``OUTPUT_SLICES`` products, one for each slice of the embedding's
-    rows (slices of the first axis share the embedding's memory),
-    concatenated: the same values.
-    At a few rows the output product does little more than read the
-    embedding; TensorFlow's oneDNN build runs a product of a slice's size on one thread,
-    and the executor runs the slices side by side, where it splits the whole
-    product less well: a little faster at one row, much faster at a few
-    (``python -m benchmarks.inference_kernels``).
+    and picks one a round). Its products are 1×1 convolutions
+    (``projection.project_few_rows``: at one row TensorFlow's CPU ``MatMul``
+    hands the product to its thread pool, which costs more than the
+    product) and add their biases after the plain product rather than
+    fused into it (``projection.ApartBias``), faster at a few rows and no
+    slower at ``FEW_ROWS``. A tied output layer's logits come from
+    ``OUTPUT_SLICES`` products, one for each slice of the embedding's rows
+    (slices of the first axis share the embedding's memory), concatenated:
+    the same values. At a few rows the output product does little more than
+    read the embedding; TensorFlow's oneDNN build runs a product of a
+    slice's size on one thread, and the executor runs the slices side by
+    side, where it splits the whole product less well: a little faster at
+    one row, much faster at a few (``python -m benchmarks.inference_kernels``).
+    A product by the embedding transposed once, in memory, beats both: a
+    step whose weights are constants (``decoding.ConstantSteps``) takes its
+    tied logits so, handed the transposed embedding as an untied output
+    kernel (``weights.output``).
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -277,8 +284,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     # loop's body would be one of the loop's variables. It reads only what it uses.
     unread = weights._replace(cross_key_value=(), apart_biases=())
 
+    product = project_few_rows if few_rows else project_rows
+
     def ffn(h, layer: LayerWeights):
-        return project_rows(project_rows(h, layer.inner, inner_activation), layer.outer)
+        return product(product(h, layer.inner, inner_activation), layer.outer)
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
@@ -294,16 +303,16 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
                 # [rows, 3·d_model] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's
-                qkv = tf.reshape(project_rows(h, layer.self_qkv), [-1, 3 * heads, 1, depth])
+                qkv = tf.reshape(product(h, layer.self_qkv), [-1, 3 * heads, 1, depth])
                 q, k, v = tf.split(qkv, 3, axis=1)
                 self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
                 self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
-                return project_rows(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
+                return product(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                q = split(project_rows(h, layer.cross_query))
-                return project_rows(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
+                q = split(product(h, layer.cross_query))
+                return product(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
 
             x = residual(x, self_attention, layer.self_norm)
             x = residual(x, cross_attention, layer.cross_norm)
@@ -312,7 +321,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
         if weights.output[0] is not None:
-            logits = project_rows(x, weights.output)
+            logits = product(x, weights.output)
         elif few_rows:
             output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
             logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
