@@ -238,8 +238,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     (``projection.project_few_rows``: at one row TensorFlow's CPU ``MatMul``
     hands the product to its thread pool, which costs more than the
     product) and add their biases after the plain product rather than
-    fused into it (``projection.ApartBias``), faster at a few rows and no
-    slower at ``FEW_ROWS``. A tied output layer's logits come from
+    fused into it (``projection.ApartBias``: with ``MatMul``, faster at a few
+    rows and no slower at ``FEW_ROWS``; with the convolutions, an export
+    whose biases were fused decoded single sentences no faster). A tied output layer's logits come from
     ``OUTPUT_SLICES`` products, one for each slice of the embedding's rows
     (slices of the first axis share the embedding's memory), concatenated:
     the same values. At a few rows the output product does little more than
