@@ -240,10 +240,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     product) and add their biases after the plain product rather than
     fused into it (``projection.ApartBias``: with ``MatMul``, faster at a few
     rows and no slower at ``FEW_ROWS``; with the convolutions, an export
-    whose biases were fused decoded single sentences no faster). A tied output layer's logits come from
-    ``OUTPUT_SLICES`` products, one for each slice of the embedding's rows
-    (slices of the first axis share the embedding's memory), concatenated:
-    the same values. At a few rows the output product does little more than
+    whose biases were fused decoded single sentences no faster). A tied
+    output layer's logits come from ``OUTPUT_SLICES`` products, one for each
+    slice of the embedding's rows (slices of the first axis share the
+    embedding's memory), concatenated: the same values. At a few rows the output product does little more than
     read the embedding; TensorFlow's oneDNN build runs a product of a
     slice's size on one thread, and the executor runs the slices side by
     side, where it splits the whole product less well: a little faster at

@@ -56,7 +56,12 @@ def project_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
     bias goes in by ``BiasAdd`` right after the product, where grappler fuses
     it (and a ReLU) into one oneDNN product; an ``ApartBias`` after it, apart."""
     kernel, bias = weights
-    y = tf.matmul(x, kernel)
+    return _bias_and_activation(tf.matmul(x, kernel), bias, activation)
+
+
+def _bias_and_activation(y: tf.Tensor, bias, activation) -> tf.Tensor:
+    """``y`` plus ``bias`` (a ``[n]`` bias by ``BiasAdd``, an ``ApartBias``
+    subtracted, or ``None``), then ``activation``: what follows a projection's product."""
     if isinstance(bias, ApartBias):
         y = y - bias.negated
     elif bias is not None:
@@ -84,12 +89,7 @@ def project_few_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor
     kernel, bias = weights
     k, n = kernel.shape
     y = tf.nn.conv2d(tf.reshape(x, [-1, 1, 1, k]), tf.reshape(kernel, [1, 1, k, n]), strides=1, padding="VALID")
-    y = tf.reshape(y, [-1, n])
-    if isinstance(bias, ApartBias):
-        y = y - bias.negated
-    elif bias is not None:
-        y = tf.nn.bias_add(y, bias)
-    return activation(y) if activation is not None else y
+    return _bias_and_activation(tf.reshape(y, [-1, n]), bias, activation)
 
 
 def as_rows(x: tf.Tensor) -> tf.Tensor:
