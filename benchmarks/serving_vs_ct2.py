@@ -3,7 +3,8 @@
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
-        [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL]
+        [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL] \\
+        [--step-lanes N]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -55,6 +56,9 @@ variables a ``tf.saved_model.load`` signature captures at every call.
 pools (0, the default: TensorFlow's choice, one thread a core for each) as
 TF Serving's ``--tensorflow_inter_op_parallelism`` and
 ``--tensorflow_intra_op_parallelism`` set them for a served model.
+``--step-lanes N`` exports the decoding step for a few rows with ``N``
+lanes (``export_saved_model(step_lanes=N)``; 1: none), to time that export
+under those pools.
 """
 
 from __future__ import annotations
@@ -171,6 +175,9 @@ def main(argv=None) -> int:
     add_thread_arguments(parser)
     parser.add_argument("--xla", action="store_true",
                         help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
+    parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
+                        help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
+                             "the exporter's)")
     parser.add_argument("--session", action="store_true",
                         help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it")
     parser.add_argument("--baseline", type=Path, default=None,
@@ -179,6 +186,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.step_lanes is not None and args.step_lanes < 1:
+        parser.error(f"--step-lanes must be >= 1, got {args.step_lanes}")
     set_thread_pools(parser, args)
     if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
         parser.error(f"--baseline {args.baseline}: no saved_model.pb there; pass an export's version folder.")
@@ -190,7 +199,7 @@ def main(argv=None) -> int:
     max_length = trained.model.config.max_length
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
-                                         xla=args.xla)
+                                         xla=args.xla, step_lanes=args.step_lanes)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
         signatures = signature_translators(saved_model)
 
@@ -237,7 +246,7 @@ def main(argv=None) -> int:
     report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
               "warm": not args.cold, "inter_op_threads": args.inter_op_threads,
-              "intra_op_threads": args.intra_op_threads,
+              "intra_op_threads": args.intra_op_threads, "step_lanes": args.step_lanes,
               "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
     emit(report, args.json)
     return 0

@@ -37,6 +37,10 @@ def parse_args(argv=None):
     parser.add_argument("--xla", action="store_true",
                         help="also export translate_xla and translate_greedy_xla, the decoders compiled by XLA "
                              "(a server needs XLA for them; the default signatures stay plain graphs)")
+    parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
+                        help="lanes of the decoding step for a sentence or a beam, run side by side on the "
+                             "server's inter-op threads (default: 2 where the model's heads and inner units "
+                             "divide in two; 1 for a server with one inter-op thread)")
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args
@@ -51,7 +55,7 @@ def main(argv=None) -> int:
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
                                   alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
-                                  xla=args.xla, progress=True)
+                                  xla=args.xla, step_lanes=args.step_lanes, progress=True)
         print(path)
         return 0
 

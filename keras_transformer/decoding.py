@@ -88,13 +88,18 @@ class ConstantSteps:
     (a third copy: the logits of a few rows come faster from it than from
     the embedding transposed inside the products), in all ``nbytes``, in
     the SavedModel's graph and in a server's memory for each signature that
-    runs the step.
+    runs the step. The step runs as ``lanes`` lanes (``kernels.decoding_step``'s
+    ``lanes``): its weights are split into the lanes' shares once, here.
 
     Args:
         model: a ``keras_transformer.Transformer`` whose settings the
             inference kernels cover (``kernels.decoding_step_supported``).
         derived: the products of the weights made before
             (``kernels.FrozenWeights``); by default made here.
+        lanes: the step's lanes, 1 for none; by default
+            ``kernels.step_lanes(model.config)``: two where the heads and
+            inner units divide in two. Lanes run side by side on the
+            executor's inter-op threads; with one such thread, 1 is faster.
 
     Example:
         >>> import keras_transformer as kt
@@ -108,7 +113,7 @@ class ConstantSteps:
         True
     """
 
-    def __init__(self, model, derived: kernels.DerivedWeights | None = None):
+    def __init__(self, model, derived: kernels.DerivedWeights | None = None, lanes: int | None = None):
         if not kernels.decoding_step_supported(model):
             raise ValueError("ConstantSteps needs a model that the inference kernels cover "
                              "(kernels.decoding_step_supported); decode this model without constant_steps.")
@@ -117,7 +122,8 @@ class ConstantSteps:
         step_weights = kernels.as_constants(kernels.step_weights(model, derived)._replace(cross_key_value=()))
         if step_weights.output[0] is None:  # tied: the embedding transposed, made once, as the output kernel
             step_weights = step_weights._replace(output=(np.ascontiguousarray(step_weights.embeddings.T), None))
-        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights)
+        self.lanes = kernels.step_lanes(config) if lanes is None else int(lanes)
+        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights, lanes=self.lanes)
         # Loose shapes, the loops' own invariants: any rows and cache length.
         keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
         cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}

@@ -89,6 +89,47 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     assert fast_cache[0]["self"]["key"].shape[2] == tokens.shape[1]
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
+    """``decoding_step(lanes=2)``: each sublayer as two lanes (a lane's heads
+    or inner units, their outputs added) and the logits in two parts give
+    one lane's logits and cache, up to the order of the sums."""
+    model = randomized_model(9, **VARIANTS[variant])
+    weights = kernels.step_weights(model)
+    constants = kernels.as_constants(weights)
+    src = sources(model.config, 9)
+    rng = np.random.default_rng(9)
+    tokens = rng.integers(3, VOCAB - 2, size=(3, 4)).astype("int32")
+    tokens[:, 0] = model.config.bos_id
+
+    def initial_cache(memory):
+        return kernels.initial_cache(model, memory, weights)
+
+    one, one_cache = step_by_step(model, kernels.decoding_step(model, few_rows=True, weights=constants), src,
+                                  tokens, initial_cache)
+    two, two_cache = step_by_step(model, kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2),
+                                  src, tokens, initial_cache)
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
+    for two_layer, one_layer in zip(two_cache, one_cache):
+        for part in ("self", "cross"):
+            for name in ("key", "value"):
+                np.testing.assert_allclose(two_layer[part][name].numpy(), one_layer[part][name].numpy(),
+                                           rtol=1e-5, atol=1e-5)
+
+
+def test_lanes_need_numpy_weights_and_heads_they_divide():
+    model = randomized_model(10)
+    assert kernels.step_lanes(model.config) == 2
+    with pytest.raises(ValueError, match="lanes=2 needs"):
+        kernels.decoding_step(model, few_rows=True, lanes=2)  # the variables
+    with pytest.raises(ValueError, match="lanes=2 needs"):
+        kernels.decoding_step(model, weights=kernels.as_constants(kernels.step_weights(model)), lanes=2)
+    odd = randomized_model(10, num_heads=1)
+    assert kernels.step_lanes(odd.config) == 1
+    with pytest.raises(ValueError, match=r"heads \(1\)"):
+        kernels.decoding_step(odd, few_rows=True, weights=kernels.as_constants(kernels.step_weights(odd)), lanes=2)
+
+
 def _decode_growing(model):
     """``model.decode`` against a growing cache, one token a row."""
     def step(token_ids, t, cache, source_padding):

@@ -190,8 +190,11 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder)
     assert len(constant) == 1 and "constant_few_rows_step" in next(iter(constant)), sorted(constant)
     (step,) = constant.values()
     assert step["ReadVariableOp"] == 0 and step["VarHandleOp"] == 0 and step["Const"] > 0, step
-    # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions.
-    assert step["Conv2D"] == 2 * 6 + 1 and step["MatMul"] == 0, step
+    # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions,
+    # each a lane's share (2 heads, 2 lanes), and the logits in as many parts.
+    lanes = kernels.step_lanes(model.config)
+    assert lanes == kernels.STEP_LANES == 2
+    assert step["Conv2D"] == (2 * 6 + 1) * lanes and step["MatMul"] == 0, step
     calls = {name: ops for name, ops in functions.items()
              if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]}
     assert len(calls) == 2, sorted(calls)

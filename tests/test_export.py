@@ -235,12 +235,16 @@ def test_xla_signatures_translate_as_the_plain_ones(workdir, export_dir, tmp_pat
             np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4)
 
 
-def _function_names(export_dir) -> list[str]:
+def _functions(export_dir) -> list:
     from tensorflow.core.protobuf import saved_model_pb2
 
     saved = saved_model_pb2.SavedModel()
     saved.ParseFromString((export_dir / "saved_model.pb").read_bytes())
-    return [f.signature.name for f in saved.meta_graphs[0].graph_def.library.function]
+    return list(saved.meta_graphs[0].graph_def.library.function)
+
+
+def _function_names(export_dir) -> list[str]:
+    return [f.signature.name for f in _functions(export_dir)]
 
 
 def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, export_dir, tmp_path, monkeypatch):
@@ -262,3 +266,36 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
             expected, got = variables.signatures[name](inputs=inputs), constant.signatures[name](inputs=inputs)
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
             np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
+    """The export's step for a few rows runs two lanes (the tiny model's 4 heads and
+    inner units divide in two); ``step_lanes=1`` exports one, with the same
+    translations; a lane count below 1 is refused in one line."""
+    import collections
+
+    from export import saved_model as export_program
+    from keras_transformer.exporters import export_saved_model
+
+    def step_convolutions(path):
+        (step,) = [f for f in _functions(path) if "_constant_few_rows_step_" in f.signature.name]
+        return collections.Counter(node.op for node in step.node_def)["Conv2D"]
+
+    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1)
+    assert step_convolutions(export_dir) == 2 * step_convolutions(one) > 0
+    lanes, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
+    for batch in (SENTENCES, SENTENCES[:1]):
+        inputs = tf.constant(batch)
+        for name in ("serving_default", "translate_greedy"):
+            expected, got = single.signatures[name](inputs=inputs), lanes.signatures[name](inputs=inputs)
+            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="step_lanes must be >= 1"):
+        export_saved_model(workdir, tmp_path / "none", step_lanes=0)
+    with pytest.raises(SystemExit) as exit_:
+        export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), "--step-lanes", "0"])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert error.strip().splitlines() == ["python -m export.saved_model: error: step_lanes must be >= 1 "
+                                          "(1: no lanes), got 0."], error
+    assert not (tmp_path / "none").exists()

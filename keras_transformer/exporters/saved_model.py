@@ -104,7 +104,8 @@ class ExportedTranslator(tf.Module):
     def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None,
-                 vocabulary_paths: dict[str, Path] | None = None, xla: bool = False):
+                 vocabulary_paths: dict[str, Path] | None = None, xla: bool = False,
+                 step_lanes: int | None = None):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
@@ -115,7 +116,7 @@ class ExportedTranslator(tf.Module):
         # Built once and held outside the module's tracked state: every signature calls the same function,
         # so the SavedModel holds its constants once.
         small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
-        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread())
+        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread(), lanes=step_lanes)
                                            if supported and small else None)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
@@ -266,7 +267,7 @@ def vocabulary_files(directory: Path) -> dict[str, Path]:
 def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
                        alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
-                       xla: bool = False, progress: bool = False) -> Path:
+                       xla: bool = False, step_lanes: int | None = None, progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -285,12 +286,19 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
         xla: also export ``translate_xla`` and ``translate_greedy_xla``, the
             decoders compiled by XLA (see ``ExportedTranslator``); the default
             signatures stay plain graphs either way.
+        step_lanes: the lanes of the decoding step for a few rows (a
+            sentence or a beam): by default two where the model's heads and
+            inner units divide in two, side by side on the server's inter-op
+            threads; 1 for a server that runs one inter-op thread
+            (``decoding.ConstantSteps``).
         progress: show a progress bar (needs ``tqdm``).
     """
     out = Path(out)
     if beam_size < 1:
         raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
     check_stopping(stopping)  # refused before the model is loaded
+    if step_lanes is not None and step_lanes < 1:
+        raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
     if version is not None and version < 1:
         raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
     if version is None:
@@ -311,7 +319,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                     trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
                     max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
                     src_model_path=src_path, tgt_model_path=tgt_path,
-                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla)
+                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla, step_lanes=step_lanes)
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())
                 bar.update()

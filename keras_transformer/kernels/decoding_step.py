@@ -34,9 +34,11 @@ layer's cross-attention keys and values with one product. A second step, for
 at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
 (``projection.project_few_rows``), adds their biases apart from them and takes
 a tied output layer's logits from slices of the embedding, transposed inside
-the products, or from a transposed copy made once (see ``decoding_step``). The
-ops are portable (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size
-cache written in place) keeps ``Transformer.decode``.
+the products, or from a transposed copy made once (see ``decoding_step``);
+with its weights as constants it may run each sublayer as independent lanes,
+a share of the heads or inner units each, that the executor runs side by side
+(``lanes``). The ops are portable (CPU, GPU, TPU, XLA); static-shape decoding
+(a fixed-size cache written in place) keeps ``Transformer.decode``.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import permute, project_few_rows, project_rows
+from keras_transformer.kernels.projection import ApartBias, permute, project_few_rows, project_rows
 from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
                                                fused_qkv, model_weight, norm_weights, packed_cross_key_value,
                                                read_weights, scaled_query)
@@ -219,8 +221,44 @@ def output_slice_sizes(vocab: int) -> list[int]:
     return [vocab // slices + (i < vocab % slices) for i in range(slices)]
 
 
+# A few-rows step whose weights are constants (``decoding.ConstantSteps``) runs every sublayer and
+# the output layer as this many lanes, each with its share of the heads or of the inner units
+# (``decoding_step``'s ``lanes``).
+STEP_LANES = 2
+
+
+def step_lanes(config) -> int:
+    """``STEP_LANES`` where the model's heads and inner units divide into that many lanes, else 1."""
+    return STEP_LANES if config.num_heads % STEP_LANES == 0 and config.d_ff % STEP_LANES == 0 else 1
+
+
+def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
+    """``layer``'s weights (NumPy arrays, biases ``ApartBias``) as ``lanes``
+    ``LayerWeights``: lane ``j`` takes the ``j``-th share of the heads of the
+    query, key and value kernels' columns and of the output kernels' rows,
+    and of the inner units (the first kernel's columns, the second's rows).
+    A product that sums a lane's share of the rows adds the bias in lane 0
+    only: the lanes' outputs are added."""
+    def columns(pair, blocks, j):  # lane j's share of each of `blocks` side-by-side column blocks
+        def take(a):
+            return np.ascontiguousarray(a.reshape(a.shape[0], blocks, lanes, -1)[:, :, j].reshape(a.shape[0], -1))
+
+        kernel, bias = pair
+        return take(kernel), (None if bias is None else ApartBias(take(bias.negated)))
+
+    def rows(pair, j):  # lane j's share of the rows; the bias once
+        kernel, bias = pair
+        size = kernel.shape[0] // lanes
+        return np.ascontiguousarray(kernel[j * size:(j + 1) * size]), (bias if j == 0 else None)
+
+    return tuple(layer._replace(
+        self_qkv=columns(layer.self_qkv, 3, j), self_output=rows(layer.self_output, j),
+        cross_query=columns(layer.cross_query, 1, j), cross_output=rows(layer.cross_output, j),
+        inner=columns(layer.inner, 1, j), outer=rows(layer.outer, j)) for j in range(lanes))
+
+
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
-                  output_kernel: tf.Tensor | None = None) -> Callable:
+                  output_kernel: tf.Tensor | None = None, lanes: int = 1) -> Callable:
     """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
     → (logits [rows, tgt_vocab] float32, cache)``: ``model.decode`` for one new
     token per row at ``position`` (the cache's length), against a growing cache.
@@ -252,6 +290,21 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     step whose weights are constants (``decoding.ConstantSteps``) takes its
     tied logits so, handed the transposed embedding as an untied output
     kernel (``weights.output``).
+
+    ``lanes`` (the few-rows step of NumPy weights only, see ``STEP_LANES``):
+    each sublayer runs as that many independent lanes, one for each share
+    of the heads (self- and cross-attention: the lane's query, key and value
+    columns, its heads of the cache, its rows of the output kernel) or of the
+    inner units, and their outputs are added; the output layer's logits come
+    from as many shares of its columns. The same sums, grouped differently
+    (equal up to the order of a float sum). At a row or a few, a step
+    mostly reads its weights, more of them than a CPU's caches hold, and two
+    threads read memory faster than one: TensorFlow's executor runs
+    independent ops on its inter-op threads side by side. The lanes cost
+    ops (the caches split into the lanes' heads and joined again, the
+    outputs added); with one inter-op thread they run one after the other
+    (``benchmarks/README.md`` has both). The weights are split once, in
+    NumPy: a step that reads variables would slice them at every step.
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -266,11 +319,31 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     masked = masked_score_value(tf.float32)
     vocab = weights.embeddings.shape[0]
 
-    def split(x):  # [rows, d_model] → [rows, heads, 1, depth]: one position, no transpose
-        return tf.reshape(x, [-1, heads, 1, depth])
+    if lanes < 1:
+        raise ValueError(f"lanes must be >= 1 (1: no lanes), got {lanes}.")
+    if lanes > 1:
+        leaves = tf.nest.flatten((weights.layers, weights.output))
+        if not few_rows or heads % lanes or config.d_ff % lanes or any(
+                isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves):
+            raise ValueError(f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
+                             f"(weights.as_constants) and heads ({heads}) and d_ff ({config.d_ff}) that it "
+                             "divides; pass lanes=1 otherwise.")
+    lane_heads = heads // lanes
 
-    def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
-        return tf.reshape(attend_heads(q, key, value, bias, has_key), [-1, d_model])
+    def split(x):  # [rows, lane_heads·depth] → [rows, lane_heads, 1, depth]: one position, no transpose
+        return tf.reshape(x, [-1, lane_heads, 1, depth])
+
+    def attend(q, key, value, bias=None, has_key=None):  # q: [rows, lane_heads, 1, depth]
+        return tf.reshape(attend_heads(q, key, value, bias, has_key), [-1, lane_heads * depth])
+
+    def heads_of_lanes(x):  # [rows, heads, len, depth] → the lanes' [rows, lane_heads, len, depth]
+        return [x] if lanes == 1 else tf.split(x, lanes, axis=1)
+
+    def joined(parts, axis):
+        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=axis)
+
+    def added(parts):
+        return parts[0] if len(parts) == 1 else tf.add_n(parts)
 
     def norm(x, n: Norm):
         return inference_norm(x, n, dtype)
@@ -281,14 +354,23 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
         weights = _unfused_biases(weights)
+    # Each layer as its lanes, the output layer as its parts (one of each without lanes).
+    if lanes > 1:
+        layers = tuple(_lane_layer(layer, lanes) for layer in weights.layers)
+        kernel, bias = weights.output
+        output = ((weights.output,) if kernel is None else
+                  tuple((np.ascontiguousarray(part), None if bias is None else ApartBias(bias_part))
+                        for part, bias_part in zip(np.split(kernel, lanes, axis=1),
+                                                   [None] * lanes if bias is None else
+                                                   np.split(bias.negated, lanes, axis=1))))
+    else:
+        layers = tuple((layer,) for layer in weights.layers)
+        output = (weights.output,)
     # The step reads its weights, and makes its constants, itself: a tensor made out here and used in a
     # loop's body would be one of the loop's variables. It reads only what it uses.
-    unread = weights._replace(cross_key_value=(), apart_biases=())
+    unread = weights._replace(layers=layers, output=output, cross_key_value=(), apart_biases=())
 
     product = project_few_rows if few_rows else project_rows
-
-    def ffn(h, layer: LayerWeights):
-        return product(product(h, layer.inner, inner_activation), layer.outer)
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
@@ -298,31 +380,42 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         source_bias = tf.where(real, 0.0, masked)
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []
-        for layer, layer_cache in zip(weights.layers, cache):
+        for layer_lanes, layer_cache in zip(weights.layers, cache):
+            layer = layer_lanes[0]  # its norms
             self_cache = {}
 
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
-                # [rows, 3·d_model] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's
-                qkv = tf.reshape(product(h, layer.self_qkv), [-1, 3 * heads, 1, depth])
-                q, k, v = tf.split(qkv, 3, axis=1)
-                self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
-                self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
-                return product(attend(q, self_cache["key"], self_cache["value"]), layer.self_output)
+                outputs, keys, values = [], [], []
+                for lane, key, value in zip(layer_lanes, heads_of_lanes(layer_cache["self"]["key"]),
+                                            heads_of_lanes(layer_cache["self"]["value"])):
+                    # [rows, 3·lane_heads·depth] → [rows, 3·lane_heads, 1, depth]: the query's heads, the key's, ...
+                    qkv = tf.reshape(product(h, lane.self_qkv), [-1, 3 * lane_heads, 1, depth])
+                    q, k, v = tf.split(qkv, 3, axis=1)
+                    keys.append(tf.concat([key, k], axis=2))
+                    values.append(tf.concat([value, v], axis=2))
+                    outputs.append(product(attend(q, keys[-1], values[-1]), lane.self_output))
+                self_cache["key"], self_cache["value"] = joined(keys, 1), joined(values, 1)
+                return added(outputs)
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                q = split(product(h, layer.cross_query))
-                return product(attend(q, cross["key"], cross["value"], source_bias, has_key), layer.cross_output)
+                return added([product(attend(split(product(h, lane.cross_query)), key, value, source_bias, has_key),
+                                      lane.cross_output)
+                              for lane, key, value in zip(layer_lanes, heads_of_lanes(cross["key"]),
+                                                          heads_of_lanes(cross["value"]))])
+
+            def ffn(h):
+                return added([product(product(h, lane.inner, inner_activation), lane.outer) for lane in layer_lanes])
 
             x = residual(x, self_attention, layer.self_norm)
             x = residual(x, cross_attention, layer.cross_norm)
-            x = residual(x, lambda h: ffn(h, layer), layer.ffn_norm)
+            x = residual(x, ffn, layer.ffn_norm)
             new_cache.append({"self": self_cache, "cross": layer_cache["cross"]})
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
-        if weights.output[0] is not None:
-            logits = product(x, weights.output)
+        if weights.output[0][0] is not None:
+            logits = joined([product(x, part) for part in weights.output], 1)
         elif few_rows:
             output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
             logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
