@@ -202,3 +202,18 @@ def test_the_tied_output_kernel_read_once_gives_the_same_logits():
     np.testing.assert_allclose(once.numpy(), every_step.numpy(), rtol=1e-5, atol=1e-5)
     untied = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=30, tie_embeddings=False))
     assert untied.output_kernel() is None  # its own Dense layer projects
+
+
+def test_banned_tokens_take_the_masked_value_and_the_others_keep_theirs():
+    """``ban_tokens`` by a minimum with a constant cap (a static vocabulary)
+    gives a select's values exactly, as the dynamic-vocabulary path does."""
+    from keras_transformer.decoding import ban_tokens
+    from keras_transformer.layers import masked_score_value
+
+    rng = np.random.default_rng(3)
+    log_probs = tf.nn.log_softmax(tf.constant(rng.normal(0, 30, (5, 12)).astype(np.float32)))
+    expected = log_probs.numpy().copy()
+    expected[:, [0, 2]] = masked_score_value(tf.float32)
+    np.testing.assert_array_equal(ban_tokens(log_probs, [0, 2]).numpy(), expected)
+    dynamic = tf.function(lambda x: ban_tokens(x, [0, 2]), input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    np.testing.assert_array_equal(dynamic(log_probs).numpy(), expected)

@@ -68,6 +68,15 @@ def step_by_step(model, step, src, tokens, initial_cache=None):
     return np.stack(outputs), cache
 
 
+def assert_caches_close(got, expected, atol):
+    """Every layer's self- and cross-attention keys and values of two caches, to rtol 1e-5."""
+    for got_layer, layer in zip(got, expected):
+        for part in ("self", "cross"):
+            for name in ("key", "value"):
+                np.testing.assert_allclose(got_layer[part][name].numpy(), layer[part][name].numpy(),
+                                           rtol=1e-5, atol=atol)
+
+
 @pytest.mark.parametrize("rows", ["many_rows", "few_rows"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
@@ -81,20 +90,18 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     fast, fast_cache = step_by_step(model, getattr(steps, rows), src, tokens, steps.initial_cache)
     reference, reference_cache = step_by_step(model, _decode_growing(model), src, tokens)
     np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=2e-5)
-    for fast_layer, layer in zip(fast_cache, reference_cache):
-        for part in ("self", "cross"):
-            for name in ("key", "value"):
-                np.testing.assert_allclose(fast_layer[part][name].numpy(), layer[part][name].numpy(),
-                                           rtol=1e-5, atol=2e-5)
+    assert_caches_close(fast_cache, reference_cache, atol=2e-5)
     assert fast_cache[0]["self"]["key"].shape[2] == tokens.shape[1]
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("variant", sorted(VARIANTS) + ["untied_odd_vocabulary"])
 def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
     """``decoding_step(lanes=2)``: each sublayer as two lanes (a lane's heads
-    or inner units, their outputs added) and the logits in two parts give
-    one lane's logits and cache, up to the order of the sums."""
-    model = randomized_model(9, **VARIANTS[variant])
+    or inner units, their outputs added) and the logits in two parts (of an
+    odd vocabulary too) give one lane's logits and cache, up to the order
+    of the sums."""
+    odd = dict(tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1)
+    model = randomized_model(9, **VARIANTS.get(variant, odd))
     weights = kernels.step_weights(model)
     constants = kernels.as_constants(weights)
     src = sources(model.config, 9)
@@ -110,11 +117,7 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
     two, two_cache = step_by_step(model, kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2),
                                   src, tokens, initial_cache)
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
-    for two_layer, one_layer in zip(two_cache, one_cache):
-        for part in ("self", "cross"):
-            for name in ("key", "value"):
-                np.testing.assert_allclose(two_layer[part][name].numpy(), one_layer[part][name].numpy(),
-                                           rtol=1e-5, atol=1e-5)
+    assert_caches_close(two_cache, one_cache, atol=1e-5)
 
 
 def test_lanes_need_numpy_weights_and_heads_they_divide():

@@ -1,5 +1,6 @@
 """One decoding step as few graph nodes as possible: the model's weights read once,
-before the decoding loop, and every product on rank-2 ``[rows, d_model]`` tensors.
+before the decoding loop, and every product on its rows as they are (``[rows,
+d_model]``; ``[rows, 1, 1, d_model]`` in the few-rows step), with no reshape around it.
 
 ``Transformer.decode`` runs the paper's layers, which read their variables,
 scale the query kernel, reshape to rank 2 and back and build masks at every
@@ -32,7 +33,8 @@ values ``[rows, heads, len, depth]``, growing by one position a step), so
 decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
 at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
-(``projection.project_few_rows``), adds their biases apart from them and takes
+(``projection.project_few_rows``) on rows kept as ``[rows, 1, 1, width]``
+between them, adds their biases apart from them and takes
 a tied output layer's logits from slices of the embedding, transposed inside
 the products, or from a transposed copy made once (see ``decoding_step``);
 with its weights as constants it may run each sublayer as independent lanes,
@@ -333,8 +335,13 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     def split(x):  # [rows, lane_heads·depth] → [rows, lane_heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, lane_heads, 1, depth])
 
+    # The few-rows step keeps its rows as [rows, 1, 1, width], the 1×1 convolutions' layout: no
+    # reshape around each product.
+    def as_rows(x, width):  # [rows, width] (few rows: [rows, 1, 1, width]) from any [rows, ..., width]
+        return tf.reshape(x, [-1, 1, 1, width] if few_rows else [-1, width])
+
     def attend(q, key, value, bias=None, has_key=None):  # q: [rows, lane_heads, 1, depth]
-        return tf.reshape(attend_heads(q, key, value, bias, has_key), [-1, lane_heads * depth])
+        return as_rows(attend_heads(q, key, value, bias, has_key), lane_heads * depth)
 
     def heads_of_lanes(x):  # [rows, heads, len, depth] → the lanes' [rows, lane_heads, len, depth]
         return [x] if lanes == 1 else tf.split(x, lanes, axis=1)
@@ -360,9 +367,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         kernel, bias = weights.output
         output = ((weights.output,) if kernel is None else
                   tuple((np.ascontiguousarray(part), None if bias is None else ApartBias(bias_part))
-                        for part, bias_part in zip(np.split(kernel, lanes, axis=1),
+                        for part, bias_part in zip(np.array_split(kernel, lanes, axis=1),  # any vocabulary size
                                                    [None] * lanes if bias is None else
-                                                   np.split(bias.negated, lanes, axis=1))))
+                                                   np.array_split(bias.negated, lanes, axis=1))))
     else:
         layers = tuple((layer,) for layer in weights.layers)
         output = (weights.output,)
@@ -374,10 +381,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
-        x = (tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
-             + tf.gather(weights.positions, position))
+        x = as_rows(tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
+                    + tf.gather(weights.positions, position), d_model)
         real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, 1, 1, src_len]
-        source_bias = tf.where(real, 0.0, masked)
+        source_bias = (1.0 - tf.cast(real, tf.float32)) * masked  # 0 (-0.0) or masked: a select's values
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []
         for layer_lanes, layer_cache in zip(weights.layers, cache):
@@ -415,8 +422,10 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
         if weights.output[0][0] is not None:
-            logits = joined([product(x, part) for part in weights.output], 1)
+            logits = joined([product(x, part) for part in weights.output], -1)
+            logits = tf.reshape(logits, [-1, vocab]) if few_rows else logits
         elif few_rows:
+            x = tf.reshape(x, [-1, d_model])
             output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
             logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
         elif output_kernel is not None:

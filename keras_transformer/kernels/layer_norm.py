@@ -41,9 +41,11 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
 
 
 def inference_norm(x: tf.Tensor, norm, dtype) -> tf.Tensor:
-    """``x`` normalised by ``norm`` (a ``weights.Norm``: γ, β, ε) in float32 and
-    cast back to ``dtype``, with no gradient wrapper: the inference kernels' LayerNorm."""
-    return tf.cast(layer_norm(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False), dtype)
+    """``x`` normalised over its last axis by ``norm`` (a ``weights.Norm``: γ,
+    β, ε) in float32 and cast back to ``dtype``, with no gradient wrapper and
+    at ``x``'s own rank (no reshape): the inference kernels' LayerNorm, the
+    values of ``layer_norm``."""
+    return tf.cast(_plain_normalize(norm.epsilon)(tf.cast(x, tf.float32), norm.gamma, norm.beta), dtype)
 
 
 def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype) -> tf.Tensor:
