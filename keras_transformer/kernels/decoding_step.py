@@ -229,9 +229,14 @@ def output_slice_sizes(vocab: int) -> list[int]:
 STEP_LANES = 2
 
 
+def _lanes_divide(config, lanes: int) -> bool:
+    """Whether the model's heads and inner units divide into ``lanes`` lanes."""
+    return config.num_heads % lanes == 0 and config.d_ff % lanes == 0
+
+
 def step_lanes(config) -> int:
     """``STEP_LANES`` where the model's heads and inner units divide into that many lanes, else 1."""
-    return STEP_LANES if config.num_heads % STEP_LANES == 0 and config.d_ff % STEP_LANES == 0 else 1
+    return STEP_LANES if _lanes_divide(config, STEP_LANES) else 1
 
 
 def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
@@ -240,7 +245,11 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     query, key and value kernels' columns and of the output kernels' rows,
     and of the inner units (the first kernel's columns, the second's rows).
     A product that sums a lane's share of the rows adds the bias in lane 0
-    only: the lanes' outputs are added."""
+    only: the lanes' outputs are added. One lane: ``(layer,)``, whatever
+    its weights are."""
+    if lanes == 1:
+        return (layer,)
+
     def columns(pair, blocks, j):  # lane j's share of each of `blocks` side-by-side column blocks
         def take(a):
             return np.ascontiguousarray(a.reshape(a.shape[0], blocks, lanes, -1)[:, :, j].reshape(a.shape[0], -1))
@@ -257,6 +266,20 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
         self_qkv=columns(layer.self_qkv, 3, j), self_output=rows(layer.self_output, j),
         cross_query=columns(layer.cross_query, 1, j), cross_output=rows(layer.cross_output, j),
         inner=columns(layer.inner, 1, j), outer=rows(layer.outer, j)) for j in range(lanes))
+
+
+def _output_parts(output: tuple, lanes: int) -> tuple:
+    """The output layer's ``(kernel, bias)`` (NumPy, bias ``ApartBias``) as
+    ``lanes`` parts of its columns, as even as they go (any vocabulary
+    size); one part, ``(output,)``, for one lane or a tied layer (kernel
+    ``None``)."""
+    kernel, bias = output
+    if kernel is None or lanes == 1:
+        return (output,)
+    biases = ([None] * lanes if bias is None
+              else [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)])
+    return tuple((np.ascontiguousarray(part), part_bias)
+                 for part, part_bias in zip(np.array_split(kernel, lanes, axis=1), biases))
 
 
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
@@ -325,7 +348,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         raise ValueError(f"lanes must be >= 1 (1: no lanes), got {lanes}.")
     if lanes > 1:
         leaves = tf.nest.flatten((weights.layers, weights.output))
-        if not few_rows or heads % lanes or config.d_ff % lanes or any(
+        if not few_rows or not _lanes_divide(config, lanes) or any(
                 isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves):
             raise ValueError(f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
                              f"(weights.as_constants) and heads ({heads}) and d_ff ({config.d_ff}) that it "
@@ -362,17 +385,8 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     if few_rows:
         weights = _unfused_biases(weights)
     # Each layer as its lanes, the output layer as its parts (one of each without lanes).
-    if lanes > 1:
-        layers = tuple(_lane_layer(layer, lanes) for layer in weights.layers)
-        kernel, bias = weights.output
-        output = ((weights.output,) if kernel is None else
-                  tuple((np.ascontiguousarray(part), None if bias is None else ApartBias(bias_part))
-                        for part, bias_part in zip(np.array_split(kernel, lanes, axis=1),  # any vocabulary size
-                                                   [None] * lanes if bias is None else
-                                                   np.array_split(bias.negated, lanes, axis=1))))
-    else:
-        layers = tuple((layer,) for layer in weights.layers)
-        output = (weights.output,)
+    layers = tuple(_lane_layer(layer, lanes) for layer in weights.layers)
+    output = _output_parts(weights.output, lanes)
     # The step reads its weights, and makes its constants, itself: a tensor made out here and used in a
     # loop's body would be one of the loop's variables. It reads only what it uses.
     unread = weights._replace(layers=layers, output=output, cross_key_value=(), apart_biases=())

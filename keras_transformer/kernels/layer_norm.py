@@ -26,12 +26,13 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
     the time of autodiff through ``tf.nn.moments``, and a step of the
     benchmark model has 20 LayerNorms (``benchmarks/README.md``).
     ``with_gradient=False`` (inference) computes the same forward pass
-    without the custom-gradient wrapper: fewer nodes in a decoding loop.
+    without the custom-gradient wrapper and at ``x``'s own rank, with no
+    reshape: fewer nodes in a decoding loop.
     """
-    flat = as_rows(x)
     if not with_gradient:
-        normalize = _plain_normalize(epsilon)
-    elif native_ops:
+        return _plain_normalize(epsilon)(x, gamma, beta)
+    flat = as_rows(x)
+    if native_ops:
         normalize = _native_normalize(native_ops, epsilon)
     else:
         normalize = _normalize(epsilon)
@@ -41,11 +42,9 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
 
 
 def inference_norm(x: tf.Tensor, norm, dtype) -> tf.Tensor:
-    """``x`` normalised over its last axis by ``norm`` (a ``weights.Norm``: γ,
-    β, ε) in float32 and cast back to ``dtype``, with no gradient wrapper and
-    at ``x``'s own rank (no reshape): the inference kernels' LayerNorm, the
-    values of ``layer_norm``."""
-    return tf.cast(_plain_normalize(norm.epsilon)(tf.cast(x, tf.float32), norm.gamma, norm.beta), dtype)
+    """``x`` normalised by ``norm`` (a ``weights.Norm``: γ, β, ε) in float32 and
+    cast back to ``dtype``, with no gradient wrapper: the inference kernels' LayerNorm."""
+    return tf.cast(layer_norm(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False), dtype)
 
 
 def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype) -> tf.Tensor:
