@@ -27,9 +27,9 @@ kernel                                 what it does, and who calls it
 ``FusedAdam``                          Adam's update as one kernel a variable:
                                        ``paper_adam``
 ``attend``                             attention at inference, in float32 by the
-                                       batched product (``BatchMatMulV3``) that oneDNN
-                                       leaves to Eigen and an ``exp`` softmax: the two
-                                       kernels below
+                                       batched product (``BatchMatMulV3``) and softmax
+                                       (``exp(log_softmax)``) that oneDNN leaves to
+                                       Eigen: the two kernels below
 ``decoding_step``                      one token of ``Transformer.decode`` against a
                                        growing cache, weights made once and read in
                                        the step as variables, rank-2 products:

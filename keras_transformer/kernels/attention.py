@@ -6,12 +6,15 @@ On an x86 CPU, TensorFlow's oneDNN build rewrites ``BatchMatMulV2`` (what
 into its own kernels, which take tens of microseconds even for an
 inference step's ``[rows, heads, 1, depth] × [rows, heads, len, depth]ᵀ``.
 It does not rewrite ``BatchMatMulV3``, the same product with an output dtype:
-Eigen's batched kernel computes it, several times faster at these sizes, and
-an ``exp`` softmax beats the oneDNN ``Softmax`` too (``benchmarks/README.md``:
-one attention of a decoding step, 1 to 64 rows). ``attend`` is used by the
-inference kernels (``decoding_step``, ``encode``); the paper's layers keep
-their own attention. Both ops run on CPU, GPU and TPU, and stock TF Serving
-has them.
+Eigen's batched kernel computes it, several times faster at these sizes
+(``benchmarks/README.md``: one attention of a decoding step, 1 to 64 rows).
+Nor does it rewrite ``LogSoftmax``: the softmax is ``exp(log_softmax(s))``,
+two graph nodes that take less time than oneDNN's ``Softmax`` and than the
+five of ``exp(s − max s) / Σ exp(s − max s)``, with oneDNN's rewrites on or
+off (in a decoding loop, at a row or a few; the same time at 64 rows).
+``attend`` is used by the inference kernels (``decoding_step``,
+``encode``); the paper's layers keep their own attention. These ops run on
+CPU, GPU and TPU, and stock TF Serving has them.
 """
 
 from __future__ import annotations
@@ -50,18 +53,13 @@ def attend(query: tf.Tensor, key: tf.Tensor, value: tf.Tensor, bias: tf.Tensor |
 
     Returns:
         ``[rows, heads, queries, depth]`` in the query's dtype. Scores and
-        softmax are float32 whatever the compute dtype: float32 inputs take
-        ``batched_product`` and an ``exp`` softmax; other dtypes
-        ``tf.matmul`` and ``tf.nn.softmax``.
+        softmax are float32 whatever the compute dtype (the softmax as
+        ``exp(log_softmax)``); the products are ``batched_product``'s.
     """
     scores = tf.cast(batched_product(query, key, adjoint_b=True), tf.float32)
     if bias is not None:
         scores += bias
-    if query.dtype == tf.float32:
-        exp = tf.exp(scores - tf.reduce_max(scores, axis=-1, keepdims=True))
-        weights = exp / tf.reduce_sum(exp, axis=-1, keepdims=True)
-    else:
-        weights = tf.nn.softmax(scores)
+    weights = tf.exp(tf.nn.log_softmax(scores))
     attended = batched_product(tf.cast(weights, value.dtype), value)
     if has_key is not None:
         attended *= tf.cast(has_key, attended.dtype)

@@ -22,7 +22,7 @@ for one new token against a growing cache (the tests compare the two):
   folds it);
 * heads split and merge by a reshape of a single position: no transposes;
 * attention by ``kernels.attention.attend``: in float32, batched products
-  that TensorFlow's oneDNN build leaves to Eigen, and an ``exp`` softmax;
+  and a ``log_softmax`` that TensorFlow's oneDNN build leaves to Eigen;
 * no self-attention mask (a new token may attend to every cached one), and the
   source's padding becomes one additive bias a step, shared by all layers;
 * LayerNorm, softmax and the logits in float32 as in the layers, so mixed
@@ -34,7 +34,8 @@ decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
 at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
 (``projection.project_few_rows``) on rows kept as ``[rows, 1, 1, width]``
-between them, adds their biases apart from them and takes
+between them, adds their biases apart from them (a sublayer's last bias to
+its residual, which is ready before the products) and takes
 a tied output layer's logits from slices of the embedding, transposed inside
 the products, or from a transposed copy made once (see ``decoding_step``);
 with its weights as constants it may run each sublayer as independent lanes,
@@ -244,9 +245,9 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     ``LayerWeights``: lane ``j`` takes the ``j``-th share of the heads of the
     query, key and value kernels' columns and of the output kernels' rows,
     and of the inner units (the first kernel's columns, the second's rows).
-    A product that sums a lane's share of the rows adds the bias in lane 0
-    only: the lanes' outputs are added. One lane: ``(layer,)``, whatever
-    its weights are."""
+    A product that sums a lane's share of the rows keeps its bias in lane 0
+    only: the lanes' outputs are added, and the bias once (the step adds
+    it to the residual). One lane: ``(layer,)``, whatever its weights are."""
     if lanes == 1:
         return (layer,)
 
@@ -378,8 +379,20 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     def norm(x, n: Norm):
         return inference_norm(x, n, dtype)
 
-    def residual(x, sublayer, n: Norm):
-        return inference_residual(x, sublayer, n, norm_first, dtype)
+    def residual(x, sublayer, n: Norm, output):
+        """The sublayer's residual block; ``sublayer(h)`` gives its lanes' outputs. The few-rows step
+        adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead, which
+        is ready before the products, and adds the lanes and the residual by one node."""
+        if not few_rows:
+            return inference_residual(x, lambda h: added(sublayer(h)), n, norm_first, dtype)
+        bias = output[1]
+        skip = x if bias is None else x - bias.negated
+        if norm_first:
+            return added(sublayer(norm(x, n)) + [skip])
+        return norm(added(sublayer(x) + [skip]), n)
+
+    def output_product(h, weights):  # a sublayer's last product: its bias goes to the residual (few rows)
+        return product(h, (weights[0], None) if few_rows else weights)
 
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
@@ -415,23 +428,23 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
                     q, k, v = tf.split(qkv, 3, axis=1)
                     keys.append(tf.concat([key, k], axis=2))
                     values.append(tf.concat([value, v], axis=2))
-                    outputs.append(product(attend(q, keys[-1], values[-1]), lane.self_output))
+                    outputs.append(output_product(attend(q, keys[-1], values[-1]), lane.self_output))
                 self_cache["key"], self_cache["value"] = joined(keys, 1), joined(values, 1)
-                return added(outputs)
+                return outputs
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                return added([product(attend(split(product(h, lane.cross_query)), key, value, source_bias, has_key),
-                                      lane.cross_output)
-                              for lane, key, value in zip(layer_lanes, heads_of_lanes(cross["key"]),
-                                                          heads_of_lanes(cross["value"]))])
+                return [output_product(attend(split(product(h, lane.cross_query)), key, value, source_bias, has_key),
+                                       lane.cross_output)
+                        for lane, key, value in zip(layer_lanes, heads_of_lanes(cross["key"]),
+                                                    heads_of_lanes(cross["value"]))]
 
             def ffn(h):
-                return added([product(product(h, lane.inner, inner_activation), lane.outer) for lane in layer_lanes])
+                return [output_product(product(h, lane.inner, inner_activation), lane.outer) for lane in layer_lanes]
 
-            x = residual(x, self_attention, layer.self_norm)
-            x = residual(x, cross_attention, layer.cross_norm)
-            x = residual(x, ffn, layer.ffn_norm)
+            x = residual(x, self_attention, layer.self_norm, layer.self_output)
+            x = residual(x, cross_attention, layer.cross_norm, layer.cross_output)
+            x = residual(x, ffn, layer.ffn_norm, layer.outer)
             new_cache.append({"self": self_cache, "cross": layer_cache["cross"]})
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)

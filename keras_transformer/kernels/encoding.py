@@ -14,9 +14,9 @@ microseconds each at a sentence's size on TensorFlow's oneDNN build
   layer folds it (an exported SavedModel keeps these products of the
   weights instead of making them at every call: ``weights.FrozenWeights``);
 * the heads move by ``permute`` (an ``einsum``: no ``Transpose``) and attend
-  by ``kernels.attention.attend``: in float32, the batched products oneDNN
-  leaves to Eigen and an ``exp`` softmax, faster than oneDNN's kernels and
-  than broadcast products and sums at every batch size measured.
+  by ``kernels.attention.attend``: in float32, the batched products and the
+  ``log_softmax`` that oneDNN leaves to Eigen, faster than oneDNN's kernels
+  and than broadcast products and sums at every batch size measured.
 
 Dropout is off (inference). Static-shape decoding (XLA, TFLite) keeps
 ``Transformer.encode``.
