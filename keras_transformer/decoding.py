@@ -26,13 +26,13 @@ def batch_free_shape(x: tf.Tensor) -> tf.TensorShape:
     return tf.TensorShape([None]) + x.shape[1:]
 
 
-def ban_early_eos(log_probs: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
-    """``log_probs`` ``[..., vocab]`` with EOS made impossible while ``step < min_length``."""
+def ban_early_eos(scores: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
+    """``scores`` ``[..., vocab]`` (logits or log-probabilities) with EOS made impossible while ``step < min_length``."""
     if not min_length:
-        return log_probs
-    is_eos = tf.equal(tf.range(tf.shape(log_probs)[-1]), eos_id)
+        return scores
+    is_eos = tf.equal(tf.range(tf.shape(scores)[-1]), eos_id)
     too_early = tf.logical_and(is_eos, step < min_length)
-    return tf.where(too_early, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
+    return tf.where(too_early, tf.constant(masked_score_value(scores.dtype), scores.dtype), scores)
 
 
 def never_emitted(config) -> list[int]:
@@ -42,22 +42,23 @@ def never_emitted(config) -> list[int]:
     return sorted({config.pad_id, config.bos_id})
 
 
-def ban_tokens(log_probs: tf.Tensor, token_ids) -> tf.Tensor:
-    """``log_probs`` ``[..., vocab]`` with ``token_ids`` made impossible: their
-    entries become the finite per-dtype -inf of ``masked_score_value``. The
-    others are left as they are (not renormalised): a score stays the model's
-    own log-probability of the chosen tokens."""
-    size = log_probs.shape[-1]
+def ban_tokens(scores: tf.Tensor, token_ids) -> tf.Tensor:
+    """``scores`` ``[..., vocab]`` (logits or log-probabilities, above
+    ``masked_score_value``) with ``token_ids`` made impossible: their entries
+    become the finite per-dtype -inf of ``masked_score_value``. The others
+    are left as they are (not renormalised): greedy decoding chooses from
+    the logits so, and scores the chosen tokens by their log-probabilities."""
+    size = scores.shape[-1]
     if size is not None:  # the usual case: one constant [vocab] cap, no ops a decoding step
-        # masked where banned, +inf elsewhere: a log-probability (never below masked) becomes masked
+        # masked where banned, +inf elsewhere: a score (never below masked) becomes masked
         # or stays as it is, a select's values by a minimum, which costs a decoding step less than a
         # select that broadcasts its condition (benchmarks/README.md).
-        cap = np.where(np.isin(np.arange(size), list(token_ids)), masked_score_value(log_probs.dtype), np.inf)
-        return tf.minimum(log_probs, tf.constant(cap.astype(log_probs.dtype.as_numpy_dtype)))
-    vocab = tf.range(tf.shape(log_probs)[-1])
+        cap = np.where(np.isin(np.arange(size), list(token_ids)), masked_score_value(scores.dtype), np.inf)
+        return tf.minimum(scores, tf.constant(cap.astype(scores.dtype.as_numpy_dtype)))
+    vocab = tf.range(tf.shape(scores)[-1])
     banned = tf.reduce_any(tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
                            axis=1)
-    return tf.where(banned, tf.constant(masked_score_value(log_probs.dtype), log_probs.dtype), log_probs)
+    return tf.where(banned, tf.constant(masked_score_value(scores.dtype), scores.dtype), scores)
 
 
 class DecodingSteps(NamedTuple):
@@ -374,11 +375,13 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         def step(state: GreedyState) -> GreedyState:
             t, finished = state.step, state.finished
             logits, cache = decode_step(state.last, t, state.cache, state.source_padding)
-            log_probs = ban_tokens(tf.nn.log_softmax(logits), banned)
-            log_probs = ban_early_eos(log_probs, t, min_length, config.eos_id)
-            chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+            # The choice from the logits (log_softmax keeps each row's order); the chosen tokens'
+            # log-probabilities beside it, off the path to the next step.
+            chosen = tf.argmax(ban_early_eos(ban_tokens(logits, banned), t, min_length, config.eos_id), axis=-1,
+                               output_type=tf.int32)
             chosen = tf.where(finished, config.pad_id, chosen)  # constants made here: see kernels.decoding_step
-            scores = state.scores + tf.where(finished, 0.0, tf.gather(log_probs, chosen, batch_dims=1))
+            log_probs = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)
+            scores = state.scores + tf.where(finished, 0.0, log_probs)
             finished = finished | tf.equal(chosen, config.eos_id) | (t + 1 >= state.row_limits)
             return state._replace(step=t + 1, last=chosen, cache=cache, finished=finished,
                                   scores=scores, tokens=write(state.tokens, chosen, t))

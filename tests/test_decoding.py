@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import keras_transformer as kt
 from keras_transformer import kernels
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import ConstantSteps, greedy_decode
 from tiny_models import peaked_tiny_model
 
 
@@ -61,6 +61,32 @@ def test_scores_are_teacher_forced_log_probabilities(model):
             real[i, list(row).index(kt.EOS_ID) + 1:] = False
     np.testing.assert_allclose(scores.numpy(), (picked * real).sum(1), rtol=1e-4, atol=1e-4)
 
+
+
+def test_greedy_chooses_past_banned_top_logits_and_scores_by_log_probabilities():
+    """Greedy chooses from the logits with pad and BOS banned and scores the
+    chosen tokens by their log-probabilities: where pad and BOS have the top
+    logits, it takes the best other token, as the argmax of the banned
+    log-probabilities would."""
+    model = peaked_tiny_model(seed=11, kernel_scale=4.0)
+    bias = model.output_projection.bias
+    bias.assign(bias + 40.0 * np.eye(bias.shape[0], dtype=np.float32)[[kt.PAD_ID, kt.BOS_ID]].sum(0))
+    for constant_steps in (None, ConstantSteps(model)):
+        tokens, scores = tf.function(lambda s: greedy_decode(model, s, max_length=6, constant_steps=constant_steps))(
+            SOURCE)
+        tokens = tokens.numpy()
+        target_in = np.concatenate([np.full((3, 1), kt.BOS_ID, np.int32), tokens[:, :-1]], 1)
+        log_probs = tf.nn.log_softmax(model((SOURCE, target_in), training=False)).numpy()
+        assert (log_probs.argmax(-1) <= kt.BOS_ID).all(), "pad or BOS should have the top logits"
+        allowed = log_probs.copy()
+        allowed[..., [kt.PAD_ID, kt.BOS_ID]] = -np.inf
+        real = np.ones_like(tokens, bool)
+        for i, row in enumerate(tokens):  # positions after EOS are padding
+            if kt.EOS_ID in row:
+                real[i, list(row).index(kt.EOS_ID) + 1:] = False
+        np.testing.assert_array_equal(np.where(real, tokens, -1), np.where(real, allowed.argmax(-1), -1))
+        picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
+        np.testing.assert_allclose(scores.numpy(), (picked * real).sum(1), rtol=1e-4, atol=1e-4)
 
 def test_decoding_stops_when_every_row_has_emitted_eos(model):
     bias = model.output_projection.bias
