@@ -49,18 +49,24 @@ def test_static_shape_greedy_matches_dynamic_under_xla(model):
     np.testing.assert_allclose(static_scores.numpy(), dynamic_scores.numpy(), rtol=1e-4)
 
 
+def teacher_forced(model, tokens):
+    """The model's log-probabilities ``[3, len, vocab]`` with ``tokens`` fed back
+    as targets, and which positions are real (up to EOS; after it, padding)."""
+    target_in = np.concatenate([np.full((3, 1), kt.BOS_ID, np.int32), tokens[:, :-1]], 1)
+    log_probs = tf.nn.log_softmax(model((SOURCE, target_in), training=False)).numpy()
+    real = np.ones_like(tokens, bool)
+    for i, row in enumerate(tokens):
+        if kt.EOS_ID in row:
+            real[i, list(row).index(kt.EOS_ID) + 1:] = False
+    return log_probs, real
+
+
 def test_scores_are_teacher_forced_log_probabilities(model):
     tokens, scores = greedy_decode(model, SOURCE, max_length=6)
     tokens = tokens.numpy()
-    target_in = np.concatenate([np.full((3, 1), kt.BOS_ID, np.int32), tokens[:, :-1]], 1)
-    log_probs = tf.nn.log_softmax(model((SOURCE, target_in), training=False)).numpy()
+    log_probs, real = teacher_forced(model, tokens)
     picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
-    real = np.ones_like(tokens, bool)
-    for i, row in enumerate(tokens):  # positions after EOS are padding
-        if kt.EOS_ID in row:
-            real[i, list(row).index(kt.EOS_ID) + 1:] = False
     np.testing.assert_allclose(scores.numpy(), (picked * real).sum(1), rtol=1e-4, atol=1e-4)
-
 
 
 def test_greedy_chooses_past_banned_top_logits_and_scores_by_log_probabilities():
@@ -75,18 +81,14 @@ def test_greedy_chooses_past_banned_top_logits_and_scores_by_log_probabilities()
         tokens, scores = tf.function(lambda s: greedy_decode(model, s, max_length=6, constant_steps=constant_steps))(
             SOURCE)
         tokens = tokens.numpy()
-        target_in = np.concatenate([np.full((3, 1), kt.BOS_ID, np.int32), tokens[:, :-1]], 1)
-        log_probs = tf.nn.log_softmax(model((SOURCE, target_in), training=False)).numpy()
+        log_probs, real = teacher_forced(model, tokens)
         assert (log_probs.argmax(-1) <= kt.BOS_ID).all(), "pad or BOS should have the top logits"
         allowed = log_probs.copy()
         allowed[..., [kt.PAD_ID, kt.BOS_ID]] = -np.inf
-        real = np.ones_like(tokens, bool)
-        for i, row in enumerate(tokens):  # positions after EOS are padding
-            if kt.EOS_ID in row:
-                real[i, list(row).index(kt.EOS_ID) + 1:] = False
         np.testing.assert_array_equal(np.where(real, tokens, -1), np.where(real, allowed.argmax(-1), -1))
         picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
         np.testing.assert_allclose(scores.numpy(), (picked * real).sum(1), rtol=1e-4, atol=1e-4)
+
 
 def test_decoding_stops_when_every_row_has_emitted_eos(model):
     bias = model.output_projection.bias
