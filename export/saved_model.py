@@ -39,8 +39,7 @@ def parse_args(argv=None):
                              "(a server needs XLA for them; the default signatures stay plain graphs)")
     parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
                         help="lanes of the decoding step for a sentence or a beam, run side by side on the "
-                             "server's inter-op threads (default: 2 where the model's heads and inner units "
-                             "divide in two; 1 for a server with one inter-op thread)")
+                             "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)")
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args

@@ -101,8 +101,7 @@ class ConstantSteps:
         derived: the products of the weights made before
             (``kernels.FrozenWeights``); by default made here.
         lanes: the step's lanes, 1 for none; by default
-            ``kernels.step_lanes(model.config)``: two where the heads and
-            inner units divide in two. Lanes run side by side on the
+            ``kernels.step_lanes(model.config)``: two. Lanes run side by side on the
             executor's inter-op threads; with one such thread, 1 is faster.
 
     Example:

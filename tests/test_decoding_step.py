@@ -94,14 +94,21 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     assert fast_cache[0]["self"]["key"].shape[2] == tokens.shape[1]
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS) + ["untied_odd_vocabulary"])
+LANE_VARIANTS = {
+    **VARIANTS,
+    "untied_odd_vocabulary": dict(tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1),
+    "three_heads_odd_sizes": dict(d_model=18, num_heads=3, d_ff=33),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(LANE_VARIANTS))
 def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
-    """``decoding_step(lanes=2)``: each sublayer as two lanes (a lane's heads
-    or inner units, their outputs added) and the logits in two parts (of an
-    odd vocabulary too) give one lane's logits and cache, up to the order
-    of the sums."""
-    odd = dict(tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1)
-    model = randomized_model(9, **VARIANTS.get(variant, odd))
+    """``decoding_step(lanes=2)``: each product as two lanes (shares of its
+    columns, joined, or of its rows, added), attention over all heads
+    between them, and the logits in two parts give one lane's logits and
+    cache, up to the order of the sums: also where the heads, the units
+    and the vocabulary do not divide in two."""
+    model = randomized_model(9, **LANE_VARIANTS[variant])
     weights = kernels.step_weights(model)
     constants = kernels.as_constants(weights)
     src = sources(model.config, 9)
@@ -120,17 +127,19 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
     assert_caches_close(two_cache, one_cache, atol=1e-5)
 
 
-def test_lanes_need_numpy_weights_and_heads_they_divide():
+def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
     model = randomized_model(10)
     assert kernels.step_lanes(model.config) == 2
     with pytest.raises(ValueError, match="lanes=2 needs"):
         kernels.decoding_step(model, few_rows=True, lanes=2)  # the variables
+    constants = kernels.as_constants(kernels.step_weights(model))
     with pytest.raises(ValueError, match="lanes=2 needs"):
-        kernels.decoding_step(model, weights=kernels.as_constants(kernels.step_weights(model)), lanes=2)
-    odd = randomized_model(10, num_heads=1)
-    assert kernels.step_lanes(odd.config) == 1
-    with pytest.raises(ValueError, match=r"heads \(1\)"):
-        kernels.decoding_step(odd, few_rows=True, weights=kernels.as_constants(kernels.step_weights(odd)), lanes=2)
+        kernels.decoding_step(model, weights=constants, lanes=2)  # the many-rows step
+    with pytest.raises(ValueError, match=r"lanes=17 needs .* d_model \(16\)"):
+        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=17)
+    with pytest.raises(ValueError, match="lanes must be >= 1"):
+        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=0)
+    assert kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1)) == 1
 
 
 def _decode_growing(model):

@@ -191,7 +191,7 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder)
     (step,) = constant.values()
     assert step["ReadVariableOp"] == 0 and step["VarHandleOp"] == 0 and step["Const"] > 0, step
     # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions,
-    # each a lane's share (2 heads, 2 lanes), and the logits in as many parts.
+    # each product as the lanes' shares of its kernel (2 lanes), and the logits in as many parts.
     lanes = kernels.step_lanes(model.config)
     assert lanes == kernels.STEP_LANES == 2
     assert step["Conv2D"] == (2 * 6 + 1) * lanes and step["MatMul"] == 0, step

@@ -269,8 +269,8 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
 
 
 def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
-    """The export's step for a few rows runs two lanes (the tiny model's 4 heads and
-    inner units divide in two); ``step_lanes=1`` exports one, with the same
+    """The export's step for a few rows runs two lanes (each product in two
+    shares of its kernel); ``step_lanes=1`` exports one, with the same
     translations; a lane count below 1 is refused in one line."""
     import collections
 

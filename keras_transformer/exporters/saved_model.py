@@ -287,9 +287,8 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
             decoders compiled by XLA (see ``ExportedTranslator``); the default
             signatures stay plain graphs either way.
         step_lanes: the lanes of the decoding step for a few rows (a
-            sentence or a beam): by default two where the model's heads and
-            inner units divide in two, side by side on the server's inter-op
-            threads; 1 for a server that runs one inter-op thread
+            sentence or a beam): by default two, each with a half of every
+            product's kernel, side by side on the server's inter-op threads; 1 for a server that runs one inter-op thread
             (``decoding.ConstantSteps``).
         progress: show a progress bar (needs ``tqdm``).
     """

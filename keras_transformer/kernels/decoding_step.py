@@ -38,8 +38,8 @@ between them, adds their biases apart from them (a sublayer's last bias to
 its residual, which is ready before the products) and takes
 a tied output layer's logits from slices of the embedding, transposed inside
 the products, or from a transposed copy made once (see ``decoding_step``);
-with its weights as constants it may run each sublayer as independent lanes,
-a share of the heads or inner units each, that the executor runs side by side
+with its weights as constants it may run each product as independent lanes,
+a share of its columns or rows each, that the executor runs side by side
 (``lanes``). The ops are portable (CPU, GPU, TPU, XLA); static-shape decoding
 (a fixed-size cache written in place) keeps ``Transformer.decode``.
 """
@@ -54,7 +54,8 @@ import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import ApartBias, permute, project_few_rows, project_rows
+from keras_transformer.kernels.projection import (ApartBias, bias_and_activation, permute, project_few_rows,
+                                                  project_rows)
 from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
                                                fused_qkv, model_weight, norm_weights, packed_cross_key_value,
                                                read_weights, scaled_query)
@@ -224,63 +225,64 @@ def output_slice_sizes(vocab: int) -> list[int]:
     return [vocab // slices + (i < vocab % slices) for i in range(slices)]
 
 
-# A few-rows step whose weights are constants (``decoding.ConstantSteps``) runs every sublayer and
-# the output layer as this many lanes, each with its share of the heads or of the inner units
-# (``decoding_step``'s ``lanes``).
+# A few-rows step whose weights are constants (``decoding.ConstantSteps``) runs each product as
+# this many lanes, each with a share of its columns or rows (``decoding_step``'s ``lanes``).
 STEP_LANES = 2
 
 
-def _lanes_divide(config, lanes: int) -> bool:
-    """Whether the model's heads and inner units divide into ``lanes`` lanes."""
-    return config.num_heads % lanes == 0 and config.d_ff % lanes == 0
+def _lanes_fit(config, lanes: int) -> bool:
+    """Whether every product of the step has at least ``lanes`` columns or rows to share."""
+    return lanes <= min(config.d_model, config.d_ff)
 
 
 def step_lanes(config) -> int:
-    """``STEP_LANES`` where the model's heads and inner units divide into that many lanes, else 1."""
-    return STEP_LANES if _lanes_divide(config, STEP_LANES) else 1
+    """``STEP_LANES`` where each product has that many columns or rows to share, else 1."""
+    return STEP_LANES if _lanes_fit(config, STEP_LANES) else 1
+
+
+# A layer's products split by their columns (the lanes' outputs joined, or, for the inner units,
+# each lane's fed to its share of the outer product's rows); the others, by their rows.
+_COLUMN_PRODUCTS = ("self_qkv", "cross_query", "inner")
 
 
 def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     """``layer``'s weights (NumPy arrays, biases ``ApartBias``) as ``lanes``
-    ``LayerWeights``: lane ``j`` takes the ``j``-th share of the heads of the
-    query, key and value kernels' columns and of the output kernels' rows,
-    and of the inner units (the first kernel's columns, the second's rows).
-    A product that sums a lane's share of the rows keeps its bias in lane 0
-    only: the lanes' outputs are added, and the bias once (the step adds
-    it to the residual). One lane: ``(layer,)``, whatever its weights are."""
+    ``LayerWeights``, each a share of every product, as even as they go:
+    of the columns of the self-attention's query, key and value kernels
+    side by side, of the cross-attention's query kernel and of the inner
+    kernel (with its bias: each lane's inner units go through the
+    activation), and of the rows of the attentions' output kernels and of
+    the outer kernel. The lanes' outputs of a product are joined (columns)
+    or added (rows): its bias goes in once, after them, and lane 0 keeps
+    it. One lane: ``(layer,)``, whatever its weights are."""
     if lanes == 1:
         return (layer,)
 
-    def columns(pair, blocks, j):  # lane j's share of each of `blocks` side-by-side column blocks
-        def take(a):
-            return np.ascontiguousarray(a.reshape(a.shape[0], blocks, lanes, -1)[:, :, j].reshape(a.shape[0], -1))
+    def shares(name):
+        kernel, bias = getattr(layer, name)
+        axis = 1 if name in _COLUMN_PRODUCTS else 0
+        kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=axis)]
+        if name == "inner" and bias is not None:
+            biases = [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)]
+        else:
+            biases = [bias] + [None] * (lanes - 1)
+        return list(zip(kernels, biases))
 
-        kernel, bias = pair
-        return take(kernel), (None if bias is None else ApartBias(take(bias.negated)))
-
-    def rows(pair, j):  # lane j's share of the rows; the bias once
-        kernel, bias = pair
-        size = kernel.shape[0] // lanes
-        return np.ascontiguousarray(kernel[j * size:(j + 1) * size]), (bias if j == 0 else None)
-
-    return tuple(layer._replace(
-        self_qkv=columns(layer.self_qkv, 3, j), self_output=rows(layer.self_output, j),
-        cross_query=columns(layer.cross_query, 1, j), cross_output=rows(layer.cross_output, j),
-        inner=columns(layer.inner, 1, j), outer=rows(layer.outer, j)) for j in range(lanes))
+    split = {name: shares(name) for name in STEP_PRODUCTS}
+    return tuple(layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(lanes))
 
 
 def _output_parts(output: tuple, lanes: int) -> tuple:
     """The output layer's ``(kernel, bias)`` (NumPy, bias ``ApartBias``) as
-    ``lanes`` parts of its columns, as even as they go (any vocabulary
-    size); one part, ``(output,)``, for one lane or a tied layer (kernel
+    ``lanes`` shares of its columns, as even as they go (any vocabulary
+    size), the bias kept by the first: the step adds it to the joined
+    logits. One part, ``(output,)``, for one lane or a tied layer (kernel
     ``None``)."""
     kernel, bias = output
     if kernel is None or lanes == 1:
         return (output,)
-    biases = ([None] * lanes if bias is None
-              else [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)])
-    return tuple((np.ascontiguousarray(part), part_bias)
-                 for part, part_bias in zip(np.array_split(kernel, lanes, axis=1), biases))
+    parts = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=1)]
+    return tuple(zip(parts, [bias] + [None] * (lanes - 1)))
 
 
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
@@ -318,19 +320,22 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     kernel (``weights.output``).
 
     ``lanes`` (the few-rows step of NumPy weights only, see ``STEP_LANES``):
-    each sublayer runs as that many independent lanes, one for each share
-    of the heads (self- and cross-attention: the lane's query, key and value
-    columns, its heads of the cache, its rows of the output kernel) or of the
-    inner units, and their outputs are added; the output layer's logits come
-    from as many shares of its columns. The same sums, grouped differently
+    each product runs as that many independent products, the lanes, each
+    with a share of its kernel: of the columns of the query/key/value,
+    cross-attention query and inner products, whose lanes' outputs are
+    joined (the inner units' each go on to their lane's rows of the outer
+    kernel), and of the rows of the attentions' output and outer products,
+    whose lanes' outputs are added with the residual; the output layer's
+    logits come from as many shares of its columns. Attention runs over all
+    heads at once, between the products. The same sums, grouped differently
     (equal up to the order of a float sum). At a row or a few, a step
     mostly reads its weights, more of them than a CPU's caches hold, and two
     threads read memory faster than one: TensorFlow's executor runs
-    independent ops on its inter-op threads side by side. The lanes cost
-    ops (the caches split into the lanes' heads and joined again, the
-    outputs added); with one inter-op thread they run one after the other
-    (``benchmarks/README.md`` has both). The weights are split once, in
-    NumPy: a step that reads variables would slice them at every step.
+    independent ops on its inter-op threads side by side. The lanes cost a
+    few ops (the joins and splits around the products); with one inter-op
+    thread they run one after the other (``benchmarks/README.md`` has
+    both). The weights are split once, in NumPy: a step that reads
+    variables would slice them at every step.
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -349,50 +354,49 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         raise ValueError(f"lanes must be >= 1 (1: no lanes), got {lanes}.")
     if lanes > 1:
         leaves = tf.nest.flatten((weights.layers, weights.output))
-        if not few_rows or not _lanes_divide(config, lanes) or any(
+        if not few_rows or not _lanes_fit(config, lanes) or any(
                 isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves):
             raise ValueError(f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
-                             f"(weights.as_constants) and heads ({heads}) and d_ff ({config.d_ff}) that it "
-                             "divides; pass lanes=1 otherwise.")
-    lane_heads = heads // lanes
+                             f"(weights.as_constants) and d_model ({d_model}) and d_ff ({config.d_ff}) of at "
+                             "least as many units; pass lanes=1 otherwise.")
 
-    def split(x):  # [rows, lane_heads·depth] → [rows, lane_heads, 1, depth]: one position, no transpose
-        return tf.reshape(x, [-1, lane_heads, 1, depth])
+    def split(x):  # [rows, heads·depth] → [rows, heads, 1, depth]: one position, no transpose
+        return tf.reshape(x, [-1, heads, 1, depth])
 
     # The few-rows step keeps its rows as [rows, 1, 1, width], the 1×1 convolutions' layout: no
     # reshape around each product.
     def as_rows(x, width):  # [rows, width] (few rows: [rows, 1, 1, width]) from any [rows, ..., width]
         return tf.reshape(x, [-1, 1, 1, width] if few_rows else [-1, width])
 
-    def attend(q, key, value, bias=None, has_key=None):  # q: [rows, lane_heads, 1, depth]
-        return as_rows(attend_heads(q, key, value, bias, has_key), lane_heads * depth)
+    def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
+        return as_rows(attend_heads(q, key, value, bias, has_key), d_model)
 
-    def heads_of_lanes(x):  # [rows, heads, len, depth] → the lanes' [rows, lane_heads, len, depth]
-        return [x] if lanes == 1 else tf.split(x, lanes, axis=1)
+    def column_product(h, shares, activation=None):
+        """One product from its lanes' ``shares`` of its columns (``(kernel, bias)``, the bias in the
+        first only): the lanes' outputs joined, then the bias; one share: the plain product."""
+        if len(shares) == 1:
+            return product(h, shares[0], activation)
+        joined = tf.concat([product(h, (kernel, None)) for kernel, _ in shares], axis=-1)
+        return bias_and_activation(joined, shares[0][1], activation)
 
-    def joined(parts, axis):
-        return parts[0] if len(parts) == 1 else tf.concat(parts, axis=axis)
+    def output_product(h, weights):  # a sublayer's last product: its bias goes to the residual (few rows)
+        return product(h, (weights[0], None) if few_rows else weights)
 
-    def added(parts):
-        return parts[0] if len(parts) == 1 else tf.add_n(parts)
+    def row_products(h, shares):
+        """A sublayer's last product from its lanes' ``shares`` of its rows, each by its share of
+        ``h``'s columns: the lanes' outputs, which the residual adds."""
+        parts = [h] if len(shares) == 1 else tf.split(h, [kernel.shape[0] for kernel, _ in shares], axis=-1)
+        return [output_product(part, share) for part, share in zip(parts, shares)]
 
     def norm(x, n: Norm):
         return inference_norm(x, n, dtype)
 
     def residual(x, sublayer, n: Norm, output):
         """The sublayer's residual block; ``sublayer(h)`` gives its lanes' outputs. The few-rows step
-        adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead, which
-        is ready before the products, and adds the lanes and the residual by one node."""
-        if not few_rows:
-            return inference_residual(x, lambda h: added(sublayer(h)), n, norm_first, dtype)
-        bias = output[1]
-        skip = x if bias is None else x - bias.negated
-        if norm_first:
-            return added(sublayer(norm(x, n)) + [skip])
-        return norm(added(sublayer(x) + [skip]), n)
-
-    def output_product(h, weights):  # a sublayer's last product: its bias goes to the residual (few rows)
-        return product(h, (weights[0], None) if few_rows else weights)
+        adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead,
+        which is ready before the products, and adds the lanes and the residual by one node."""
+        bias = output[1] if few_rows else None
+        return inference_residual(x, sublayer, n, norm_first, dtype, None if bias is None else x - bias.negated)
 
     inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
@@ -418,29 +422,27 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             layer = layer_lanes[0]  # its norms
             self_cache = {}
 
+            def lanes(name):  # every lane's share of one of the layer's products
+                return [getattr(lane, name) for lane in layer_lanes]
+
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
-                outputs, keys, values = [], [], []
-                for lane, key, value in zip(layer_lanes, heads_of_lanes(layer_cache["self"]["key"]),
-                                            heads_of_lanes(layer_cache["self"]["value"])):
-                    # [rows, 3·lane_heads·depth] → [rows, 3·lane_heads, 1, depth]: the query's heads, the key's, ...
-                    qkv = tf.reshape(product(h, lane.self_qkv), [-1, 3 * lane_heads, 1, depth])
-                    q, k, v = tf.split(qkv, 3, axis=1)
-                    keys.append(tf.concat([key, k], axis=2))
-                    values.append(tf.concat([value, v], axis=2))
-                    outputs.append(output_product(attend(q, keys[-1], values[-1]), lane.self_output))
-                self_cache["key"], self_cache["value"] = joined(keys, 1), joined(values, 1)
-                return outputs
+                # [rows, 3·heads·depth] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's.
+                qkv = tf.reshape(column_product(h, lanes("self_qkv")), [-1, 3 * heads, 1, depth])
+                q, k, v = tf.split(qkv, 3, axis=1)
+                self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
+                self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
+                return row_products(attend(q, self_cache["key"], self_cache["value"]), lanes("self_output"))
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                return [output_product(attend(split(product(h, lane.cross_query)), key, value, source_bias, has_key),
-                                       lane.cross_output)
-                        for lane, key, value in zip(layer_lanes, heads_of_lanes(cross["key"]),
-                                                    heads_of_lanes(cross["value"]))]
+                q = split(column_product(h, lanes("cross_query")))
+                return row_products(attend(q, cross["key"], cross["value"], source_bias, has_key),
+                                    lanes("cross_output"))
 
-            def ffn(h):
-                return [output_product(product(h, lane.inner, inner_activation), lane.outer) for lane in layer_lanes]
+            def ffn(h):  # each lane's inner units to its rows of the outer kernel
+                inner = [product(h, lane.inner, inner_activation) for lane in layer_lanes]
+                return [output_product(part, lane.outer) for part, lane in zip(inner, layer_lanes)]
 
             x = residual(x, self_attention, layer.self_norm, layer.self_output)
             x = residual(x, cross_attention, layer.cross_norm, layer.cross_output)
@@ -449,7 +451,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         if weights.final_norm is not None:
             x = norm(x, weights.final_norm)
         if weights.output[0][0] is not None:
-            logits = joined([product(x, part) for part in weights.output], -1)
+            logits = column_product(x, weights.output)
             logits = tf.reshape(logits, [-1, vocab]) if few_rows else logits
         elif few_rows:
             x = tf.reshape(x, [-1, d_model])

@@ -47,11 +47,23 @@ def inference_norm(x: tf.Tensor, norm, dtype) -> tf.Tensor:
     return tf.cast(layer_norm(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False), dtype)
 
 
-def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype) -> tf.Tensor:
-    """Post-LN ``LN(x + F(x))`` or pre-LN ``x + F(LN(x))`` at inference (no dropout)."""
+def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype, skip: tf.Tensor | None = None
+                       ) -> tf.Tensor:
+    """Post-LN ``LN(x + F(x))`` or pre-LN ``x + F(LN(x))`` at inference (no dropout).
+
+    ``sublayer`` gives ``F`` as a tensor, or as a list of parts that sum to
+    it, added with the residual by one ``AddN``. ``skip``: the residual
+    branch, ``x`` by default; a decoding step passes ``x`` plus the bias of
+    ``F``'s last product, which it leaves out of the product."""
+    skip = x if skip is None else skip
+
+    def plus_skip(f):
+        parts = list(f) if isinstance(f, (list, tuple)) else [f]
+        return skip + parts[0] if len(parts) == 1 else tf.add_n(parts + [skip])
+
     if norm_first:
-        return x + sublayer(inference_norm(x, norm, dtype))
-    return inference_norm(x + sublayer(x), norm, dtype)
+        return plus_skip(sublayer(inference_norm(x, norm, dtype)))
+    return inference_norm(plus_skip(sublayer(x)), norm, dtype)
 
 
 def _statistics(flat, epsilon: float):

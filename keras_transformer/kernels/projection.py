@@ -56,10 +56,10 @@ def project_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
     bias goes in by ``BiasAdd`` right after the product, where grappler fuses
     it (and a ReLU) into one oneDNN product; an ``ApartBias`` after it, apart."""
     kernel, bias = weights
-    return _bias_and_activation(tf.matmul(x, kernel), bias, activation)
+    return bias_and_activation(tf.matmul(x, kernel), bias, activation)
 
 
-def _bias_and_activation(y: tf.Tensor, bias, activation) -> tf.Tensor:
+def bias_and_activation(y: tf.Tensor, bias, activation=None) -> tf.Tensor:
     """``y`` plus ``bias`` (a ``[n]`` bias by ``BiasAdd``, an ``ApartBias``
     subtracted, or ``None``), then ``activation``: what follows a projection's product."""
     if isinstance(bias, ApartBias):
@@ -95,7 +95,7 @@ def project_few_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor
     pixels = x.shape.rank == 4
     y = tf.nn.conv2d(x if pixels else tf.reshape(x, [-1, 1, 1, k]), tf.reshape(kernel, [1, 1, k, n]), strides=1,
                      padding="VALID")
-    return _bias_and_activation(y if pixels else tf.reshape(y, [-1, n]), bias, activation)
+    return bias_and_activation(y if pixels else tf.reshape(y, [-1, n]), bias, activation)
 
 
 def as_rows(x: tf.Tensor) -> tf.Tensor:
