@@ -4,7 +4,7 @@
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
         [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL] \\
-        [--step-lanes N]
+        [--step-lanes N] [--step-products conv|matmul]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -58,7 +58,9 @@ TF Serving's ``--tensorflow_inter_op_parallelism`` and
 ``--tensorflow_intra_op_parallelism`` set them for a served model.
 ``--step-lanes N`` exports the decoding step for a few rows with ``N``
 lanes (``export_saved_model(step_lanes=N)``; 1: none), to time that export
-under those pools.
+under those pools; ``--step-products conv|matmul`` its products
+(``export_saved_model(step_products=…)``; default: what suits this
+process's TensorFlow, which ``TF_ENABLE_ONEDNN_OPTS`` may set).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the Sa
 from benchmarks.report import emit
 from benchmarks.serving_speed import session_translators, signature_translators, spm_processors, timed
 from benchmarks.timing import add_thread_arguments, set_thread_pools
-from keras_transformer import Workdir
+from keras_transformer import Workdir, kernels
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.exporters.saved_model import export_saved_model
 
@@ -178,6 +180,9 @@ def main(argv=None) -> int:
     parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
                         help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
                              "the exporter's)")
+    parser.add_argument("--step-products", choices=("conv", "matmul"), default=None,
+                        help="the export's products for a few rows (export_saved_model(step_products=...); "
+                             "default: the exporter's choice for this process's TensorFlow)")
     parser.add_argument("--session", action="store_true",
                         help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it")
     parser.add_argument("--baseline", type=Path, default=None,
@@ -199,7 +204,8 @@ def main(argv=None) -> int:
     max_length = trained.model.config.max_length
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
-                                         xla=args.xla, step_lanes=args.step_lanes)
+                                         xla=args.xla, step_lanes=args.step_lanes,
+                                         step_products=args.step_products)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
         signatures = signature_translators(saved_model)
 
@@ -247,6 +253,7 @@ def main(argv=None) -> int:
               "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
               "warm": not args.cold, "inter_op_threads": args.inter_op_threads,
               "intra_op_threads": args.intra_op_threads, "step_lanes": args.step_lanes,
+              "step_products": args.step_products, "onednn_rewrites": kernels.onednn_rewrites(),
               "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
     emit(report, args.json)
     return 0

@@ -40,6 +40,10 @@ def parse_args(argv=None):
     parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
                         help="lanes of the decoding step for a sentence or a beam, run side by side on the "
                              "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)")
+    parser.add_argument("--step-products", choices=("conv", "matmul"), default=None,
+                        help="that step's products: 1x1 convolutions or MatMul (default: what suits this "
+                             "machine's TensorFlow, matmul where its oneDNN rewrites are on: by default on CPUs "
+                             "with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; export for the server's CPU)")
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args
@@ -54,7 +58,8 @@ def main(argv=None) -> int:
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
                                   alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
-                                  xla=args.xla, step_lanes=args.step_lanes, progress=True)
+                                  xla=args.xla, step_lanes=args.step_lanes,
+                                  step_products=args.step_products, progress=True)
         print(path)
         return 0
 

@@ -103,6 +103,11 @@ class ConstantSteps:
         lanes: the step's lanes, 1 for none; by default
             ``kernels.step_lanes(model.config)``: two. Lanes run side by side on the
             executor's inter-op threads; with one such thread, 1 is faster.
+        products: the step's products, ``"conv"`` (1×1 convolutions) or
+            ``"matmul"``; by default ``kernels.step_products()``: what suits
+            this process's TensorFlow (``"matmul"`` where its oneDNN
+            rewrites are on). A SavedModel keeps the choice: export on a
+            machine whose TensorFlow runs as the server's does, or choose.
 
     Example:
         >>> import keras_transformer as kt
@@ -116,7 +121,8 @@ class ConstantSteps:
         True
     """
 
-    def __init__(self, model, derived: kernels.DerivedWeights | None = None, lanes: int | None = None):
+    def __init__(self, model, derived: kernels.DerivedWeights | None = None, lanes: int | None = None,
+                 products: str | None = None):
         if not kernels.decoding_step_supported(model):
             raise ValueError("ConstantSteps needs a model that the inference kernels cover "
                              "(kernels.decoding_step_supported); decode this model without constant_steps.")
@@ -126,7 +132,9 @@ class ConstantSteps:
         if step_weights.output[0] is None:  # tied: the embedding transposed, made once, as the output kernel
             step_weights = step_weights._replace(output=(np.ascontiguousarray(step_weights.embeddings.T), None))
         self.lanes = kernels.step_lanes(config) if lanes is None else int(lanes)
-        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights, lanes=self.lanes)
+        self.products = kernels.step_products() if products is None else products
+        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights, lanes=self.lanes,
+                                              products=self.products)
         # Loose shapes, the loops' own invariants: any rows and cache length.
         keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
         cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}

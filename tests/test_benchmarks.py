@@ -139,7 +139,8 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     """Both engines, the SavedModel's XLA signatures, the SavedModel through the TF1
     session loader and a baseline export translate the same sentences, strings in and
     out, greedy and beam at batch 64 and 1; greedy outputs agree (CTranslate2 reproduces
-    our greedy decoder, and XLA, the session and the baseline the graph's)."""
+    our greedy decoder, and XLA, the session and the baseline the graph's), also with the
+    export's products for a few rows chosen (``--step-products``)."""
     import json
 
     pytest.importorskip("ctranslate2")
@@ -156,7 +157,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
                                 "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
                                 "--batch-1-sentences", "3", "--repeats", "2", "--xla", "--json", str(out),
-                                "--baseline", str(baseline), "--session"]) == 0
+                                "--baseline", str(baseline), "--session", "--step-products", "matmul"]) == 0
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
@@ -173,6 +174,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
     assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline) and report["warm"]
+    assert report["step_products"] == "matmul" and isinstance(report["onednn_rewrites"], bool)
 
 
 @pytest.mark.parametrize("warm", [True, False])

@@ -77,9 +77,10 @@ def assert_caches_close(got, expected, atol):
                                            rtol=1e-5, atol=atol)
 
 
-@pytest.mark.parametrize("rows", ["many_rows", "few_rows"])
+@pytest.mark.parametrize("rows", ["many_rows", "few_rows_conv", "few_rows_matmul"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
+    """The many-rows step, and the few-rows step with either kind of products."""
     model = randomized_model(1, **VARIANTS[variant])
     assert kernels.decoding_step_supported(model)
     src = sources(model.config)
@@ -87,7 +88,9 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     tokens = rng.integers(3, VOCAB - 2, size=(3, 5)).astype("int32")
     tokens[:, 0] = model.config.bos_id
     steps = decoding_steps(model)
-    fast, fast_cache = step_by_step(model, getattr(steps, rows), src, tokens, steps.initial_cache)
+    step = (steps.many_rows if rows == "many_rows"
+            else kernels.decoding_step(model, few_rows=True, products=rows.split("_")[-1]))
+    fast, fast_cache = step_by_step(model, step, src, tokens, steps.initial_cache)
     reference, reference_cache = step_by_step(model, _decode_growing(model), src, tokens)
     np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=2e-5)
     assert_caches_close(fast_cache, reference_cache, atol=2e-5)
@@ -101,8 +104,9 @@ LANE_VARIANTS = {
 }
 
 
+@pytest.mark.parametrize("products", kernels.PRODUCT_OPS)
 @pytest.mark.parametrize("variant", sorted(LANE_VARIANTS))
-def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
+def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
     """``decoding_step(lanes=2)``: each product as two lanes (shares of its
     columns, joined, or of its rows, added), attention over all heads
     between them, and the logits in two parts give one lane's logits and
@@ -119,10 +123,12 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant):
     def initial_cache(memory):
         return kernels.initial_cache(model, memory, weights)
 
-    one, one_cache = step_by_step(model, kernels.decoding_step(model, few_rows=True, weights=constants), src,
-                                  tokens, initial_cache)
-    two, two_cache = step_by_step(model, kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2),
-                                  src, tokens, initial_cache)
+    one, one_cache = step_by_step(
+        model, kernels.decoding_step(model, few_rows=True, weights=constants, products=products), src, tokens,
+        initial_cache)
+    two, two_cache = step_by_step(
+        model, kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2, products=products), src,
+        tokens, initial_cache)
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
     assert_caches_close(two_cache, one_cache, atol=1e-5)
 
@@ -139,6 +145,9 @@ def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
         kernels.decoding_step(model, few_rows=True, weights=constants, lanes=17)
     with pytest.raises(ValueError, match="lanes must be >= 1"):
         kernels.decoding_step(model, few_rows=True, weights=constants, lanes=0)
+    with pytest.raises(ValueError, match="products must be one of conv, matmul, got 'einsum'"):
+        kernels.decoding_step(model, few_rows=True, products="einsum")
+    assert kernels.step_products() == ("matmul" if kernels.onednn_rewrites() else "conv")
     assert kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1)) == 1
 
 

@@ -169,15 +169,16 @@ def test_constant_steps_decode_as_the_variables(variant):
         np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), rtol=rtol)
 
 
-@pytest.mark.parametrize("decoder", ["greedy", "beam"])
-def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder):
+@pytest.mark.parametrize("decoder, products", [("greedy", "conv"), ("beam", "conv"), ("greedy", "matmul")])
+def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder, products):
     """The constant step holds its weights as constants and reads no
     variable; the loops that call it (a few rows' flat loop, the rounds' for
     few rows) read none and carry only their state; a decoder's graph holds
-    the step once, whatever it decodes."""
+    the step once, whatever it decodes; its products are the kind asked for."""
     model = randomized_model(8)
     frozen = kernels.FrozenWeights(model)
-    steps = ConstantSteps(model, frozen.unread())
+    steps = ConstantSteps(model, frozen.unread(), products=products)
+    assert steps.products == products
     if decoder == "greedy":
         decode = tf.function(lambda ids: greedy_decode(model, ids, derived=frozen.unread(), constant_steps=steps)[0])
     else:
@@ -190,11 +191,13 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder)
     assert len(constant) == 1 and "constant_few_rows_step" in next(iter(constant)), sorted(constant)
     (step,) = constant.values()
     assert step["ReadVariableOp"] == 0 and step["VarHandleOp"] == 0 and step["Const"] > 0, step
-    # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions,
-    # each product as the lanes' shares of its kernel (2 lanes), and the logits in as many parts.
+    # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions
+    # or plain products, each product as the lanes' shares of its kernel (2 lanes), and the logits
+    # in as many parts.
     lanes = kernels.step_lanes(model.config)
     assert lanes == kernels.STEP_LANES == 2
-    assert step["Conv2D"] == (2 * 6 + 1) * lanes and step["MatMul"] == 0, step
+    used, unused = ("Conv2D", "MatMul") if products == "conv" else ("MatMul", "Conv2D")
+    assert step[used] == (2 * 6 + 1) * lanes and step[unused] == 0, step
     calls = {name: ops for name, ops in functions.items()
              if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]}
     assert len(calls) == 2, sorted(calls)

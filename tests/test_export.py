@@ -270,19 +270,27 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
 
 def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
     """The export's step for a few rows runs two lanes (each product in two
-    shares of its kernel); ``step_lanes=1`` exports one, with the same
-    translations; a lane count below 1 is refused in one line."""
+    shares of its kernel); ``step_lanes=1`` exports one, here with the other
+    kind of products (``step_products``), with the same translations; a lane
+    count below 1 and an unknown kind of products are refused in one line."""
     import collections
 
     from export import saved_model as export_program
+    from keras_transformer import kernels
     from keras_transformer.exporters import export_saved_model
 
-    def step_convolutions(path):
+    def step_products(path):
         (step,) = [f for f in _functions(path) if "_constant_few_rows_step_" in f.signature.name]
-        return collections.Counter(node.op for node in step.node_def)["Conv2D"]
+        ops = collections.Counter(node.op for node in step.node_def)
+        return ops["Conv2D"], ops["MatMul"]
 
-    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1)
-    assert step_convolutions(export_dir) == 2 * step_convolutions(one) > 0
+    other = "conv" if kernels.step_products() == "matmul" else "matmul"
+    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1, step_products=other)
+    (lanes_conv, lanes_matmul), (one_conv, one_matmul) = step_products(export_dir), step_products(one)
+    if other == "matmul":  # the fixture's export has the default, convolutions here
+        assert lanes_conv == 2 * one_matmul > 0 and lanes_matmul == one_conv == 0
+    else:
+        assert lanes_matmul == 2 * one_conv > 0 and lanes_conv == one_matmul == 0
     lanes, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
     for batch in (SENTENCES, SENTENCES[:1]):
         inputs = tf.constant(batch)
@@ -292,6 +300,8 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
             np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="step_lanes must be >= 1"):
         export_saved_model(workdir, tmp_path / "none", step_lanes=0)
+    with pytest.raises(ValueError, match="step_products must be one of conv, matmul, got 'einsum'"):
+        export_saved_model(workdir, tmp_path / "none", step_products="einsum")
     with pytest.raises(SystemExit) as exit_:
         export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), "--step-lanes", "0"])
     assert exit_.value.code == 2

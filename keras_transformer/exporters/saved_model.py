@@ -105,7 +105,7 @@ class ExportedTranslator(tf.Module):
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None,
                  vocabulary_paths: dict[str, Path] | None = None, xla: bool = False,
-                 step_lanes: int | None = None):
+                 step_lanes: int | None = None, step_products: str | None = None):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
@@ -116,7 +116,8 @@ class ExportedTranslator(tf.Module):
         # Built once and held outside the module's tracked state: every signature calls the same function,
         # so the SavedModel holds its constants once.
         small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
-        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread(), lanes=step_lanes)
+        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread(), lanes=step_lanes,
+                                                         products=step_products)
                                            if supported and small else None)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
@@ -267,7 +268,8 @@ def vocabulary_files(directory: Path) -> dict[str, Path]:
 def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
                        alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
-                       xla: bool = False, step_lanes: int | None = None, progress: bool = False) -> Path:
+                       xla: bool = False, step_lanes: int | None = None, step_products: str | None = None,
+                       progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -288,8 +290,16 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
             signatures stay plain graphs either way.
         step_lanes: the lanes of the decoding step for a few rows (a
             sentence or a beam): by default two, each with a half of every
-            product's kernel, side by side on the server's inter-op threads; 1 for a server that runs one inter-op thread
+            product's kernel, side by side on the server's inter-op threads;
+            1 for a server that runs one inter-op thread
             (``decoding.ConstantSteps``).
+        step_products: that step's products, ``"conv"`` (1×1 convolutions)
+            or ``"matmul"``: by default what suits the exporting process's
+            TensorFlow (``kernels.step_products``): ``"matmul"`` where its
+            oneDNN rewrites are on (by default on CPUs with AVX512_VNNI,
+            AVX512_BF16, AVX_VNNI or AMX; ``TF_ENABLE_ONEDNN_OPTS``), else
+            ``"conv"``. Each is several times slower at a sentence under
+            the other setting: choose for the server's CPU.
         progress: show a progress bar (needs ``tqdm``).
     """
     out = Path(out)
@@ -298,6 +308,8 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     check_stopping(stopping)  # refused before the model is loaded
     if step_lanes is not None and step_lanes < 1:
         raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
+    if step_products is not None and step_products not in kernels.PRODUCT_OPS:
+        raise ValueError(f"step_products must be one of {', '.join(kernels.PRODUCT_OPS)}, got {step_products!r}.")
     if version is not None and version < 1:
         raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
     if version is None:
@@ -318,7 +330,13 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                     trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
                     max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
                     src_model_path=src_path, tgt_model_path=tgt_path,
-                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla, step_lanes=step_lanes)
+                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla, step_lanes=step_lanes,
+                    step_products=step_products)
+                if module.constant_steps is not None:
+                    log.info("decoding step for a few rows: %d lane(s), %s products (%s)",
+                             module.constant_steps.lanes, module.constant_steps.products,
+                             "chosen" if step_products else
+                             f"this TensorFlow's oneDNN rewrites are {'on' if kernels.onednn_rewrites() else 'off'}")
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())
                 bar.update()

@@ -34,7 +34,8 @@ decoders reorder and shrink it as before; ``initial_cache`` projects every
 layer's cross-attention keys and values with one product. A second step, for
 at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
 (``projection.project_few_rows``) on rows kept as ``[rows, 1, 1, width]``
-between them, adds their biases apart from them (a sublayer's last bias to
+between them (or, where TensorFlow's oneDNN rewrites are on, plain products:
+``step_products``), adds their biases apart from them (a sublayer's last bias to
 its residual, which is ready before the products) and takes
 a tied output layer's logits from slices of the embedding, transposed inside
 the products, or from a transposed copy made once (see ``decoding_step``);
@@ -285,8 +286,33 @@ def _output_parts(output: tuple, lanes: int) -> tuple:
     return tuple(zip(parts, [bias] + [None] * (lanes - 1)))
 
 
+# The few-rows step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
+PRODUCT_OPS = ("conv", "matmul")
+
+
+def onednn_rewrites() -> bool:
+    """Whether TensorFlow's oneDNN graph rewrites are on in this process:
+    by default on x86 CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX
+    units, else off; ``TF_ENABLE_ONEDNN_OPTS=0`` or ``1`` decides instead."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # not TensorFlow's own build: no oneDNN rewrites known
+        return False
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def step_products() -> str:
+    """The few-rows step's products that suit this process's TensorFlow:
+    ``"matmul"`` where oneDNN's rewrites are on (``onednn_rewrites``), whose
+    ``MatMul`` at a row or a few runs on the calling thread while its
+    convolution is several times slower; ``"conv"`` where they are off,
+    where Eigen's ``MatMul`` of one row goes to the thread pool and its
+    ``Conv2D`` does not (``benchmarks/README.md`` has both)."""
+    return "matmul" if onednn_rewrites() else "conv"
+
+
 def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
-                  output_kernel: tf.Tensor | None = None, lanes: int = 1) -> Callable:
+                  output_kernel: tf.Tensor | None = None, lanes: int = 1, products: str | None = None) -> Callable:
     """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
     → (logits [rows, tgt_vocab] float32, cache)``: ``model.decode`` for one new
     token per row at ``position`` (the cache's length), against a growing cache.
@@ -300,7 +326,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
     reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
-    and picks one a round). Its products are 1×1 convolutions
+    and picks one a round). ``products`` (``PRODUCT_OPS``; by default
+    ``step_products()``, what suits this process's TensorFlow): ``"conv"``,
+    its products are 1×1 convolutions
     (``projection.project_few_rows``: at one row TensorFlow's CPU ``MatMul``
     hands the product to its thread pool, which costs more than the
     product) and add their biases after the plain product rather than
@@ -352,6 +380,11 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     if lanes < 1:
         raise ValueError(f"lanes must be >= 1 (1: no lanes), got {lanes}.")
+    if products is None:
+        products = step_products()
+    if products not in PRODUCT_OPS:
+        raise ValueError(f"products must be one of {', '.join(PRODUCT_OPS)}, got {products!r}.")
+    pixels = few_rows and products == "conv"  # rows as [rows, 1, 1, width], the convolutions' layout
     if lanes > 1:
         leaves = tf.nest.flatten((weights.layers, weights.output))
         if not few_rows or not _lanes_fit(config, lanes) or any(
@@ -366,7 +399,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     # The few-rows step keeps its rows as [rows, 1, 1, width], the 1×1 convolutions' layout: no
     # reshape around each product.
     def as_rows(x, width):  # [rows, width] (few rows: [rows, 1, 1, width]) from any [rows, ..., width]
-        return tf.reshape(x, [-1, 1, 1, width] if few_rows else [-1, width])
+        return tf.reshape(x, [-1, 1, 1, width] if pixels else [-1, width])
 
     def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
         return as_rows(attend_heads(q, key, value, bias, has_key), d_model)
@@ -408,7 +441,7 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     # loop's body would be one of the loop's variables. It reads only what it uses.
     unread = weights._replace(layers=layers, output=output, cross_key_value=(), apart_biases=())
 
-    product = project_few_rows if few_rows else project_rows
+    product = project_few_rows if pixels else project_rows
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
@@ -452,9 +485,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             x = norm(x, weights.final_norm)
         if weights.output[0][0] is not None:
             logits = column_product(x, weights.output)
-            logits = tf.reshape(logits, [-1, vocab]) if few_rows else logits
+            logits = tf.reshape(logits, [-1, vocab]) if pixels else logits
         elif few_rows:
-            x = tf.reshape(x, [-1, d_model])
+            x = tf.reshape(x, [-1, d_model]) if pixels else x
             output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
             logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
         elif output_kernel is not None:
