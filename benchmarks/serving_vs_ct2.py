@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
                         help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
                              "the exporter's)")
-    parser.add_argument("--step-products", choices=("conv", "matmul"), default=None,
+    parser.add_argument("--step-products", choices=kernels.PRODUCT_OPS, default=None,
                         help="the export's products for a few rows (export_saved_model(step_products=...); "
                              "default: the exporter's choice for this process's TensorFlow)")
     parser.add_argument("--session", action="store_true",

@@ -246,6 +246,19 @@ def step_lanes(config) -> int:
 _COLUMN_PRODUCTS = ("self_qkv", "cross_query", "inner")
 
 
+def _shares(pair: tuple, lanes: int, axis: int, split_bias: bool = False) -> list:
+    """``pair`` (a NumPy kernel, its ``ApartBias`` or ``None``) as ``lanes``
+    ``(kernel, bias)`` shares of the kernel's columns (``axis=1``) or rows
+    (``axis=0``), as even as they go. The bias is the first share's alone,
+    added once after the lanes, or with ``split_bias`` shared by its columns
+    too (each lane adds its own)."""
+    kernel, bias = pair
+    kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=axis)]
+    if split_bias and bias is not None:
+        return list(zip(kernels, [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)]))
+    return list(zip(kernels, [bias] + [None] * (lanes - 1)))
+
+
 def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     """``layer``'s weights (NumPy arrays, biases ``ApartBias``) as ``lanes``
     ``LayerWeights``, each a share of every product, as even as they go:
@@ -258,18 +271,9 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     it. One lane: ``(layer,)``, whatever its weights are."""
     if lanes == 1:
         return (layer,)
-
-    def shares(name):
-        kernel, bias = getattr(layer, name)
-        axis = 1 if name in _COLUMN_PRODUCTS else 0
-        kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=axis)]
-        if name == "inner" and bias is not None:
-            biases = [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)]
-        else:
-            biases = [bias] + [None] * (lanes - 1)
-        return list(zip(kernels, biases))
-
-    split = {name: shares(name) for name in STEP_PRODUCTS}
+    split = {name: _shares(getattr(layer, name), lanes, axis=1 if name in _COLUMN_PRODUCTS else 0,
+                           split_bias=name == "inner")
+             for name in STEP_PRODUCTS}
     return tuple(layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(lanes))
 
 
@@ -279,11 +283,9 @@ def _output_parts(output: tuple, lanes: int) -> tuple:
     size), the bias kept by the first: the step adds it to the joined
     logits. One part, ``(output,)``, for one lane or a tied layer (kernel
     ``None``)."""
-    kernel, bias = output
-    if kernel is None or lanes == 1:
+    if output[0] is None or lanes == 1:
         return (output,)
-    parts = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=1)]
-    return tuple(zip(parts, [bias] + [None] * (lanes - 1)))
+    return tuple(_shares(output, lanes, axis=1))
 
 
 # The few-rows step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
@@ -327,11 +329,12 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
     reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
     and picks one a round). ``products`` (``PRODUCT_OPS``; by default
-    ``step_products()``, what suits this process's TensorFlow): ``"conv"``,
-    its products are 1×1 convolutions
+    ``step_products()``, what suits this process's TensorFlow): ``"matmul"``,
+    its products are ``MatMul`` on rows ``[rows, width]``, as the other
+    step's; ``"conv"``, they are 1×1 convolutions
     (``projection.project_few_rows``: at one row TensorFlow's CPU ``MatMul``
     hands the product to its thread pool, which costs more than the
-    product) and add their biases after the plain product rather than
+    product). Either kind adds its biases after the plain product rather than
     fused into it (``projection.ApartBias``: with ``MatMul``, faster at a few
     rows and no slower at ``FEW_ROWS``; with the convolutions, an export
     whose biases were fused decoded single sentences no faster). A tied
@@ -396,9 +399,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     def split(x):  # [rows, heads·depth] → [rows, heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, heads, 1, depth])
 
-    # The few-rows step keeps its rows as [rows, 1, 1, width], the 1×1 convolutions' layout: no
+    # The few-rows step of convolutions keeps its rows as [rows, 1, 1, width], their layout: no
     # reshape around each product.
-    def as_rows(x, width):  # [rows, width] (few rows: [rows, 1, 1, width]) from any [rows, ..., width]
+    def as_rows(x, width):  # [rows, width] (convolutions: [rows, 1, 1, width]) from any [rows, ..., width]
         return tf.reshape(x, [-1, 1, 1, width] if pixels else [-1, width])
 
     def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
