@@ -63,9 +63,12 @@ tatoeba: $(STAMP)
 	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000
 	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA),valid)
 
-# Default suite: tiny models, seconds per test (CI runs this).
+# Default suite: tiny models, seconds per test (CI runs this), in TEST_WORKERS processes
+# (pytest-xdist), each test module in one of them so that its fixtures are built once; more
+# workers suit a machine with more cores.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q -n $(TEST_WORKERS) --dist loadscope
 
 # The quick tier for the edit-run loop (under ~2 min on 2 cores; tests/suites.py lists it).
 test-quick: $(STAMP)
@@ -82,7 +85,7 @@ test-oldest:
 
 # Slow or data-heavy checks (real corpora in ../shared/corpora), opt-in.
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q -n $(TEST_WORKERS) --dist loadscope
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -q

@@ -3,6 +3,8 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import fcntl  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -25,14 +27,24 @@ def _seed_and_policy():
 @pytest.fixture(scope="session")
 def tiny_workdir(tmp_path_factory) -> Path:
     """A workdir trained by the real CLI on the demo task (tiny, ~25 s), shared by
-    the export tests (SavedModel, TFLite, CTranslate2). Tests must not modify it."""
-    path = tmp_path_factory.mktemp("tiny_train") / "run"
-    command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
-               "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
-               "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
-               "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
-               "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
-    result = subprocess.run(command, cwd=CHECKOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-4000:]
+    the export tests (SavedModel, TFLite, CTranslate2). Tests must not modify it.
+    Under pytest-xdist the workers share one: the first to ask trains it while the
+    others wait for it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's base, above each worker's own
+    path, done = root / "tiny_train" / "run", root / "tiny_train" / "done"
+    with open(root / "tiny_train.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(path, ignore_errors=True)  # what a worker that failed left
+            command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
+                       "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
+                       "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
+                       "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
+                       "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
+            result = subprocess.run(command, cwd=CHECKOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                                    capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, result.stderr[-4000:]
+            done.touch()
     return path

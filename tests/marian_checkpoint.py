@@ -12,6 +12,7 @@ tied embedding matrix.
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 
@@ -19,6 +20,17 @@ import numpy as np
 from marian_fixtures import write_marian_tokenizer
 
 from keras_transformer.data.synthetic import generate_pairs
+
+def _torch():
+    """``torch``, on one thread where pytest-xdist's workers share the cores: its
+    OpenMP threads wait by spinning, and beside another busy worker the module
+    fixture that trains a checkpoint took 95 s on two threads, 17 s alone."""
+    import torch
+
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+    return torch
+
 
 SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
              decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=96)
@@ -30,7 +42,7 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
     ``{"pairs": the training pairs, "vocab": target pieces by id, "pad": the pad id}``.
     ``separate_vocabs``: a source and a target vocabulary (``target_vocab.json``)
     and embedding matrix, as some OPUS-MT models have (pad = 2 in both)."""
-    import torch
+    torch = _torch()
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
     directory = Path(directory)
@@ -75,7 +87,7 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
 def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int = 60) -> list[list[int]]:
     """``MarianMTModel.generate`` greedy ids of ``sentences`` (the start token
     removed, pad after EOS removed)."""
-    import torch
+    torch = _torch()
     from transformers import MarianMTModel, MarianTokenizer
 
     tokenizer = MarianTokenizer.from_pretrained(str(directory))
@@ -94,7 +106,7 @@ def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int =
 
 def torch_logits(directory: Path, source_ids: np.ndarray, target_in: np.ndarray, pad: int) -> np.ndarray:
     """Teacher-forced logits of the PyTorch model, with the source padding masked."""
-    import torch
+    torch = _torch()
     from transformers import MarianMTModel
 
     model = MarianMTModel.from_pretrained(str(directory)).eval()

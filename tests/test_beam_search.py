@@ -79,7 +79,7 @@ def varied_sources(count: int, seed: int = 3) -> np.ndarray:
     return rows
 
 
-@pytest.mark.parametrize("stopping", ["exact", "heuristic"])
+@pytest.mark.parametrize("stopping", ["exact", pytest.param("heuristic", marks=pytest.mark.slow)])  # a search each
 def test_sentence_alone_equals_sentence_in_batch(model, stopping):
     """Settled sentences leave the batch in rounds; no one else's beams change."""
     sources = varied_sources(9)

@@ -134,7 +134,8 @@ def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
     keras.backend.clear_session()
 
 
-@pytest.mark.parametrize("variant", ["paper", "pre_ln", "marian", "untied_with_final_bias", "bf16"])
+@pytest.mark.parametrize("variant", ["paper", "marian", *(pytest.param(name, marks=pytest.mark.slow)  # a decode each
+                                                      for name in ("pre_ln", "untied_with_final_bias", "bf16"))])
 def test_constant_steps_decode_as_the_variables(variant):
     """``ConstantSteps``: the same tokens and scores as the variables, for a
     few rows (the constant step from the start) and for more rows than

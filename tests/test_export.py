@@ -268,6 +268,7 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
             np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow  # a second export; lanes against one lane: test_decoding_step.py
 def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
     """The export's step for a few rows runs two lanes (each product in two
     shares of its kernel); ``step_lanes=1`` exports one, here with the other

@@ -158,6 +158,7 @@ def test_the_saved_model_stores_each_weight_once(saved_model, trained):
     assert not [name for name, _ in stored if name.startswith("model/")]
 
 
+@pytest.mark.slow  # a TFLite conversion; the SavedModel's ids are checked by default
 def test_tflite_ids_equal_the_saved_models(workdir, saved_model, trained, hf, tmp_path):
     """The builtins-only TFLite translator gives generate's ids, and they read as the
     SavedModel's greedy translations."""
@@ -214,6 +215,7 @@ def test_one_epoch_of_fit_lowers_the_loss(trained, checkpoint):
     assert after < before
 
 
+@pytest.mark.slow  # a training program run; one fit epoch is checked by default
 def test_fine_tuning_starts_from_the_imported_model(workdir, checkpoint, tmp_path):
     from keras_transformer import Workdir
 
@@ -233,6 +235,7 @@ def test_fine_tuning_starts_from_the_imported_model(workdir, checkpoint, tmp_pat
     assert tuned.config["model"]["init_from"] == str(workdir)
 
 
+@pytest.mark.slow  # a second import
 def test_a_pickle_is_read_only_when_allowed(checkpoint, workdir, tmp_path):
     import torch
     from safetensors.numpy import load_file
@@ -255,6 +258,7 @@ def test_a_pickle_is_read_only_when_allowed(checkpoint, workdir, tmp_path):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
+@pytest.mark.slow  # three program runs
 def test_the_programs_take_the_imported_workdir(workdir, saved_model, checkpoint, hf, tmp_path):
     src, ref = tmp_path / "test.src", tmp_path / "test.tgt"
     src.write_text("\n".join(s for s, _ in checkpoint["pairs"]) + "\n")

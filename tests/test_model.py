@@ -202,7 +202,7 @@ def test_config_round_trip():
     assert restored.config == model.config
 
 
-@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("tied", [True, pytest.param(False, marks=pytest.mark.slow)])  # a fit each
 def test_fused_training_step_equals_keras_step(tied):
     """``Transformer.train_step`` fuses the output projection into the loss;
     loss, metrics and updated weights must be those of Keras' own step."""

@@ -92,6 +92,7 @@ def test_committed_notebook_is_clean(name):
     assert len(ids) == len(set(ids)), "duplicate cell ids"
 
 
+@pytest.mark.slow  # a training and an export; its library calls: test_library_api.py
 def test_train_translate_export_runs_in_smoke_mode(tmp_path):
     notebook = inject_parameters(_read(NOTEBOOKS[0]), {
         "SMOKE": True, "WORKDIR": str(tmp_path / "run"), "EXPORT_DIR": str(tmp_path / "export")})

@@ -149,6 +149,7 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     assert grid["best"] == grid["grid"][0] and grid["best"]["bleu"] == max(row["bleu"] for row in grid["grid"])
 
 
+@pytest.mark.slow  # two trainings; bf16 and XLA steps: test_precision.py, test_model.py's test_fit_with_xla
 def test_mixed_precision_and_xla_switches(tmp_path):
     workdir = tmp_path / "bf16"
     _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
@@ -277,6 +278,7 @@ def _train_command(workdir, *extra):
             *MICRO, *extra]
 
 
+@pytest.mark.slow  # two processes; the replicas' math: the two-replicas test
 def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path):
     """Two workers on 127.0.0.1 (the custom loop, 2 replicas), each preparing
     the shards on its first run and reading its own files of them: identical
@@ -325,7 +327,7 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("loop", ["fit", "custom"])
+@pytest.mark.parametrize("loop", ["fit", pytest.param("custom", marks=pytest.mark.slow)])  # a training each
 def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     import signal
     import time
@@ -709,6 +711,7 @@ def test_shipped_configs_build_valid_models(name):
     assert plan.total >= plan.steps_per_epoch
 
 
+@pytest.mark.slow  # a training; the choice itself: test_hardware.py
 def test_auto_precision_says_what_it_picked_and_why(tmp_path):
     from keras_transformer.hardware import has_bf16_units
 
@@ -722,6 +725,7 @@ def test_auto_precision_says_what_it_picked_and_why(tmp_path):
     assert Workdir(workdir).precision == expected
 
 
+@pytest.mark.slow  # two trainings of the demo task
 def test_fp16_scales_the_loss_and_the_demo_task_learns_as_fp32_does(tmp_path):
     """What a Colab T4 user gets (auto picks fp16 there): Keras' dynamic loss
     scaling, no step with a NaN loss, and a model that learns the demo pair as
