@@ -67,8 +67,9 @@ tatoeba: $(STAMP)
 # (pytest-xdist), each test module in one of them so that its fixtures are built once; more
 # workers suit a machine with more cores.
 TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q -n $(TEST_WORKERS) --dist loadscope
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q $(PARALLEL)
 
 # The quick tier for the edit-run loop (under ~2 min on 2 cores; tests/suites.py lists it).
 test-quick: $(STAMP)
@@ -81,11 +82,11 @@ test-install: $(STAMP)
 
 # The TPU install path on the oldest TensorFlow (2.20) and Keras, in a fresh temp venv (CI's second job).
 test-oldest:
-	PYTHON=$(PYTHON) .ci/tpu_path
+	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/tpu_path
 
 # Slow or data-heavy checks (real corpora in ../shared/corpora), opt-in.
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q -n $(TEST_WORKERS) --dist loadscope
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q $(PARALLEL)
 
 test-all: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -q

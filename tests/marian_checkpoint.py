@@ -21,6 +21,7 @@ from marian_fixtures import write_marian_tokenizer
 
 from keras_transformer.data.synthetic import generate_pairs
 
+
 def _torch():
     """``torch``, on one thread where pytest-xdist's workers share the cores: its
     OpenMP threads wait by spinning, and beside another busy worker the module
