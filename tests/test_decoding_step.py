@@ -15,6 +15,7 @@ import keras_transformer as kt
 from keras_transformer import kernels
 from keras_transformer.beam_search import beam_search
 from keras_transformer.decoding import decoding_steps, greedy_decode
+from keras_transformer.kernels.decoding_step import output_slice_sizes
 from keras_transformer.layers import padding_mask
 from keras_transformer.precision import with_precision
 
@@ -109,9 +110,9 @@ LANE_VARIANTS = {
 def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
     """``decoding_step(lanes=2)``: each product as two lanes (shares of its
     columns, joined, or of its rows, added), attention over all heads
-    between them, and the logits in two parts give one lane's logits and
-    cache, up to the order of the sums: also where the heads, the units
-    and the vocabulary do not divide in two."""
+    between them, and the logits in ``OUTPUT_LANES`` parts give one lane's
+    logits and cache, up to the order of the sums: also where the heads, the
+    units and the vocabulary do not divide in two or four."""
     model = randomized_model(9, **LANE_VARIANTS[variant])
     weights = kernels.step_weights(model)
     constants = kernels.as_constants(weights)
@@ -131,6 +132,17 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
         tokens, initial_cache)
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
     assert_caches_close(two_cache, one_cache, atol=1e-5)
+    # The layers' products (self qkv and output, cross query and output, inner, outer) in each lane; an
+    # untied output layer's in OUTPUT_LANES shares, a tied one's by slices of the embedding (MatMul).
+    layer_products = 6 * model.config.num_decoder_layers
+    op = "Conv2D" if products == "conv" else "MatMul"
+    untied = constants.output[0] is not None
+    tied_slices = 0 if untied or op == "Conv2D" else len(output_slice_sizes(VOCAB))
+    expected = {1: layer_products + (1 if untied else tied_slices),
+                2: 2 * layer_products + (kernels.OUTPUT_LANES if untied else tied_slices)}
+    for lanes, count in expected.items():
+        step = kernels.decoding_step(model, few_rows=True, weights=constants, lanes=lanes, products=products)
+        assert _op_counts(step, model, src)[op] == count, (lanes, count)
 
 
 def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
@@ -149,6 +161,19 @@ def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
         kernels.decoding_step(model, few_rows=True, products="einsum")
     assert kernels.step_products() == ("matmul" if kernels.onednn_rewrites() else "conv")
     assert kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1)) == 1
+
+
+def _op_counts(step, model, src) -> collections.Counter:
+    """The op types of ``step``'s graph, traced for a few rows against ``src``'s cache."""
+    weights = kernels.step_weights(model)
+    memory = model.encode(src, training=False)
+    cache = kernels.initial_cache(model, memory, weights)
+    source_padding = padding_mask(src, model.config.pad_id)
+    graph = tf.function(step).get_concrete_function(
+        tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32),
+        tf.nest.map_structure(lambda x: tf.TensorSpec([None, None, None, x.shape[-1]], x.dtype), cache),
+        tf.TensorSpec([None, None], tf.bool)).graph
+    return collections.Counter(node.type for node in graph.get_operations())
 
 
 def _decode_growing(model):

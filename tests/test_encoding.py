@@ -194,11 +194,11 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder,
     assert step["ReadVariableOp"] == 0 and step["VarHandleOp"] == 0 and step["Const"] > 0, step
     # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions
     # or plain products, each product as the lanes' shares of its kernel (2 lanes), and the logits
-    # in as many parts.
+    # in OUTPUT_LANES parts.
     lanes = kernels.step_lanes(model.config)
     assert lanes == kernels.STEP_LANES == 2
     used, unused = ("Conv2D", "MatMul") if products == "conv" else ("MatMul", "Conv2D")
-    assert step[used] == (2 * 6 + 1) * lanes and step[unused] == 0, step
+    assert step[used] == 2 * 6 * lanes + kernels.OUTPUT_LANES and step[unused] == 0, step
     calls = {name: ops for name, ops in functions.items()
              if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]}
     assert len(calls) == 2, sorted(calls)

@@ -271,7 +271,7 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
 @pytest.mark.slow  # a second export; lanes against one lane: test_decoding_step.py
 def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
     """The export's step for a few rows runs two lanes (each product in two
-    shares of its kernel); ``step_lanes=1`` exports one, here with the other
+    shares of its kernel, the output layer's in ``OUTPUT_LANES``); ``step_lanes=1`` exports one, here with the other
     kind of products (``step_products``), with the same translations; a lane
     count below 1 and an unknown kind of products are refused in one line."""
     import collections
@@ -288,10 +288,12 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
     other = "conv" if kernels.step_products() == "matmul" else "matmul"
     one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1, step_products=other)
     (lanes_conv, lanes_matmul), (one_conv, one_matmul) = step_products(export_dir), step_products(one)
+    # Two shares of each layer's products, OUTPUT_LANES of the output layer's.
+    extra = kernels.OUTPUT_LANES - 2
     if other == "matmul":  # the fixture's export has the default, convolutions here
-        assert lanes_conv == 2 * one_matmul > 0 and lanes_matmul == one_conv == 0
+        assert lanes_conv == 2 * one_matmul + extra > 0 and lanes_matmul == one_conv == 0
     else:
-        assert lanes_matmul == 2 * one_conv > 0 and lanes_conv == one_matmul == 0
+        assert lanes_matmul == 2 * one_conv + extra > 0 and lanes_conv == one_matmul == 0
     lanes, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
     for batch in (SENTENCES, SENTENCES[:1]):
         inputs = tf.constant(batch)

@@ -56,9 +56,9 @@ once whether the training step fuses the output projection with the loss
 from keras_transformer.kernels import native
 from keras_transformer.kernels.attention import attend, batched_product
 from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
-from keras_transformer.kernels.decoding_step import (FEW_ROWS, OUTPUT_SLICES, PRODUCT_OPS, STEP_LANES, decoding_step,
-                                                     initial_cache, onednn_rewrites, step_lanes, step_products,
-                                                     step_weights, tied_output_kernel)
+from keras_transformer.kernels.decoding_step import (FEW_ROWS, OUTPUT_LANES, OUTPUT_SLICES, PRODUCT_OPS, STEP_LANES,
+                                                     decoding_step, initial_cache, onednn_rewrites, step_lanes,
+                                                     step_products, step_weights, tied_output_kernel)
 from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.encoding import encode, encoder_weights
@@ -71,6 +71,7 @@ from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, as_
 
 __all__ = [
     "FEW_ROWS",
+    "OUTPUT_LANES",
     "OUTPUT_SLICES",
     "PRODUCT_OPS",
     "STEP_LANES",

@@ -241,6 +241,13 @@ def step_lanes(config) -> int:
     return STEP_LANES if _lanes_fit(config, STEP_LANES) else 1
 
 
+# A step in lanes takes its output layer's product, its largest by far (d_model × vocabulary),
+# as this many shares of its columns. On a 2-core CPU the executor ran two such shares mostly
+# one after the other and four side by side: with oneDNN's products a step of one row was
+# faster so, with Eigen's convolutions no slower (benchmarks/README.md).
+OUTPUT_LANES = 4
+
+
 # A layer's products split by their columns (the lanes' outputs joined, or, for the inner units,
 # each lane's fed to its share of the outer product's rows); the others, by their rows.
 _COLUMN_PRODUCTS = ("self_qkv", "cross_query", "inner")
@@ -279,13 +286,13 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
 
 def _output_parts(output: tuple, lanes: int) -> tuple:
     """The output layer's ``(kernel, bias)`` (NumPy, bias ``ApartBias``) as
-    ``lanes`` shares of its columns, as even as they go (any vocabulary
-    size), the bias kept by the first: the step adds it to the joined
-    logits. One part, ``(output,)``, for one lane or a tied layer (kernel
-    ``None``)."""
+    ``OUTPUT_LANES`` shares of its columns for a step of ``lanes`` > 1, as
+    even as they go (any vocabulary size), the bias kept by the first: the
+    step adds it to the joined logits. One part, ``(output,)``, for one
+    lane or a tied layer (kernel ``None``)."""
     if output[0] is None or lanes == 1:
         return (output,)
-    return tuple(_shares(output, lanes, axis=1))
+    return tuple(_shares(output, min(OUTPUT_LANES, output[0].shape[1]), axis=1))
 
 
 # The few-rows step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
@@ -357,9 +364,9 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
     joined (the inner units' each go on to their lane's rows of the outer
     kernel), and of the rows of the attentions' output and outer products,
     whose lanes' outputs are added with the residual; the output layer's
-    logits come from as many shares of its columns. Attention runs over all
-    heads at once, between the products. The same sums, grouped differently
-    (equal up to the order of a float sum). At a row or a few, a step
+    logits come from ``OUTPUT_LANES`` shares of its columns. Attention runs
+    over all heads at once, between the products. The same sums, grouped
+    differently (equal up to the order of a float sum). At a row or a few, a step
     mostly reads its weights, more of them than a CPU's caches hold, and two
     threads read memory faster than one: TensorFlow's executor runs
     independent ops on its inter-op threads side by side. The lanes cost a
