@@ -4,7 +4,7 @@
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
         [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL] \\
-        [--step-lanes N] [--step-products conv|matmul]
+        [--step-lanes N] [--step-products conv|matmul] [--ct2-backend fastest|library|mkl|dnnl]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -14,6 +14,15 @@ Python). Both then translate the same sentences in this process, back to
 back, strings in and strings out: greedy and beam, at batch 64 (every
 sentence) and batch 1 (the first ``--batch-1-sentences``). Each
 configuration first translates one batch untimed (tracing, caches).
+
+CTranslate2 computes its products with Intel MKL or oneDNN, chosen when it
+first translates (``CT2_USE_MKL``; its default, MKL on Intel CPUs, can be
+several times slower than oneDNN there). By default (``--ct2-backend
+fastest``) a short greedy probe times each backend in a fresh interpreter
+(one sentence at a time and a batch of 64, ``PROBE_SENTENCES``) and the
+faster one is set for the comparison; ``library`` keeps CTranslate2's own
+default, ``mkl`` and ``dnnl`` choose; ``CT2_USE_MKL`` in the environment
+decides over all of them. The report says which ran (``"ct2_backend"``).
 
 The SavedModel is loaded with ``tf.saved_model.load`` and called through its
 signatures, graph mode, no XLA, as TF Serving runs it. CTranslate2 gets the
@@ -66,7 +75,9 @@ process's TensorFlow, which ``TF_ENABLE_ONEDNN_OPTS`` may set).
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -86,6 +97,85 @@ from keras_transformer.exporters.saved_model import export_saved_model
 
 BATCHES = (64, 1)
 EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
+# CTranslate2's CPU backends for its products, by the value of CT2_USE_MKL that selects them.
+CT2_BACKENDS = {"mkl": "1", "dnnl": "0"}
+PROBE_SENTENCES = 40  # translated one at a time, and 64 at once, by each backend's probe
+
+# Run in a fresh interpreter (CTranslate2 reads CT2_USE_MKL once, at its first translation): the
+# probe's ms a sentence, greedy, one sentence at a time and then a batch of 64.
+_PROBE = """
+import json, os, sys, time
+import ctranslate2
+path, pieces, limits = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=os.cpu_count())
+
+def translate(batch):
+    longest = min(max(len(p) for p in batch) + 1, limits["input"])
+    translator.translate_batch(batch, beam_size=1, max_batch_size=len(batch), max_input_length=limits["input"],
+                               max_decoding_length=min(longest + limits["extra"], limits["output"]))
+
+translate(pieces[:8])
+best = []
+for batches in ([[p] for p in pieces[:{one}]], [pieces]):
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        for batch in batches:
+            translate(batch)
+        times.append(time.perf_counter() - start)
+    best.append(1000 * min(times) / sum(len(batch) for batch in batches))
+print(json.dumps(best))
+"""
+
+
+def choose_ct2_backend(path: Path, sentences: Sequence[str], choice: str, *, max_input_length: int,
+                       max_length: int, extra_length: int = EXTRA_LENGTH) -> dict:
+    """Which CTranslate2 backend the comparison should use:
+    ``{"backend", "how", "probe_ms", "CT2_USE_MKL"}``, the last the value to
+    run it with (``None``: as the process is). ``choice`` ``"fastest"``
+    times greedy decoding (one sentence at a time, then 64 at once) under
+    each of ``CT2_BACKENDS`` in a fresh interpreter and takes the one with
+    the least time a sentence summed over both (``probe_ms``: each
+    backend's two ms a sentence), decoding with ``ct2_translators``' limits
+    (``max_input_length``, ``max_length``, ``extra_length``); ``"mkl"`` /
+    ``"dnnl"`` take that one; ``"library"`` keeps CTranslate2's own default
+    (Intel MKL on Intel CPUs, oneDNN on others). A ``CT2_USE_MKL`` already in
+    the environment decides instead."""
+    if "CT2_USE_MKL" in os.environ:
+        value = os.environ["CT2_USE_MKL"]
+        chosen = {v: k for k, v in CT2_BACKENDS.items()}.get(value, f"CT2_USE_MKL={value}")
+        return {"backend": chosen, "how": "CT2_USE_MKL in the environment", "probe_ms": None, "CT2_USE_MKL": None}
+    if choice == "library":
+        return {"backend": "library", "how": "CTranslate2's default", "probe_ms": None, "CT2_USE_MKL": None}
+    probe_ms = None
+    if choice == "fastest":
+        pieces = spm_processors(path)[0].encode(list(sentences[:64]), out_type=str)
+        code = _PROBE.replace("{one}", str(PROBE_SENTENCES))
+        limits = json.dumps({"input": max_input_length, "output": max_length, "extra": extra_length})
+        probe_ms = {}
+        for backend, value in CT2_BACKENDS.items():
+            result = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(pieces), limits],
+                                    capture_output=True, text=True, env={**os.environ, "CT2_USE_MKL": value})
+            if result.returncode:
+                raise RuntimeError(f"CTranslate2's probe with CT2_USE_MKL={value} failed: {result.stderr[-2000:]}")
+            probe_ms[backend] = [round(ms, 2) for ms in json.loads(result.stdout.strip().splitlines()[-1])]
+        choice = min(probe_ms, key=lambda backend: sum(probe_ms[backend]))
+    return {"backend": choice, "how": "timed, the faster" if probe_ms else "asked for", "probe_ms": probe_ms,
+            "CT2_USE_MKL": CT2_BACKENDS[choice]}
+
+
+# The backend a parent run chose, handed to the run it starts with CT2_USE_MKL set (JSON).
+_CHOSEN_ENV = "SERVING_VS_CT2_BACKEND"
+
+
+def rerun_with_backend(argv: Sequence[str], chosen: dict) -> int:
+    """This benchmark again, in a fresh interpreter with ``CT2_USE_MKL`` set
+    as ``chosen`` says (CTranslate2 reads it when it loads, and this process
+    has loaded it); its exit status."""
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "CT2_USE_MKL": chosen["CT2_USE_MKL"], _CHOSEN_ENV: json.dumps(chosen),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env).returncode
 
 
 def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: int, max_length: int,
@@ -187,6 +277,10 @@ def main(argv=None) -> int:
                         help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it")
     parser.add_argument("--baseline", type=Path, default=None,
                         help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too")
+    parser.add_argument("--ct2-backend", choices=("fastest", "library", *CT2_BACKENDS), default="fastest",
+                        help="CTranslate2's CPU backend: the faster of Intel MKL and oneDNN on a short greedy "
+                             "probe (default), CTranslate2's own default, or one of them; CT2_USE_MKL in the "
+                             "environment decides instead")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -202,11 +296,25 @@ def main(argv=None) -> int:
         parser.error(f"{args.src} has {len(sentences)} lines and {args.ref} {len(references)}.")
     trained = Workdir(args.workdir).check().load("fp32")
     max_length = trained.model.config.max_length
+    ct2_limits = dict(max_input_length=min(trained.max_src_length, max_length), max_length=max_length)
+    if _CHOSEN_ENV in os.environ:  # started by a run that chose the backend
+        ct2_backend = {**json.loads(os.environ[_CHOSEN_ENV]), "CT2_USE_MKL": None}
+    else:
+        with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_probe_") as tmp:
+            ct2_backend = choose_ct2_backend(export_ctranslate2(trained, Path(tmp) / "ct2"), sentences,
+                                             args.ct2_backend, **ct2_limits)
+        if ct2_backend["CT2_USE_MKL"] is not None:
+            print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
+                  + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
+                     if ct2_backend["probe_ms"] else "") + "); timing in a fresh process with it", flush=True)
+            return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend)
+    ct2_backend.pop("CT2_USE_MKL")
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
                                          xla=args.xla, step_lanes=args.step_lanes,
                                          step_products=args.step_products)
         ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
+        print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']})", flush=True)
         signatures = signature_translators(saved_model)
 
         def greedy_and_beam(translators: dict, suffix: str = "") -> dict:
@@ -214,9 +322,7 @@ def main(argv=None) -> int:
 
         engines = {
             "saved_model": greedy_and_beam(signatures),
-            "ctranslate2": ct2_translators(ct2, beam=args.beam, alpha=args.alpha,
-                                           max_input_length=min(trained.max_src_length, max_length),
-                                           max_length=max_length),
+            "ctranslate2": ct2_translators(ct2, beam=args.beam, alpha=args.alpha, **ct2_limits),
         }
         if args.xla:
             engines["saved_model_xla"] = greedy_and_beam(signatures, "_xla")
@@ -254,7 +360,8 @@ def main(argv=None) -> int:
               "warm": not args.cold, "inter_op_threads": args.inter_op_threads,
               "intra_op_threads": args.intra_op_threads, "step_lanes": args.step_lanes,
               "step_products": args.step_products, "onednn_rewrites": kernels.onednn_rewrites(),
-              "baseline": None if args.baseline is None else str(args.baseline), "results": rows}
+              "baseline": None if args.baseline is None else str(args.baseline), "ct2_backend": ct2_backend,
+              "results": rows}
     emit(report, args.json)
     return 0
 

@@ -159,7 +159,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
                                 "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
                                 "--batch-1-sentences", "3", "--repeats", "2", *(["--xla"] if xla else []),
                                 "--json", str(out), "--baseline", str(baseline), "--session",
-                                "--step-products", "matmul"]) == 0
+                                "--step-products", "matmul", "--ct2-backend", "library"]) == 0
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
@@ -180,6 +180,40 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
     assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline) and report["warm"]
     assert report["step_products"] == "matmul" and isinstance(report["onednn_rewrites"], bool)
+    assert report["ct2_backend"]["backend"] in ("library", "mkl", "dnnl")  # or CT2_USE_MKL's, if set
+
+
+def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, tmp_path, monkeypatch):
+    """``--ct2-backend fastest`` times a greedy probe under Intel MKL and
+    oneDNN, each in a fresh interpreter, and says to run with the faster
+    (its ``CT2_USE_MKL``); a backend asked for needs no probe, CTranslate2's
+    default sets nothing, and a ``CT2_USE_MKL`` already set decides."""
+    import json
+
+    pytest.importorskip("ctranslate2")
+    from benchmarks import serving_vs_ct2
+    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.exporters.ctranslate2 import export_ctranslate2
+
+    ct2 = export_ctranslate2(tiny_workdir, tmp_path / "ct2")
+    sentences = [src for src, _ in generate_pairs(70, seed=6)]
+    max_length = json.loads((tiny_workdir / "model_config.json").read_text())["max_length"]
+    monkeypatch.delenv("CT2_USE_MKL", raising=False)  # restored after the test
+
+    def choose(choice):
+        return serving_vs_ct2.choose_ct2_backend(ct2, sentences, choice, max_input_length=max_length,
+                                                 max_length=max_length)
+
+    chosen = choose("fastest")
+    probe = chosen["probe_ms"]
+    assert sorted(probe) == ["dnnl", "mkl"] and all(len(ms) == 2 and min(ms) > 0 for ms in probe.values())
+    assert chosen["backend"] == min(probe, key=lambda backend: sum(probe[backend]))
+    assert chosen["CT2_USE_MKL"] == serving_vs_ct2.CT2_BACKENDS[chosen["backend"]]
+    assert choose("mkl") == {"backend": "mkl", "how": "asked for", "probe_ms": None, "CT2_USE_MKL": "1"}
+    assert choose("library")["CT2_USE_MKL"] is None
+    monkeypatch.setenv("CT2_USE_MKL", "0")
+    assert choose("fastest") == {"backend": "dnnl", "how": "CT2_USE_MKL in the environment", "probe_ms": None,
+                                 "CT2_USE_MKL": None}
 
 
 @pytest.mark.parametrize("warm", [True, False])
