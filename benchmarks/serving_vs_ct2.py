@@ -128,7 +128,7 @@ print(json.dumps(best))
 """
 
 
-def choose_ct2_backend(path: Path, sentences: Sequence[str], choice: str, *, max_input_length: int,
+def choose_ct2_backend(path: Path | None, sentences: Sequence[str], choice: str, *, max_input_length: int,
                        max_length: int, extra_length: int = EXTRA_LENGTH) -> dict:
     """Which CTranslate2 backend the comparison should use:
     ``{"backend", "how", "probe_ms", "CT2_USE_MKL"}``, the last the value to
@@ -140,7 +140,8 @@ def choose_ct2_backend(path: Path, sentences: Sequence[str], choice: str, *, max
     (``max_input_length``, ``max_length``, ``extra_length``); ``"mkl"`` /
     ``"dnnl"`` take that one; ``"library"`` keeps CTranslate2's own default
     (Intel MKL on Intel CPUs, oneDNN on others). A ``CT2_USE_MKL`` already in
-    the environment decides instead."""
+    the environment decides instead. ``path``: the CTranslate2 model the
+    probe runs (only ``"fastest"`` reads it)."""
     if "CT2_USE_MKL" in os.environ:
         value = os.environ["CT2_USE_MKL"]
         chosen = {v: k for k, v in CT2_BACKENDS.items()}.get(value, f"CT2_USE_MKL={value}")
@@ -300,9 +301,10 @@ def main(argv=None) -> int:
     if _CHOSEN_ENV in os.environ:  # started by a run that chose the backend
         ct2_backend = {**json.loads(os.environ[_CHOSEN_ENV]), "CT2_USE_MKL": None}
     else:
+        probe = args.ct2_backend == "fastest" and "CT2_USE_MKL" not in os.environ
         with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_probe_") as tmp:
-            ct2_backend = choose_ct2_backend(export_ctranslate2(trained, Path(tmp) / "ct2"), sentences,
-                                             args.ct2_backend, **ct2_limits)
+            probe_model = export_ctranslate2(trained, Path(tmp) / "ct2") if probe else None
+            ct2_backend = choose_ct2_backend(probe_model, sentences, args.ct2_backend, **ct2_limits)
         if ct2_backend["CT2_USE_MKL"] is not None:
             print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
                   + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
