@@ -73,6 +73,17 @@ class DecodingSteps(NamedTuple):
     few_rows: Callable | None  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
 
 
+def step_signature(model) -> list:
+    """The input signature of ``model``'s decoding step (``DecodingSteps``'
+    ``step(token_ids, t, cache, source_padding)``) with a growing cache, in
+    the loops' own loose shapes: any rows and cache length."""
+    config = model.config
+    keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
+    cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
+             for _ in range(config.num_decoder_layers)]
+    return [tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32), cache, tf.TensorSpec([None, None], tf.bool)]
+
+
 class ConstantSteps:
     """A model's few-rows decoding step (at most ``kernels.FEW_ROWS`` rows)
     with the weights in the graph as constants: one ``tf.function``, made
@@ -135,16 +146,11 @@ class ConstantSteps:
         self.products = kernels.step_products() if products is None else products
         few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights, lanes=self.lanes,
                                               products=self.products)
-        # Loose shapes, the loops' own invariants: any rows and cache length.
-        keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
-        cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
-                 for _ in range(config.num_decoder_layers)]
 
         def constant_few_rows_step(token_ids, position, cache, source_padding):  # names the SavedModel's function
             return few_rows_step(token_ids, position, cache, source_padding)
 
-        self.few_rows = tf.function(constant_few_rows_step, input_signature=[
-            tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32), cache, tf.TensorSpec([None, None], tf.bool)])
+        self.few_rows = tf.function(constant_few_rows_step, input_signature=step_signature(model))
         self.nbytes = sum(leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray))
 
 
