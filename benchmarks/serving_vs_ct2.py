@@ -16,7 +16,7 @@ sentence) and batch 1 (the first ``--batch-1-sentences``). Each
 configuration first translates one batch untimed (tracing, caches).
 
 CTranslate2 computes its products with Intel MKL or oneDNN, chosen when it
-first translates (``CT2_USE_MKL``; its default, MKL on Intel CPUs, can be
+loads (``CT2_USE_MKL``; its default, MKL on Intel CPUs, can be
 several times slower than oneDNN there). By default (``--ct2-backend
 fastest``) a short greedy probe times each backend in a fresh interpreter
 (one sentence at a time and a batch of 64, ``PROBE_SENTENCES``) and the
@@ -99,83 +99,84 @@ BATCHES = (64, 1)
 EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
 # CTranslate2's CPU backends for its products, by the value of CT2_USE_MKL that selects them.
 CT2_BACKENDS = {"mkl": "1", "dnnl": "0"}
-PROBE_SENTENCES = 40  # translated one at a time, and 64 at once, by each backend's probe
+PROBE_SENTENCES = 40  # translated one at a time by each backend's probe (``probe_ct2``), then 64 at once
 
-# Run in a fresh interpreter (CTranslate2 reads CT2_USE_MKL once, at its first translation): the
-# probe's ms a sentence, greedy, one sentence at a time and then a batch of 64.
-_PROBE = """
-import json, os, sys, time
-import ctranslate2
-path, pieces, limits = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-translator = ctranslate2.Translator(path, device="cpu", inter_threads=1, intra_threads=os.cpu_count())
+def probe_ct2(path: str, sentences: str, limits: str) -> None:
+    """Prints a JSON list: greedy ms a sentence of the CTranslate2 model at
+    ``path`` by ``ct2_translators``, one sentence at a time over the first
+    ``PROBE_SENTENCES`` of ``sentences`` (JSON) and then all of them at once,
+    the faster of two passes each; ``limits``: JSON of ``ct2_translators``'
+    length limits. ``choose_ct2_backend`` runs it in a fresh interpreter,
+    under each backend."""
+    sentences = json.loads(sentences)
+    translate = ct2_translators(Path(path), beam=1, alpha=0.0, **json.loads(limits))["greedy"]
+    translate(sentences[:8])
+    best = []
+    for batches in ([[sentence] for sentence in sentences[:PROBE_SENTENCES]], [sentences]):
+        times = []
+        for _ in range(2):
+            start = time.perf_counter()
+            for batch in batches:
+                translate(batch)
+            times.append(time.perf_counter() - start)
+        best.append(1000 * min(times) / sum(len(batch) for batch in batches))
+    print(json.dumps(best))
 
-def translate(batch):
-    longest = min(max(len(p) for p in batch) + 1, limits["input"])
-    translator.translate_batch(batch, beam_size=1, max_batch_size=len(batch), max_input_length=limits["input"],
-                               max_decoding_length=min(longest + limits["extra"], limits["output"]))
 
-translate(pieces[:8])
-best = []
-for batches in ([[p] for p in pieces[:{one}]], [pieces]):
-    times = []
-    for _ in range(2):
-        start = time.perf_counter()
-        for batch in batches:
-            translate(batch)
-        times.append(time.perf_counter() - start)
-    best.append(1000 * min(times) / sum(len(batch) for batch in batches))
-print(json.dumps(best))
-"""
+def _fresh_env(**values: str) -> dict:
+    """The environment for a fresh interpreter that imports this checkout's
+    ``benchmarks``, with ``values`` set."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return {**os.environ, **values, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
 
 
 def choose_ct2_backend(path: Path | None, sentences: Sequence[str], choice: str, *, max_input_length: int,
-                       max_length: int, extra_length: int = EXTRA_LENGTH) -> dict:
-    """Which CTranslate2 backend the comparison should use:
-    ``{"backend", "how", "probe_ms", "CT2_USE_MKL"}``, the last the value to
-    run it with (``None``: as the process is). ``choice`` ``"fastest"``
-    times greedy decoding (one sentence at a time, then 64 at once) under
-    each of ``CT2_BACKENDS`` in a fresh interpreter and takes the one with
-    the least time a sentence summed over both (``probe_ms``: each
-    backend's two ms a sentence), decoding with ``ct2_translators``' limits
-    (``max_input_length``, ``max_length``, ``extra_length``); ``"mkl"`` /
-    ``"dnnl"`` take that one; ``"library"`` keeps CTranslate2's own default
-    (Intel MKL on Intel CPUs, oneDNN on others). A ``CT2_USE_MKL`` already in
-    the environment decides instead. ``path``: the CTranslate2 model the
-    probe runs (only ``"fastest"`` reads it)."""
+                       max_length: int, extra_length: int = EXTRA_LENGTH) -> tuple[dict, str | None]:
+    """Which CTranslate2 backend the comparison should use: ``(report,
+    value)``, ``report`` ``{"backend", "how", "probe_ms"}`` and ``value`` the
+    ``CT2_USE_MKL`` to run it with (``None``: as this process is).
+    ``choice`` ``"fastest"`` times greedy decoding (``probe_ct2``: one
+    sentence at a time, then 64 at once) under each of ``CT2_BACKENDS`` in
+    a fresh interpreter, with ``ct2_translators``' limits
+    (``max_input_length``, ``max_length``, ``extra_length``), and takes the
+    one with the least time a sentence summed over both (``probe_ms``: each
+    backend's two ms a sentence); ``"mkl"`` / ``"dnnl"`` take that one;
+    ``"library"`` keeps CTranslate2's own default (Intel MKL on Intel CPUs,
+    oneDNN on others). A ``CT2_USE_MKL`` already in the environment decides
+    instead. ``path``: the CTranslate2 model the probe runs (only
+    ``"fastest"`` reads it)."""
     if "CT2_USE_MKL" in os.environ:
         value = os.environ["CT2_USE_MKL"]
         chosen = {v: k for k, v in CT2_BACKENDS.items()}.get(value, f"CT2_USE_MKL={value}")
-        return {"backend": chosen, "how": "CT2_USE_MKL in the environment", "probe_ms": None, "CT2_USE_MKL": None}
+        return {"backend": chosen, "how": "CT2_USE_MKL in the environment", "probe_ms": None}, None
     if choice == "library":
-        return {"backend": "library", "how": "CTranslate2's default", "probe_ms": None, "CT2_USE_MKL": None}
+        return {"backend": "library", "how": "CTranslate2's default", "probe_ms": None}, None
     probe_ms = None
     if choice == "fastest":
-        pieces = spm_processors(path)[0].encode(list(sentences[:64]), out_type=str)
-        code = _PROBE.replace("{one}", str(PROBE_SENTENCES))
-        limits = json.dumps({"input": max_input_length, "output": max_length, "extra": extra_length})
+        code = "import sys; from benchmarks.serving_vs_ct2 import probe_ct2; probe_ct2(*sys.argv[1:])"
+        limits = json.dumps({"max_input_length": max_input_length, "max_length": max_length,
+                             "extra_length": extra_length})
         probe_ms = {}
         for backend, value in CT2_BACKENDS.items():
-            result = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(pieces), limits],
-                                    capture_output=True, text=True, env={**os.environ, "CT2_USE_MKL": value})
+            result = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(list(sentences[:64])), limits],
+                                    capture_output=True, text=True, env=_fresh_env(CT2_USE_MKL=value))
             if result.returncode:
                 raise RuntimeError(f"CTranslate2's probe with CT2_USE_MKL={value} failed: {result.stderr[-2000:]}")
             probe_ms[backend] = [round(ms, 2) for ms in json.loads(result.stdout.strip().splitlines()[-1])]
         choice = min(probe_ms, key=lambda backend: sum(probe_ms[backend]))
-    return {"backend": choice, "how": "timed, the faster" if probe_ms else "asked for", "probe_ms": probe_ms,
-            "CT2_USE_MKL": CT2_BACKENDS[choice]}
+    return ({"backend": choice, "how": "timed, the faster" if probe_ms else "asked for", "probe_ms": probe_ms},
+            CT2_BACKENDS[choice])
 
 
 # The backend a parent run chose, handed to the run it starts with CT2_USE_MKL set (JSON).
 _CHOSEN_ENV = "SERVING_VS_CT2_BACKEND"
 
 
-def rerun_with_backend(argv: Sequence[str], chosen: dict) -> int:
+def rerun_with_backend(argv: Sequence[str], chosen: dict, value: str) -> int:
     """This benchmark again, in a fresh interpreter with ``CT2_USE_MKL`` set
-    as ``chosen`` says (CTranslate2 reads it when it loads, and this process
-    has loaded it); its exit status."""
-    root = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "CT2_USE_MKL": chosen["CT2_USE_MKL"], _CHOSEN_ENV: json.dumps(chosen),
-           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    to ``value`` (CTranslate2 reads it when it loads, and this process has
+    loaded it) and told the ``chosen`` backend's report; its exit status."""
+    env = _fresh_env(CT2_USE_MKL=value, **{_CHOSEN_ENV: json.dumps(chosen)})
     return subprocess.run([sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env).returncode
 
 
@@ -299,18 +300,17 @@ def main(argv=None) -> int:
     max_length = trained.model.config.max_length
     ct2_limits = dict(max_input_length=min(trained.max_src_length, max_length), max_length=max_length)
     if _CHOSEN_ENV in os.environ:  # started by a run that chose the backend
-        ct2_backend = {**json.loads(os.environ[_CHOSEN_ENV]), "CT2_USE_MKL": None}
+        ct2_backend = json.loads(os.environ[_CHOSEN_ENV])
     else:
         probe = args.ct2_backend == "fastest" and "CT2_USE_MKL" not in os.environ
         with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_probe_") as tmp:
             probe_model = export_ctranslate2(trained, Path(tmp) / "ct2") if probe else None
-            ct2_backend = choose_ct2_backend(probe_model, sentences, args.ct2_backend, **ct2_limits)
-        if ct2_backend["CT2_USE_MKL"] is not None:
+            ct2_backend, value = choose_ct2_backend(probe_model, sentences, args.ct2_backend, **ct2_limits)
+        if value is not None:
             print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
                   + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
                      if ct2_backend["probe_ms"] else "") + "); timing in a fresh process with it", flush=True)
-            return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend)
-    ct2_backend.pop("CT2_USE_MKL")
+            return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend, value)
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
                                          xla=args.xla, step_lanes=args.step_lanes,
