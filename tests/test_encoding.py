@@ -45,12 +45,29 @@ def test_encode_gives_the_memory_of_the_model(variant):
     assert_same_memory(model, padded_sources(model.config, rows=3, length=20))
 
 
-def test_an_empty_source_row_is_zeroed_as_the_layer_zeroes_it():
+def test_an_empty_source_row_decodes_as_through_the_layers():
+    """A row of padding only has no token for the packed encoder: its memory
+    is finite values that no later layer reads (every key is masked, and the
+    cross-attention zeroes what such a row attends to, as the layer does).
+    Decoded, it gives what the paper's layers give (``static_shapes``:
+    ``model.encode`` and ``model.decode``)."""
     model = randomized_model(2)
     src = padded_sources(model.config, rows=3, length=5)
-    fast = kernels.encode(model, src).numpy()
-    reference = model.encode(src, training=False).numpy()
-    np.testing.assert_allclose(fast[1], reference[1], rtol=1e-5, atol=2e-5)
+    assert not src.numpy()[1].any()
+    assert np.isfinite(kernels.encode(model, src).numpy()).all()
+    tokens, scores = greedy_decode(model, src, max_length=4)
+    expected, expected_scores = greedy_decode(model, src, max_length=4, static_shapes=True)
+    np.testing.assert_array_equal(tokens.numpy(), expected.numpy())
+    np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), rtol=1e-5)
+
+
+def test_a_batch_of_padding_only_encodes():
+    """No real token at all, or no row: the packed encoder still runs."""
+    model = randomized_model(2)
+    encode = tf.function(lambda ids: kernels.encode(model, ids))
+    assert np.isfinite(encode(tf.zeros([2, 3], tf.int32)).numpy()).all()
+    assert encode(tf.zeros([0, 3], tf.int32)).shape == (0, 3, model.config.d_model)
+    assert encode(tf.zeros([2, 0], tf.int32)).shape == (2, 0, model.config.d_model)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
