@@ -44,6 +44,10 @@ def parse_args(argv=None):
                         help="that step's products: 1x1 convolutions or MatMul (default: what suits this "
                              "machine's TensorFlow, matmul where its oneDNN rewrites are on: by default on CPUs "
                              "with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; export for the server's CPU)")
+    parser.add_argument("--decode-parts", type=int, default=2, metavar="N",
+                        help="a batch of 8 decoding rows or more (sentences x beams) decodes as N parts side by "
+                             "side on the server's inter-op threads (default: 2; 1 for a server with one "
+                             "inter-op thread)")
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
     return args
@@ -58,8 +62,8 @@ def main(argv=None) -> int:
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
                                   alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
-                                  xla=args.xla, step_lanes=args.step_lanes,
-                                  step_products=args.step_products, progress=True)
+                                  xla=args.xla, step_lanes=args.step_lanes, step_products=args.step_products,
+                                  decode_parts=args.decode_parts, progress=True)
         print(path)
         return 0
 

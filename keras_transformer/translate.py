@@ -41,13 +41,78 @@ def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_le
     return greedy_decode(model, source_ids, extra_length=extra_length, **static)
 
 
+# A batch of at least PARTS_MIN_ROWS decoding rows (sentences × beams) decodes as DECODE_PARTS
+# parts side by side (``decode_in_parts``).
+DECODE_PARTS = 2
+PARTS_MIN_ROWS = 8
+
+
+def decode_in_parts(decode, source_ids, pad_id: int, parts: int = DECODE_PARTS, beam_size: int = 1):
+    """``decode(source_ids) → (tokens [batch, len], scores [batch])`` run as
+    ``parts`` independent decodes of a share of the sentences each, which
+    TensorFlow's executor runs side by side on its inter-op threads; the same
+    outputs, in the batch's order (a sentence decodes the same in any batch).
+
+    A decoding step of many rows is a chain of products of a few dozen rows,
+    which oneDNN runs on one thread each: on a CPU of two cores one decode
+    keeps one of them busy, two keep both. The sentences are sorted by
+    source length and dealt in turn, so that the parts end at about the same
+    step; each part's sources are cut to its longest. Batches of fewer than
+    ``PARTS_MIN_ROWS`` rows (``beam_size`` rows a sentence), or of fewer
+    sentences than parts, decode whole: a step of a few rows runs in lanes
+    of its own (``decoding.ConstantSteps``). One part (``parts=1``): one
+    decode, for a server that runs one inter-op thread. Dynamic shapes
+    only: an XLA decoder pads its batch to fixed sizes instead.
+
+    Pass ``decode`` as a ``tf.function`` of one input signature (``[None,
+    None]`` int32): a graph then holds the decoder once, called for each part.
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
+        >>> model.build()
+        >>> decode = tf.function(lambda ids: best_ids(model, ids, extra_length=3),
+        ...                      input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        >>> ids = tf.constant([[5, 6, 3], [7, 3, 0]] * 4)
+        >>> tokens, _ = decode_in_parts(decode, ids, model.config.pad_id)
+        >>> bool(tf.reduce_all(tokens == decode(ids)[0]))
+        True
+    """
+    if parts < 1:
+        raise ValueError(f"parts must be >= 1 (1: decode the batch whole), got {parts}.")
+    if parts == 1:
+        return decode(source_ids)
+    source_ids = tf.convert_to_tensor(source_ids)
+    rows = tf.shape(source_ids)[0]
+
+    def in_parts():
+        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
+        order = tf.argsort(lengths, stable=True)
+        shares = [order[i::parts] for i in range(parts)]  # [rows / parts] each, shortest first
+        outputs = [decode(tf.gather(source_ids, share)[:, :tf.reduce_max(tf.gather(lengths, share))])
+                   for share in shares]
+        width = tf.reduce_max(tf.stack([tf.shape(tokens)[1] for tokens, _ in outputs]))
+        tokens = tf.concat([tf.pad(tokens, [[0, 0], [0, width - tf.shape(tokens)[1]]], constant_values=pad_id)
+                            for tokens, _ in outputs], axis=0)
+        scores = tf.concat([scores for _, scores in outputs], axis=0)
+        back = tf.math.invert_permutation(tf.concat(shares, axis=0))  # each sentence's row in the parts
+        return tf.gather(tokens, back), tf.gather(scores, back)
+
+    def whole():
+        return decode(source_ids)
+
+    in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True})
+    return tf.cond(tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole)
+
+
 class Translator(tf.Module):
     """Batched translation of Python strings: greedy (``beam_size=1``) or beam
     search with length penalty ``alpha`` and stopping rule ``stopping``
     (``"heuristic"`` or ``"exact"``, see ``beam_search``).
 
-    The decoder is traced once per batch shape (``tf.function``), so
-    translating a file costs one trace for each distinct padded length.
+    The decoder is traced once, for batches of any shape (``tf.function``),
+    and a batch of many sentences decodes as ``decode_parts`` parts side by
+    side (``decode_in_parts``; 1: whole).
     ``jit_compile=True`` compiles the static-shape decoders with XLA instead:
     each batch is padded to ``batch_size`` rows and its source length to a
     multiple of ``length_bucket``, so a file costs one compilation per length
@@ -57,10 +122,13 @@ class Translator(tf.Module):
 
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_src_length: int | None = None,
                  extra_length: int = 50, beam_size: int = 1, alpha: float = 0.6,
-                 jit_compile: bool = False, length_bucket: int = 16, stopping: str = "heuristic"):
+                 jit_compile: bool = False, length_bucket: int = 16, stopping: str = "heuristic",
+                 decode_parts: int = DECODE_PARTS):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
+        if decode_parts < 1:
+            raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
         check_stopping(stopping)
         self.model = model
         self.src_tokenizer = src_tokenizer
@@ -70,8 +138,10 @@ class Translator(tf.Module):
         self.length_bucket = int(length_bucket)
         self._options = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping)
         self._compiled: dict[int, tf.types.experimental.GenericFunction] = {}
+        ids = [tf.TensorSpec([None, None], tf.int32)]
+        decode = tf.function(lambda ids: best_ids(model, ids, **self._options), input_signature=ids)
         self._decode_dynamic = tf.function(
-            lambda ids: best_ids(model, ids, **self._options), reduce_retracing=True)
+            lambda ids: decode_in_parts(decode, ids, model.config.pad_id, decode_parts, beam_size), input_signature=ids)
 
     @property
     def beam_size(self) -> int:
@@ -112,7 +182,7 @@ class Translator(tf.Module):
 
     def _decode(self, ids: tf.Tensor, batch_size: int):
         if not self.jit_compile:
-            return self._decode_dynamic(ids)
+            return self._decode_dynamic(tf.cast(ids, tf.int32))
         rows, length = ids.shape
         bucket = -(-length // self.length_bucket) * self.length_bucket
         padded = tf.pad(ids, [[0, batch_size - rows], [0, bucket - length]],

@@ -245,3 +245,71 @@ def test_banned_tokens_take_the_masked_value_and_the_others_keep_theirs():
     np.testing.assert_array_equal(ban_tokens(log_probs, [0, 2]).numpy(), expected)
     dynamic = tf.function(lambda x: ban_tokens(x, [0, 2]), input_signature=[tf.TensorSpec([None, None], tf.float32)])
     np.testing.assert_array_equal(dynamic(log_probs).numpy(), expected)
+
+
+def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
+    """``decode_in_parts``: from ``PARTS_MIN_ROWS`` decoding rows (sentences ×
+    beams) on, each part decodes every ``parts``-th sentence by source
+    length, cut to its own longest source; the outputs come back in the
+    batch's order, padded to one width. A probe decoder shows each row which
+    part it was in (its part's rows and width)."""
+    from keras_transformer.translate import PARTS_MIN_ROWS, decode_in_parts
+
+    pad = kt.PAD_ID
+    ids = tf.TensorSpec([None, None], tf.int32)
+
+    @tf.function(input_signature=[ids])
+    def probe(source_ids):  # tokens: [rows in the part, width of its sources, the source...]
+        rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        info = tf.stack([tf.fill([rows], rows), tf.fill([rows], width)], axis=1)
+        return tf.concat([info, source_ids], axis=1), tf.cast(tf.reduce_sum(source_ids, axis=1), tf.float32)
+
+    lengths = [5, 1, 4, 2, 3, 6, 2, 4, 1]  # 9 sentences of 1 to 6 tokens (the last EOS), padded to 8
+    source = np.zeros([9, 8], np.int32)
+    for i, n in enumerate(lengths):
+        source[i, :n] = np.arange(10 + i, 10 + i + n)
+        source[i, n - 1] = kt.EOS_ID
+    assert PARTS_MIN_ROWS <= 9
+    decode = tf.function(lambda s, parts, beam: decode_in_parts(probe, s, pad, parts, beam))
+    tokens, scores = decode(tf.constant(source), 2, 1)
+    tokens = tokens.numpy()
+    np.testing.assert_array_equal(scores.numpy(), source.sum(axis=1))  # each row's own, in order
+    order = np.argsort(lengths, kind="stable")
+    for part, width in ((order[0::2], 6), (order[1::2], 5)):  # shortest first, dealt in turn
+        np.testing.assert_array_equal(tokens[part, 0], len(part))
+        np.testing.assert_array_equal(tokens[part, 1], width)
+    assert tokens.shape == (9, 2 + 6)
+    for row, n in zip(range(9), lengths):
+        np.testing.assert_array_equal(tokens[row, 2:2 + n], source[row, :n])
+        assert np.all(tokens[row, 2 + n:] == pad)
+    three, _ = decode(tf.constant(source), 3, 1)
+    assert sorted(set(three.numpy()[:, 0])) == [3]
+    # Fewer rows than PARTS_MIN_ROWS, or fewer sentences than parts: the batch whole.
+    for rows, parts, beam in ((PARTS_MIN_ROWS - 1, 2, 1), (1, 2, 8), (3, 4, 4)):
+        whole, _ = decode(tf.constant(source[:rows]), parts, beam)
+        np.testing.assert_array_equal(whole.numpy()[:, :2], [[rows, 8]] * rows)
+    beams, _ = decode(tf.constant(source[:2]), 2, PARTS_MIN_ROWS // 2)  # 2 sentences of as many beams: parts
+    np.testing.assert_array_equal(beams.numpy()[:, 0], [1, 1])
+    assert decode_in_parts(probe, tf.constant(source), pad, parts=1)[0].shape == (9, 10)  # whole, uncut
+    with pytest.raises(ValueError, match="parts must be >= 1"):
+        decode_in_parts(probe, source, pad, parts=0)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
+    """Greedy and beam search of a batch in two parts: the same tokens and scores as the batch whole."""
+    from keras_transformer.translate import best_ids, decode_in_parts
+
+    rng = np.random.default_rng(beam)
+    source = np.zeros([11, 9], np.int32)
+    for row in source:
+        n = rng.integers(2, 10)
+        row[:n - 1] = rng.integers(4, 30, n - 1)
+        row[n - 1] = kt.EOS_ID
+    decode = tf.function(lambda s: best_ids(model, s, beam_size=beam, extra_length=4),
+                         input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    tokens, scores = tf.function(lambda s: decode_in_parts(decode, s, kt.PAD_ID, beam_size=beam))(source)
+    expected, expected_scores = decode(source)
+    assert tokens.shape == expected.shape
+    np.testing.assert_array_equal(tokens.numpy(), expected.numpy())
+    np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), rtol=1e-5, atol=1e-6)

@@ -256,6 +256,8 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
 
     names = _function_names(export_dir)
     assert sum("_constant_few_rows_step_" in name for name in names) == 1, names
+    # Each decoder once, whichever signatures and parts of a batch call it.
+    assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [1, 1], names
     monkeypatch.setattr(exporter, "CONSTANT_STEPS_MAX_BYTES", 0)
     plain = export_saved_model(workdir, tmp_path / "plain", beam_size=3)
     assert not [name for name in _function_names(plain) if "constant_" in name]
@@ -272,8 +274,8 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
 def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
     """The export's step for a few rows runs two lanes (each product in two
     shares of its kernel, the output layer's in ``OUTPUT_LANES``); ``step_lanes=1`` exports one, here with the other
-    kind of products (``step_products``), with the same translations; a lane
-    count below 1 and an unknown kind of products are refused in one line."""
+    kind of products (``step_products``) and batches decoded whole (``decode_parts=1``), with the same
+    translations; a lane or part count below 1 and an unknown kind of products are refused in one line."""
     import collections
 
     from export import saved_model as export_program
@@ -286,7 +288,8 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
         return ops["Conv2D"], ops["MatMul"]
 
     other = "conv" if kernels.step_products() == "matmul" else "matmul"
-    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1, step_products=other)
+    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1, step_products=other,
+                             decode_parts=1)
     (lanes_conv, lanes_matmul), (one_conv, one_matmul) = step_products(export_dir), step_products(one)
     # Two shares of each layer's products, OUTPUT_LANES of the output layer's.
     extra = kernels.OUTPUT_LANES - 2
@@ -295,7 +298,7 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
     else:
         assert lanes_matmul == 2 * one_conv + extra > 0 and lanes_conv == one_matmul == 0
     lanes, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
-    for batch in (SENTENCES, SENTENCES[:1]):
+    for batch in (SENTENCES, SENTENCES[:1], SENTENCES * 3):  # 9 sentences: in parts, or whole
         inputs = tf.constant(batch)
         for name in ("serving_default", "translate_greedy"):
             expected, got = single.signatures[name](inputs=inputs), lanes.signatures[name](inputs=inputs)
@@ -305,6 +308,8 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
         export_saved_model(workdir, tmp_path / "none", step_lanes=0)
     with pytest.raises(ValueError, match="step_products must be one of conv, matmul, got 'einsum'"):
         export_saved_model(workdir, tmp_path / "none", step_products="einsum")
+    with pytest.raises(ValueError, match="decode_parts must be >= 1"):
+        export_saved_model(workdir, tmp_path / "none", decode_parts=0)
     with pytest.raises(SystemExit) as exit_:
         export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), "--step-lanes", "0"])
     assert exit_.value.code == 2

@@ -40,3 +40,21 @@ def test_beam_stopping_rules_and_a_bad_rule(tiny_workdir):
     with pytest.raises(ValueError, match="stopping rule"):
         ExportedTranslator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=64,
                            stopping="patience")
+
+
+def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
+    """``decode_parts``: a batch of many sentences decodes in two parts by
+    default, in one with ``decode_parts=1``; the same translations, and each
+    as the sentence alone. Fewer than one part is refused."""
+    from keras_transformer import Workdir
+    from keras_transformer.translate import PARTS_MIN_ROWS, Translator
+
+    trained = Workdir(tiny_workdir).load()
+    sentences = ["the hungry boy sees 3 red cats", "a dog sleeps", "", "the farmer was happy",
+                 "yesterday a sad teacher gave an old book to the farmer because the farmer was happy"] * 2
+    assert len(sentences) >= PARTS_MIN_ROWS
+    parts = Translator.from_trained_model(trained).translate(sentences)
+    assert parts == Translator.from_trained_model(trained, decode_parts=1).translate(sentences)
+    assert parts == Translator.from_trained_model(trained).translate(sentences, batch_size=1)
+    with pytest.raises(ValueError, match="decode_parts must be >= 1"):
+        Translator.from_trained_model(trained, decode_parts=0)

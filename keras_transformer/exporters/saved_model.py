@@ -31,7 +31,7 @@ from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
 from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
                                             MarianSubwordTokenizer, write_marian_tokenizer_files)
-from keras_transformer.translate import best_ids
+from keras_transformer.translate import DECODE_PARTS, best_ids, decode_in_parts
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
 log = logging.getLogger(__name__)
@@ -105,10 +105,12 @@ class ExportedTranslator(tf.Module):
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None,
                  vocabulary_paths: dict[str, Path] | None = None, xla: bool = False,
-                 step_lanes: int | None = None, step_products: str | None = None):
+                 step_lanes: int | None = None, step_products: str | None = None, decode_parts: int = DECODE_PARTS):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+        if decode_parts < 1:
+            raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
         attach_model(self, model)
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
         supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
@@ -119,6 +121,10 @@ class ExportedTranslator(tf.Module):
         self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread(), lanes=step_lanes,
                                                          products=step_products)
                                            if supported and small else None)
+        # One decoder function for each beam size, made at its first use and called for each part of a
+        # batch (decode_in_parts): the SavedModel holds each decoder once.
+        self.__dict__["decoders"] = {}
+        self.decode_parts = int(decode_parts)
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
@@ -143,11 +149,23 @@ class ExportedTranslator(tf.Module):
         for name, path in sorted((vocabulary_paths or {}).items()):
             setattr(self, name.replace(".", "_"), tf.saved_model.Asset(str(path)))
 
+    def _decoder(self, beam_size: int):
+        """The decoder of ``beam_size`` as one ``tf.function`` (source ids → ids, scores)."""
+        if beam_size not in self.decoders:
+            derived = None if self.frozen_weights is None else self.frozen_weights.unread()
+
+            def decode(source_ids):
+                return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length,
+                                stopping=self.stopping, derived=derived, constant_steps=self.constant_steps)
+
+            decode.__name__ = "greedy" if beam_size == 1 else f"beam_{beam_size}"  # names the SavedModel's function
+            self.decoders[beam_size] = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        return self.decoders[beam_size]
+
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        derived = None if self.frozen_weights is None else self.frozen_weights.unread()
-        return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length, stopping=self.stopping,
-                        derived=derived, constant_steps=self.constant_steps)
+        return decode_in_parts(self._decoder(beam_size), source_ids, self.model.config.pad_id, self.decode_parts,
+                               beam_size)
 
     def _decode_xla(self, source_ids, beam_size=None):
         """``_decode`` by the static-shape decoders under XLA, on a batch padded
@@ -269,7 +287,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                        alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
                        xla: bool = False, step_lanes: int | None = None, step_products: str | None = None,
-                       progress: bool = False) -> Path:
+                       decode_parts: int = DECODE_PARTS, progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -300,6 +318,10 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
             AVX512_BF16, AVX_VNNI or AMX; ``TF_ENABLE_ONEDNN_OPTS``), else
             ``"conv"``. Each is several times slower at a sentence under
             the other setting: choose for the server's CPU.
+        decode_parts: a batch of eight decoding rows or more (sentences ×
+            beams) decodes as this many parts side by side, on the server's
+            inter-op threads (``translate.decode_in_parts``): by default
+            two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
     """
     out = Path(out)
@@ -308,6 +330,8 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     check_stopping(stopping)  # refused before the model is loaded
     if step_lanes is not None and step_lanes < 1:
         raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
+    if decode_parts < 1:
+        raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
     if step_products is not None and step_products not in kernels.PRODUCT_OPS:
         raise ValueError(f"step_products must be one of {', '.join(kernels.PRODUCT_OPS)}, got {step_products!r}.")
     if version is not None and version < 1:
@@ -331,7 +355,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                     max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
                     src_model_path=src_path, tgt_model_path=tgt_path,
                     vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla, step_lanes=step_lanes,
-                    step_products=step_products)
+                    step_products=step_products, decode_parts=decode_parts)
                 if module.constant_steps is not None:
                     log.info("decoding step for a few rows: %d lane(s), %s products (%s)",
                              module.constant_steps.lanes, module.constant_steps.products,
