@@ -61,8 +61,9 @@ def main(argv=None) -> int:
         from keras_transformer.exporters import export_saved_model
 
         path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
-                                  alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite, precision=args.precision,
-                                  xla=args.xla, step_lanes=args.step_lanes, step_products=args.step_products,
+                                  alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite,
+                                  precision=args.precision, xla=args.xla, step_lanes=args.step_lanes,
+                                  step_products=args.step_products,
                                   decode_parts=args.decode_parts, progress=True)
         print(path)
         return 0

@@ -53,11 +53,14 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int = DECODE_PARTS, 
     TensorFlow's executor runs side by side on its inter-op threads; the same
     outputs, in the batch's order (a sentence decodes the same in any batch).
 
-    A decoding step of many rows is a chain of products of a few dozen rows,
-    which oneDNN runs on one thread each: on a CPU of two cores one decode
-    keeps one of them busy, two keep both. The sentences are sorted by
-    source length and dealt in turn, so that the parts end at about the same
-    step; each part's sources are cut to its longest. Batches of fewer than
+    A decoding step of many rows is a chain of small ops, most of them on
+    one thread (oneDNN keeps a product whose operands fit in its L2 cache on
+    the calling thread), with little beside them for the executor to run: on
+    a CPU of two cores one decode leaves much of the second idle, two fill
+    it (``benchmarks/README.md``, with oneDNN's rewrites on and off). The
+    sentences are sorted by source length and dealt in turn, so that the
+    parts end at about the same step; each part's sources are cut to its
+    longest. Batches of fewer than
     ``PARTS_MIN_ROWS`` rows (``beam_size`` rows a sentence), or of fewer
     sentences than parts, decode whole: a step of a few rows runs in lanes
     of its own (``decoding.ConstantSteps``). One part (``parts=1``): one
@@ -138,10 +141,11 @@ class Translator(tf.Module):
         self.length_bucket = int(length_bucket)
         self._options = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping)
         self._compiled: dict[int, tf.types.experimental.GenericFunction] = {}
-        ids = [tf.TensorSpec([None, None], tf.int32)]
-        decode = tf.function(lambda ids: best_ids(model, ids, **self._options), input_signature=ids)
+        signature = [tf.TensorSpec([None, None], tf.int32)]  # any batch: one trace
+        decode = tf.function(lambda ids: best_ids(model, ids, **self._options), input_signature=signature)
         self._decode_dynamic = tf.function(
-            lambda ids: decode_in_parts(decode, ids, model.config.pad_id, decode_parts, beam_size), input_signature=ids)
+            lambda ids: decode_in_parts(decode, ids, model.config.pad_id, decode_parts, beam_size),
+            input_signature=signature)
 
     @property
     def beam_size(self) -> int:

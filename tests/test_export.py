@@ -278,7 +278,6 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
     translations; a lane or part count below 1 and an unknown kind of products are refused in one line."""
     import collections
 
-    from export import saved_model as export_program
     from keras_transformer import kernels
     from keras_transformer.exporters import export_saved_model
 
@@ -310,10 +309,23 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
         export_saved_model(workdir, tmp_path / "none", step_products="einsum")
     with pytest.raises(ValueError, match="decode_parts must be >= 1"):
         export_saved_model(workdir, tmp_path / "none", decode_parts=0)
+    _refused_in_one_line(workdir, tmp_path, capsys, ["--step-lanes", "0"],
+                         "step_lanes must be >= 1 (1: no lanes), got 0.")
+
+
+def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: str) -> None:
+    """``python -m export.saved_model`` with ``flags`` exits 2 with ``message`` as its one line and writes nothing."""
+    from export import saved_model as export_program
+
     with pytest.raises(SystemExit) as exit_:
-        export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), "--step-lanes", "0"])
+        export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), *flags])
     assert exit_.value.code == 2
     error = capsys.readouterr().err
-    assert error.strip().splitlines() == ["python -m export.saved_model: error: step_lanes must be >= 1 "
-                                          "(1: no lanes), got 0."], error
+    assert error.strip().splitlines() == [f"python -m export.saved_model: error: {message}"], error
     assert not (tmp_path / "none").exists()
+
+
+def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
+    """``--decode-parts 0``: one line naming the problem, before the model loads, and nothing written."""
+    _refused_in_one_line(workdir, tmp_path, capsys, ["--decode-parts", "0"],
+                         "decode_parts must be >= 1 (1: a batch decodes whole), got 0.")
