@@ -168,15 +168,19 @@ def choose_ct2_backend(path: Path | None, sentences: Sequence[str], choice: str,
             CT2_BACKENDS[choice])
 
 
-# The backend a parent run chose, handed to the run it starts with CT2_USE_MKL set (JSON).
+# The backend a parent run chose, handed to the run it starts with CT2_USE_MKL set (JSON), and the
+# CTranslate2 model its probe converted, if it probed.
 _CHOSEN_ENV = "SERVING_VS_CT2_BACKEND"
+_MODEL_ENV = "SERVING_VS_CT2_MODEL"
 
 
-def rerun_with_backend(argv: Sequence[str], chosen: dict, value: str) -> int:
+def rerun_with_backend(argv: Sequence[str], chosen: dict, value: str, model: Path | None = None) -> int:
     """This benchmark again, in a fresh interpreter with ``CT2_USE_MKL`` set
     to ``value`` (CTranslate2 reads it when it loads, and this process has
-    loaded it) and told the ``chosen`` backend's report; its exit status."""
-    env = _fresh_env(CT2_USE_MKL=value, **{_CHOSEN_ENV: json.dumps(chosen)})
+    loaded it) and told the ``chosen`` backend's report and the converted
+    ``model`` to time (``None``: it converts its own); its exit status."""
+    env = _fresh_env(CT2_USE_MKL=value, **{_CHOSEN_ENV: json.dumps(chosen)},
+                     **({} if model is None else {_MODEL_ENV: str(model)}))
     return subprocess.run([sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env).returncode
 
 
@@ -306,16 +310,17 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_probe_") as tmp:
             probe_model = export_ctranslate2(trained, Path(tmp) / "ct2") if probe else None
             ct2_backend, value = choose_ct2_backend(probe_model, sentences, args.ct2_backend, **ct2_limits)
-        if value is not None:
-            print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
-                  + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
-                     if ct2_backend["probe_ms"] else "") + "); timing in a fresh process with it", flush=True)
-            return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend, value)
+            if value is not None:  # the timed run, which takes the probe's conversion
+                print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
+                      + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
+                         if ct2_backend["probe_ms"] else "") + "); timing in a fresh process with it", flush=True)
+                return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend, value, probe_model)
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
         saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
                                          xla=args.xla, step_lanes=args.step_lanes,
                                          step_products=args.step_products)
-        ct2 = export_ctranslate2(trained, Path(tmp) / "ct2")
+        probed = os.environ.get(_MODEL_ENV)  # the conversion a parent run probed, or one of its own
+        ct2 = Path(probed) if probed else export_ctranslate2(trained, Path(tmp) / "ct2")
         print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']})", flush=True)
         signatures = signature_translators(saved_model)
 

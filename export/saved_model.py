@@ -44,7 +44,7 @@ def parse_args(argv=None):
                         help="that step's products: 1x1 convolutions or MatMul (default: what suits this "
                              "machine's TensorFlow, matmul where its oneDNN rewrites are on: by default on CPUs "
                              "with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; export for the server's CPU)")
-    parser.add_argument("--decode-parts", type=int, default=2, metavar="N",
+    parser.add_argument("--decode-parts", type=int, default=None, metavar="N",
                         help="a batch of 8 decoding rows or more (sentences x beams) decodes as N parts side by "
                              "side on the server's inter-op threads (default: 2; 1 for a server with one "
                              "inter-op thread)")

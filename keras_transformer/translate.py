@@ -47,7 +47,16 @@ DECODE_PARTS = 2
 PARTS_MIN_ROWS = 8
 
 
-def decode_in_parts(decode, source_ids, pad_id: int, parts: int = DECODE_PARTS, beam_size: int = 1):
+def check_decode_parts(parts: int | None) -> int:
+    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError`` that says so."""
+    if parts is None:
+        return DECODE_PARTS
+    if parts < 1:
+        raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {parts}.")
+    return int(parts)
+
+
+def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, beam_size: int = 1):
     """``decode(source_ids) → (tokens [batch, len], scores [batch])`` run as
     ``parts`` independent decodes of a share of the sentences each, which
     TensorFlow's executor runs side by side on its inter-op threads; the same
@@ -63,8 +72,9 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int = DECODE_PARTS, 
     longest. Batches of fewer than
     ``PARTS_MIN_ROWS`` rows (``beam_size`` rows a sentence), or of fewer
     sentences than parts, decode whole: a step of a few rows runs in lanes
-    of its own (``decoding.ConstantSteps``). One part (``parts=1``): one
-    decode, for a server that runs one inter-op thread. Dynamic shapes
+    of its own (``decoding.ConstantSteps``). ``parts``: by default
+    ``DECODE_PARTS``; 1: one decode, for a server that runs one inter-op
+    thread. Dynamic shapes
     only: an XLA decoder pads its batch to fixed sizes instead.
 
     Pass ``decode`` as a ``tf.function`` of one input signature (``[None,
@@ -81,8 +91,7 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int = DECODE_PARTS, 
         >>> bool(tf.reduce_all(tokens == decode(ids)[0]))
         True
     """
-    if parts < 1:
-        raise ValueError(f"parts must be >= 1 (1: decode the batch whole), got {parts}.")
+    parts = check_decode_parts(parts)
     if parts == 1:
         return decode(source_ids)
     source_ids = tf.convert_to_tensor(source_ids)
@@ -126,12 +135,11 @@ class Translator(tf.Module):
     def __init__(self, model, src_tokenizer, tgt_tokenizer, max_src_length: int | None = None,
                  extra_length: int = 50, beam_size: int = 1, alpha: float = 0.6,
                  jit_compile: bool = False, length_bucket: int = 16, stopping: str = "heuristic",
-                 decode_parts: int = DECODE_PARTS):
+                 decode_parts: int | None = None):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
-        if decode_parts < 1:
-            raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
+        decode_parts = check_decode_parts(decode_parts)
         check_stopping(stopping)
         self.model = model
         self.src_tokenizer = src_tokenizer

@@ -136,20 +136,24 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
 
 
 @pytest.mark.parametrize("xla", [False, pytest.param(True, marks=pytest.mark.slow)])  # XLA exports are slow
-def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path, xla):
+def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path, xla, monkeypatch):
     """Both engines, the SavedModel through the TF1 session loader, a baseline export
     and (``xla``) the SavedModel's XLA signatures translate the same sentences, strings
     in and out, greedy and beam at batch 64 and 1; greedy outputs agree (CTranslate2
     reproduces our greedy decoder, and XLA, the session and the baseline the graph's),
-    also with the export's products for a few rows chosen (``--step-products``)."""
+    also with the export's products for a few rows chosen (``--step-products``). As
+    the run a backend probe starts, it times the probe's conversion, converting none."""
     import json
 
     pytest.importorskip("ctranslate2")
     from benchmarks import serving_vs_ct2
     from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.exporters.ctranslate2 import export_ctranslate2
     from keras_transformer.exporters.saved_model import export_saved_model
 
     baseline = export_saved_model(tiny_workdir, tmp_path / "baseline", beam_size=2)
+    monkeypatch.setenv(serving_vs_ct2._MODEL_ENV, str(export_ctranslate2(tiny_workdir, tmp_path / "probed")))
+    monkeypatch.setattr(serving_vs_ct2, "export_ctranslate2", None)  # a second conversion would fail
 
     pairs = generate_pairs(12, seed=5)
     (tmp_path / "test.src").write_text("".join(f"{src}\n" for src, _ in pairs), encoding="utf-8")

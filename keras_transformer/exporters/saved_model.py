@@ -31,7 +31,7 @@ from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
 from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
                                             MarianSubwordTokenizer, write_marian_tokenizer_files)
-from keras_transformer.translate import DECODE_PARTS, best_ids, decode_in_parts
+from keras_transformer.translate import best_ids, check_decode_parts, decode_in_parts
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
 log = logging.getLogger(__name__)
@@ -105,12 +105,11 @@ class ExportedTranslator(tf.Module):
                  beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
                  src_model_path: Path | None = None, tgt_model_path: Path | None = None,
                  vocabulary_paths: dict[str, Path] | None = None, xla: bool = False,
-                 step_lanes: int | None = None, step_products: str | None = None, decode_parts: int = DECODE_PARTS):
+                 step_lanes: int | None = None, step_products: str | None = None, decode_parts: int | None = None):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-        if decode_parts < 1:
-            raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
+        decode_parts = check_decode_parts(decode_parts)
         attach_model(self, model)
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
         supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
@@ -124,7 +123,7 @@ class ExportedTranslator(tf.Module):
         # One decoder function for each beam size, made at its first use and called for each part of a
         # batch (decode_in_parts): the SavedModel holds each decoder once.
         self.__dict__["decoders"] = {}
-        self.decode_parts = int(decode_parts)
+        self.decode_parts = decode_parts
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
@@ -287,7 +286,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
                        alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
                        warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
                        xla: bool = False, step_lanes: int | None = None, step_products: str | None = None,
-                       decode_parts: int = DECODE_PARTS, progress: bool = False) -> Path:
+                       decode_parts: int | None = None, progress: bool = False) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -321,7 +320,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
         decode_parts: a batch of eight decoding rows or more (sentences ×
             beams) decodes as this many parts side by side, on the server's
             inter-op threads (``translate.decode_in_parts``): by default
-            two; 1 for a server with one inter-op thread.
+            ``DECODE_PARTS``, two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
     """
     out = Path(out)
@@ -330,8 +329,7 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
     check_stopping(stopping)  # refused before the model is loaded
     if step_lanes is not None and step_lanes < 1:
         raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
-    if decode_parts < 1:
-        raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {decode_parts}.")
+    check_decode_parts(decode_parts)
     if step_products is not None and step_products not in kernels.PRODUCT_OPS:
         raise ValueError(f"step_products must be one of {', '.join(kernels.PRODUCT_OPS)}, got {step_products!r}.")
     if version is not None and version < 1:

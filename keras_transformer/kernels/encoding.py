@@ -165,4 +165,4 @@ def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tenso
                                                             layer.outer), layer.ffn_norm)
     if weights.final_norm is not None:
         x = norm(x, weights.final_norm)
-    return tf.reshape(tf.gather(x, unpack), [rows, length, d_model])
+    return tf.gather(x, grid)  # [rows, len, d_model]
