@@ -60,17 +60,35 @@ def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]
         for steps in steps_list:
             # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
             greedy = tf.function(
-                lambda s, n=steps: greedy_decode(model, s, max_length=n, min_length=n, static_shapes=jit),
-                jit_compile=jit)
-            rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
-                         **timed_calls(fetch(greedy), ids, repeats=repeats)})
+                lambda s, n=steps: greedy_decode(
+                    model, s, max_length=n, min_length=n, static_shapes=jit
+                ),
+                jit_compile=jit,
+            )
+            rows.append(
+                {
+                    "decoder": "greedy",
+                    "batch": batch,
+                    "steps": steps,
+                    **timed_calls(fetch(greedy), ids, repeats=repeats),
+                }
+            )
         if beam > 1:
             steps = 64 if 64 in steps_list else steps_list[0]
-            search = tf.function(lambda s, n=steps: beam_search(model, s, beam_size=beam, max_length=n,
-                                                                min_length=n, static_shapes=jit),
-                                 jit_compile=jit)
-            rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
-                         **timed_calls(fetch(search), ids, repeats=repeats)})
+            search = tf.function(
+                lambda s, n=steps: beam_search(
+                    model, s, beam_size=beam, max_length=n, min_length=n, static_shapes=jit
+                ),
+                jit_compile=jit,
+            )
+            rows.append(
+                {
+                    "decoder": f"beam{beam}",
+                    "batch": batch,
+                    "steps": steps,
+                    **timed_calls(fetch(search), ids, repeats=repeats),
+                }
+            )
     return rows
 
 
@@ -94,41 +112,65 @@ def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int
     pieces = _IdPieces()
     rows = []
     with tempfile.TemporaryDirectory() as directory:
-        KerasTransformerConverter(model, pieces, pieces).convert(directory, quantization=quantization,
-                                                                 force=True)
-        translator = ctranslate2.Translator(directory, device="cpu", inter_threads=1,
-                                            intra_threads=os.cpu_count() or 1)
+        KerasTransformerConverter(model, pieces, pieces).convert(
+            directory, quantization=quantization, force=True
+        )
+        translator = ctranslate2.Translator(
+            directory, device="cpu", inter_threads=1, intra_threads=os.cpu_count() or 1
+        )
         for batch in batches:
             # CTranslate2 appends the source EOS itself (add_source_eos).
-            tokens = [[pieces.piece(int(i)) for i in row if i > 3] for row in DEFAULT.sources(batch)]
+            tokens = [
+                [pieces.piece(int(i)) for i in row if i > 3] for row in DEFAULT.sources(batch)
+            ]
 
             def run(k: int, n: int):
                 return lambda: translator.translate_batch(
-                    tokens, beam_size=k, max_batch_size=batch, max_input_length=0,
-                    min_decoding_length=n, max_decoding_length=n)
+                    tokens,
+                    beam_size=k,
+                    max_batch_size=batch,
+                    max_input_length=0,
+                    min_decoding_length=n,
+                    max_decoding_length=n,
+                )
 
             for steps in steps_list:
-                rows.append({"decoder": "greedy", "batch": batch, "steps": steps,
-                             **timed_calls(run(1, steps), repeats=repeats)})
+                rows.append(
+                    {
+                        "decoder": "greedy",
+                        "batch": batch,
+                        "steps": steps,
+                        **timed_calls(run(1, steps), repeats=repeats),
+                    }
+                )
             if beam > 1:
                 steps = 64 if 64 in steps_list else steps_list[0]
-                rows.append({"decoder": f"beam{beam}", "batch": batch, "steps": steps,
-                             **timed_calls(run(beam, steps), repeats=repeats)})
+                rows.append(
+                    {
+                        "decoder": f"beam{beam}",
+                        "batch": batch,
+                        "steps": steps,
+                        **timed_calls(run(beam, steps), repeats=repeats),
+                    }
+                )
     return rows
 
 
 def _keras_hub(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
     from benchmarks import keras_hub_reference
 
-    return keras_hub_reference.decode_rows(jit=jit, batches=batches, steps_list=steps_list, beam=beam,
-                                           repeats=repeats)
+    return keras_hub_reference.decode_rows(
+        jit=jit, batches=batches, steps_list=steps_list, beam=beam, repeats=repeats
+    )
 
 
 def run_system(system: str, batches, steps_list, beam: int, repeats: int) -> list[dict]:
     if system in ("ours", "ours-xla"):
         rows = _ours(system == "ours-xla", batches, steps_list, beam, repeats)
     elif system in ("ct2-fp32", "ct2-int8"):
-        rows = _ctranslate2("float32" if system == "ct2-fp32" else "int8", batches, steps_list, beam, repeats)
+        rows = _ctranslate2(
+            "float32" if system == "ct2-fp32" else "int8", batches, steps_list, beam, repeats
+        )
     elif system in ("keras-hub", "keras-hub-xla"):
         rows = _keras_hub(system == "keras-hub-xla", batches, steps_list, beam, repeats)
     else:
@@ -152,14 +194,18 @@ def versions() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
     parser.add_argument("--steps", type=int, nargs="+", default=[16, 64, 256])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 1])
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", default=None, help="write the report here too")
-    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # run one system in this process
+    parser.add_argument(
+        "--one", default=None, help=argparse.SUPPRESS
+    )  # run one system in this process
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_system(args.one, args.batch, args.steps, args.beam, args.repeats)))
@@ -167,11 +213,24 @@ def main(argv=None) -> int:
 
     rows = []
     for system in args.systems:
-        command = [sys.executable, "-m", "benchmarks.decode_speed", "--one", system, "--beam", str(args.beam),
-                   "--repeats", str(args.repeats), "--steps", *map(str, args.steps),
-                   "--batch", *map(str, args.batch)]
-        result = subprocess.run(command, capture_output=True, text=True,
-                                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.decode_speed",
+            "--one",
+            system,
+            "--beam",
+            str(args.beam),
+            "--repeats",
+            str(args.repeats),
+            "--steps",
+            *map(str, args.steps),
+            "--batch",
+            *map(str, args.batch),
+        ]
+        result = subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        )
         if result.returncode != 0:
             rows.append({"system": system, "error": result.stderr.strip()[-600:]})
             print(f"{system}: failed\n{result.stderr[-2000:]}", file=sys.stderr)
@@ -182,16 +241,24 @@ def main(argv=None) -> int:
         "benchmark": "decode_speed",
         "machine": {"platform": platform.platform()},  # the CPU: emit's "cpu" record
         "versions": versions(),
-        "workload": {**dataclasses.asdict(DEFAULT), "weights": "random (seed 0)", "repeats": args.repeats},
+        "workload": {
+            **dataclasses.asdict(DEFAULT),
+            "weights": "random (seed 0)",
+            "repeats": args.repeats,
+        },
         "results": rows,
     }
-    print(f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}")
+    print(
+        f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}"
+    )
     for row in rows:
         if "error" in row:
             print(f"{row['system']:<14} error: {row['error'][-200:]!r}")
             continue
-        print(f"{row['system']:<14} {row['decoder']:<7} {row['batch']:>5} {row['steps']:>5} "
-              f"{row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['ms_per_step']:>8.2f}")
+        print(
+            f"{row['system']:<14} {row['decoder']:<7} {row['batch']:>5} {row['steps']:>5} "
+            f"{row['median_s']:>9.3f} {row['min_s']:>8.3f} {row['ms_per_step']:>8.2f}"
+        )
     emit(report, args.json)
     return 0
 

@@ -33,10 +33,19 @@ from pathlib import Path
 from benchmarks.report import emit
 
 
-def stage(name: str, seconds: float, examples: int, src_tokens: int | None = None,
-          tgt_tokens: int | None = None) -> dict:
-    row = {"stage": name, "seconds": round(seconds, 3), "examples": examples,
-           "examples_per_second": round(examples / seconds, 1)}
+def stage(
+    name: str,
+    seconds: float,
+    examples: int,
+    src_tokens: int | None = None,
+    tgt_tokens: int | None = None,
+) -> dict:
+    row = {
+        "stage": name,
+        "seconds": round(seconds, 3),
+        "examples": examples,
+        "examples_per_second": round(examples / seconds, 1),
+    }
     if src_tokens is not None:
         row.update(src_tokens=src_tokens, tgt_tokens=tgt_tokens)
         row["src_tokens_per_second"] = round(src_tokens / seconds, 1)
@@ -45,8 +54,12 @@ def stage(name: str, seconds: float, examples: int, src_tokens: int | None = Non
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=1_000_000, help="generated pairs (without --src/--tgt)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=1_000_000, help="generated pairs (without --src/--tgt)"
+    )
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--tgt", type=Path, default=None)
     parser.add_argument("--vocab", type=int, default=8000)
@@ -61,8 +74,15 @@ def main(argv=None) -> int:
 
     import tensorflow as tf
 
-    from keras_transformer.data import (count_tokens, generate_pairs, make_dataset, pairs_from_list,
-                                        prepare_shards, read_text_file_pairs, sharded_dataset)
+    from keras_transformer.data import (
+        count_tokens,
+        generate_pairs,
+        make_dataset,
+        pairs_from_list,
+        prepare_shards,
+        read_text_file_pairs,
+        sharded_dataset,
+    )
     from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
 
     if args.src is None:
@@ -77,50 +97,87 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="input-pipeline-") as scratch:
         started = time.perf_counter()
-        sample = pairs[:args.tokenizer_sample]
-        src_path, _ = train_tokenizers([s for s, _ in sample], [t for _, t in sample], Path(scratch) / "spm",
-                                       vocab_size=args.vocab, shared=True)
+        sample = pairs[: args.tokenizer_sample]
+        src_path, _ = train_tokenizers(
+            [s for s, _ in sample],
+            [t for _, t in sample],
+            Path(scratch) / "spm",
+            vocab_size=args.vocab,
+            shared=True,
+        )
         tokenizer = SubwordTokenizer.from_file(src_path)
         tokenizer_seconds = time.perf_counter() - started
         dataset = pairs_from_list(pairs)
 
         started = time.perf_counter()
-        counts = count_tokens(make_dataset(dataset, tokenizer, tokenizer, **limits, **batching, cache=False))
-        results = [stage("text", time.perf_counter() - started, counts.sentences, counts.src_tokens,
-                         counts.tgt_tokens)]
+        counts = count_tokens(
+            make_dataset(dataset, tokenizer, tokenizer, **limits, **batching, cache=False)
+        )
+        results = [
+            stage(
+                "text",
+                time.perf_counter() - started,
+                counts.sentences,
+                counts.src_tokens,
+                counts.tgt_tokens,
+            )
+        ]
 
         started = time.perf_counter()
-        prepared = prepare_shards(dataset, tokenizer, tokenizer, Path(scratch) / "prepared", **limits,
-                                  examples_per_shard=args.examples_per_shard, seed=0)
+        prepared = prepare_shards(
+            dataset,
+            tokenizer,
+            tokenizer,
+            Path(scratch) / "prepared",
+            **limits,
+            examples_per_shard=args.examples_per_shard,
+            seed=0,
+        )
         results.append(stage("prepare", time.perf_counter() - started, prepared.examples))
 
         started = time.perf_counter()
         counts = count_tokens(sharded_dataset(prepared, **batching))
-        results.append(stage("shards", time.perf_counter() - started, counts.sentences, counts.src_tokens,
-                             counts.tgt_tokens))
+        results.append(
+            stage(
+                "shards",
+                time.perf_counter() - started,
+                counts.sentences,
+                counts.src_tokens,
+                counts.tgt_tokens,
+            )
+        )
         shard_bytes = sum(path.stat().st_size for path in prepared.paths)
 
-    print(f"{'stage':<8} {'seconds':>9} {'examples':>10} {'examples/s':>12} {'src tok/s':>12} "
-          f"{'tgt tok/s':>12}")
+    print(
+        f"{'stage':<8} {'seconds':>9} {'examples':>10} {'examples/s':>12} {'src tok/s':>12} "
+        f"{'tgt tok/s':>12}"
+    )
     for row in results:
-        tokens = "".join(f" {row[key]:>12,.0f}" if key in row else f" {'-':>12}"
-                         for key in ("src_tokens_per_second", "tgt_tokens_per_second"))
-        print(f"{row['stage']:<8} {row['seconds']:>9.2f} {row['examples']:>10,} "
-              f"{row['examples_per_second']:>12,.0f}{tokens}")
-    emit({
-        "benchmark": "input_pipeline",
-        "corpus": corpus,
-        "pairs": len(pairs),
-        "vocab": tokenizer.vocab_size,
-        "batch_tokens": args.batch_tokens,
-        "max_length": args.max_length,
-        "tokenizer_seconds": round(tokenizer_seconds, 1),
-        "shards": len(prepared.files),
-        "shard_megabytes": round(shard_bytes / 2**20, 1),
-        "dropped_too_long": prepared.dropped_too_long,
-        "tensorflow": tf.__version__,
-        "results": results,
-    }, args.json)
+        tokens = "".join(
+            f" {row[key]:>12,.0f}" if key in row else f" {'-':>12}"
+            for key in ("src_tokens_per_second", "tgt_tokens_per_second")
+        )
+        print(
+            f"{row['stage']:<8} {row['seconds']:>9.2f} {row['examples']:>10,} "
+            f"{row['examples_per_second']:>12,.0f}{tokens}"
+        )
+    emit(
+        {
+            "benchmark": "input_pipeline",
+            "corpus": corpus,
+            "pairs": len(pairs),
+            "vocab": tokenizer.vocab_size,
+            "batch_tokens": args.batch_tokens,
+            "max_length": args.max_length,
+            "tokenizer_seconds": round(tokenizer_seconds, 1),
+            "shards": len(prepared.files),
+            "shard_megabytes": round(shard_bytes / 2**20, 1),
+            "dropped_too_long": prepared.dropped_too_long,
+            "tensorflow": tf.__version__,
+            "results": results,
+        },
+        args.json,
+    )
     return 0
 
 

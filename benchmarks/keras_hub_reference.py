@@ -56,18 +56,27 @@ class KerasHubSeq2Seq(keras.Model):
         super().__init__(**kwargs)
         w = self.workload = workload
         self.embedding = keras_hub.layers.ReversibleEmbedding(
-            w.vocab, w.d_model, tie_weights=True,
-            embeddings_initializer=keras.initializers.RandomNormal(stddev=w.d_model ** -0.5),
-            name="shared_embedding")
+            w.vocab,
+            w.d_model,
+            tie_weights=True,
+            embeddings_initializer=keras.initializers.RandomNormal(stddev=w.d_model**-0.5),
+            name="shared_embedding",
+        )
         self.positions = keras_hub.layers.SinePositionEncoding(name="positions")
         self.source_dropout = keras.layers.Dropout(w.dropout, name="source_dropout")
         self.target_dropout = keras.layers.Dropout(w.dropout, name="target_dropout")
         self.encoder_layers = [
-            keras_hub.layers.TransformerEncoder(w.d_ff, w.heads, dropout=w.dropout, name=f"encoder_{i}")
-            for i in range(w.layers)]
+            keras_hub.layers.TransformerEncoder(
+                w.d_ff, w.heads, dropout=w.dropout, name=f"encoder_{i}"
+            )
+            for i in range(w.layers)
+        ]
         self.decoder_layers = [
-            keras_hub.layers.TransformerDecoder(w.d_ff, w.heads, dropout=w.dropout, name=f"decoder_{i}")
-            for i in range(w.layers)]
+            keras_hub.layers.TransformerDecoder(
+                w.d_ff, w.heads, dropout=w.dropout, name=f"decoder_{i}"
+            )
+            for i in range(w.layers)
+        ]
 
     def build_with_dummy(self) -> None:
         """Create every variable (the decoders only build cross-attention when called with memory)."""
@@ -98,18 +107,34 @@ class KerasHubSeq2Seq(keras.Model):
         memory, source_mask = self.encode(source_ids, training=training)
         x = self._embed(target_ids, self.target_dropout, training=training)
         for layer in self.decoder_layers:
-            x = layer(x, memory, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask,
-                      use_causal_mask=True, training=training)
+            x = layer(
+                x,
+                memory,
+                decoder_padding_mask=target_mask,
+                encoder_padding_mask=source_mask,
+                use_causal_mask=True,
+                training=training,
+            )
         return self.logits(x)
 
     def call(self, inputs, training=None):
         source_ids, target_ids = inputs
-        return self.forward(source_ids, target_ids, ops.not_equal(target_ids, kt.PAD_ID), training=training)
+        return self.forward(
+            source_ids, target_ids, ops.not_equal(target_ids, kt.PAD_ID), training=training
+        )
 
     # --- cached decoding --------------------------------------------------------------
 
-    def decoder_step(self, token_ids, position, memory, source_mask, self_caches, cross_caches,
-                     cross_update_index=None):
+    def decoder_step(
+        self,
+        token_ids,
+        position,
+        memory,
+        source_mask,
+        self_caches,
+        cross_caches,
+        cross_update_index=None,
+    ):
         """Hidden states ``[n, 1, d_model]`` for ``token_ids`` ``[n, 1]`` at ``position``, and the
         per-layer caches: self-attention written at ``position``; cross-attention projected
         from ``memory`` when ``cross_update_index`` is 0, reused as is when it is None."""
@@ -117,10 +142,15 @@ class KerasHubSeq2Seq(keras.Model):
         new_self, new_cross = [], []
         for layer, self_cache, cross_cache in zip(self.decoder_layers, self_caches, cross_caches):
             x, self_cache, cross_cache = layer(
-                x, memory, encoder_padding_mask=source_mask,
-                self_attention_cache=self_cache, self_attention_cache_update_index=position,
-                cross_attention_cache=cross_cache, cross_attention_cache_update_index=cross_update_index,
-                training=False)
+                x,
+                memory,
+                encoder_padding_mask=source_mask,
+                self_attention_cache=self_cache,
+                self_attention_cache_update_index=position,
+                cross_attention_cache=cross_cache,
+                cross_attention_cache_update_index=cross_update_index,
+                training=False,
+            )
             new_self.append(self_cache)
             new_cross.append(cross_cache)
         return x, tuple(new_self), tuple(new_cross)
@@ -135,12 +165,17 @@ class KerasHubSeq2Seq(keras.Model):
         w = self.workload
         n, source_length = ops.shape(memory)[0], ops.shape(memory)[1]
         head_dim = w.d_model // w.heads
-        self_caches = tuple(ops.zeros((n, 2, max_length, w.heads, head_dim), self.compute_dtype)
-                            for _ in self.decoder_layers)
-        cross_caches = tuple(ops.zeros((n, 2, source_length, w.heads, head_dim), self.compute_dtype)
-                             for _ in self.decoder_layers)
+        self_caches = tuple(
+            ops.zeros((n, 2, max_length, w.heads, head_dim), self.compute_dtype)
+            for _ in self.decoder_layers
+        )
+        cross_caches = tuple(
+            ops.zeros((n, 2, source_length, w.heads, head_dim), self.compute_dtype)
+            for _ in self.decoder_layers
+        )
         _, self_caches, cross_caches = self.decoder_step(
-            bos_ids, 0, memory, source_mask, self_caches, cross_caches, cross_update_index=0)
+            bos_ids, 0, memory, source_mask, self_caches, cross_caches, cross_update_index=0
+        )
         return self_caches, cross_caches
 
     def generate(self, source_ids, steps: int, sampler: keras_hub.samplers.Sampler):
@@ -159,13 +194,20 @@ class KerasHubSeq2Seq(keras.Model):
         self_caches, cross_caches = self.prefill(memory, source_mask, bos, steps + 1)
         beams = getattr(sampler, "num_beams", 1)
         if beams > 1:
-            memory, source_mask = ops.repeat(memory, beams, axis=0), ops.repeat(source_mask, beams, axis=0)
+            memory, source_mask = (
+                ops.repeat(memory, beams, axis=0),
+                ops.repeat(source_mask, beams, axis=0),
+            )
             cross_caches = tuple(ops.repeat(c, beams, axis=0) for c in cross_caches)
 
-        def next_logits(prompt, cache, index):  # keras-hub's `next` contract: (logits, hidden, cache)
+        def next_logits(
+            prompt, cache, index
+        ):  # keras-hub's `next` contract: (logits, hidden, cache)
             position = index - 1
             token = ops.slice(prompt, [0, position], [ops.shape(prompt)[0], 1])
-            hidden, cache, _ = self.decoder_step(token, position, memory, source_mask, cache, cross_caches)
+            hidden, cache, _ = self.decoder_step(
+                token, position, memory, source_mask, cache, cross_caches
+            )
             return ops.squeeze(self.logits(hidden), axis=1), ops.squeeze(hidden, axis=1), cache
 
         prompt = ops.concatenate([bos, ops.zeros((batch, steps), "int32")], axis=1)
@@ -190,7 +232,9 @@ def build_model(workload: Workload = DEFAULT, seed: int = 0) -> KerasHubSeq2Seq:
     return model
 
 
-def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Workload = DEFAULT) -> dict:
+def train_step_time(
+    jit: bool, steps: int, precision: str = "fp32", workload: Workload = DEFAULT
+) -> dict:
     """``model.fit`` ms/step (forward + backward + Adam), measured as train_speed.run_one does:
     3 warm-up steps, then the median of 5 runs of ``steps`` steps with the matmul peak
     measured around each (``timed_steps_and_peaks``).
@@ -203,8 +247,11 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     try:
         model = build_model(workload)
-        model.compile(optimizer=kt.paper_adam(d_model=workload.d_model),
-                      loss=kt.MaskedLabelSmoothedCrossEntropy(), jit_compile=jit)
+        model.compile(
+            optimizer=kt.paper_adam(d_model=workload.d_model),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(),
+            jit_compile=jit,
+        )
         source, target_in, target = workload.training_batch()
         dataset = tf.data.Dataset.from_tensors(((source, target_in), target)).repeat()
         model.fit(dataset, steps_per_epoch=3, epochs=1, verbose=0)  # trace + warm up
@@ -213,9 +260,15 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
         keras.config.set_dtype_policy(previous_policy)
     step = statistics.median(times)
     target_tokens = int((target != kt.PAD_ID).sum())
-    row = {"system": SYSTEM, "precision": precision, "xla": jit, "ms_per_step": 1000 * step,
-           "min_ms_per_step": 1000 * min(times), "target_tokens": target_tokens,
-           "target_tokens_per_s": target_tokens / step}
+    row = {
+        "system": SYSTEM,
+        "precision": precision,
+        "xla": jit,
+        "ms_per_step": 1000 * step,
+        "min_ms_per_step": 1000 * min(times),
+        "target_tokens": target_tokens,
+        "target_tokens_per_s": target_tokens / step,
+    }
     row.update(mfu_figures(workload.matmul_flops_per_step(), times, peaks))
     return row
 
@@ -223,11 +276,19 @@ def train_step_time(jit: bool, steps: int, precision: str = "fp32", workload: Wo
 def decode_function(model: KerasHubSeq2Seq, decoder: str, steps: int, xla: bool) -> Callable:
     """A ``tf.function`` (XLA when ``xla``) running encoder + cached sampler for ``steps`` tokens."""
     sampler = make_sampler(decoder)
-    return tf.function(lambda source_ids: model.generate(source_ids, steps, sampler), jit_compile=xla)
+    return tf.function(
+        lambda source_ids: model.generate(source_ids, steps, sampler), jit_compile=xla
+    )
 
 
-def decode_rows(jit: bool, batches=(64, 1), steps_list=(64,), beam: int = 4, repeats: int = 3,
-                workload: Workload = DEFAULT) -> list[dict]:
+def decode_rows(
+    jit: bool,
+    batches=(64, 1),
+    steps_list=(64,),
+    beam: int = 4,
+    repeats: int = 3,
+    workload: Workload = DEFAULT,
+) -> list[dict]:
     """Rows in decode_speed's convention: greedy for every ``steps_list`` entry, beam once
     per batch at 64 steps (else the first entry); warm-up, then median/min of ``repeats``
     calls with the ids fetched to host."""
@@ -241,24 +302,43 @@ def decode_rows(jit: bool, batches=(64, 1), steps_list=(64,), beam: int = 4, rep
         for decoder, steps in runs:
             function = decode_function(model, decoder, steps, jit)
             result = timed_calls(lambda s, f=function: f(s).numpy(), ids, repeats=repeats)
-            rows.append({"system": SYSTEM, "decoder": decoder, "batch": batch, "steps": steps, "xla": jit,
-                         **result, "ms_per_step": 1000 * result["median_s"] / steps})
+            rows.append(
+                {
+                    "system": SYSTEM,
+                    "decoder": decoder,
+                    "batch": batch,
+                    "steps": steps,
+                    "xla": jit,
+                    **result,
+                    "ms_per_step": 1000 * result["median_s"] / steps,
+                }
+            )
     return rows
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--part", required=True, choices=["train", "decode"])
     parser.add_argument("--jit", nargs="+", default=["off"], choices=["off", "on"])
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"], help="train only")
-    parser.add_argument("--steps", type=int, nargs="+", default=None,
-                        help="train: steps per timed run (one value, default 10); "
-                             "decode: generated tokens, greedy at each (default 64)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=None,
+        help="train: steps per timed run (one value, default 10); "
+        "decode: generated tokens, greedy at each (default 64)",
+    )
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 1], help="decode only")
     parser.add_argument("--beam", type=int, default=4, help="decode only; 1 = greedy only")
     parser.add_argument("--repeats", type=int, default=3, help="decode only")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny model and batch, to check the plumbing; timings are not results")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny model and batch, to check the plumbing; timings are not results",
+    )
     args = parser.parse_args(argv)
     workload = SMOKE if args.smoke else DEFAULT
     for jit in args.jit:
@@ -266,9 +346,19 @@ def main(argv=None) -> int:
             steps = args.steps[0] if args.steps else 10
             rows = [train_step_time(jit == "on", steps, args.precision, workload)]
         else:
-            batches = tuple(min(b, workload.batch) for b in args.batch) if args.smoke else tuple(args.batch)
-            rows = decode_rows(jit == "on", batches, tuple(args.steps or [64]), args.beam, args.repeats,
-                               workload=workload)
+            batches = (
+                tuple(min(b, workload.batch) for b in args.batch)
+                if args.smoke
+                else tuple(args.batch)
+            )
+            rows = decode_rows(
+                jit == "on",
+                batches,
+                tuple(args.steps or [64]),
+                args.beam,
+                args.repeats,
+                workload=workload,
+            )
         for row in rows:
             if args.smoke:
                 row["smoke"] = True

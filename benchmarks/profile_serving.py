@@ -38,8 +38,11 @@ from keras_transformer.decoding import greedy_decode
 def loop_body_ops(concrete) -> tuple[int, list[tuple[str, int]]]:
     """Nodes of the largest while-loop body in ``concrete``'s graph, and the
     ten most frequent op types there."""
-    bodies = [function for function in concrete.graph.as_graph_def().library.function
-              if "while_body" in function.signature.name]
+    bodies = [
+        function
+        for function in concrete.graph.as_graph_def().library.function
+        if "while_body" in function.signature.name
+    ]
     if not bodies:
         raise ValueError("no tf.while_loop body in the traced decoder")
     body = max(bodies, key=lambda function: len(function.node_def))
@@ -48,12 +51,16 @@ def loop_body_ops(concrete) -> tuple[int, list[tuple[str, int]]]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--workdir", required=True, type=Path)
     parser.add_argument("--src", required=True, type=Path)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--alpha", type=float, default=0.6)
-    parser.add_argument("--sentences", type=int, default=256, help="sentences at batch 64 (batch 1: a quarter)")
+    parser.add_argument(
+        "--sentences", type=int, default=256, help="sentences at batch 64 (batch 1: a quarter)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     trained = Workdir(args.workdir).check().load("fp32")
@@ -75,9 +82,17 @@ def main(argv=None) -> int:
         ops, common = loop_body_ops(function.get_concrete_function())
         for batch in (64, 1):
             subset = sentences if batch > 1 else sentences[: max(1, len(sentences) // 4)]
-            batches = [tf.cast(encode_sources(trained.src_tokenizer, tf.constant(subset[i:i + batch]),
-                                              trained.max_src_length).to_tensor(), tf.int32)
-                       for i in range(0, len(subset), batch)]
+            batches = [
+                tf.cast(
+                    encode_sources(
+                        trained.src_tokenizer,
+                        tf.constant(subset[i : i + batch]),
+                        trained.max_src_length,
+                    ).to_tensor(),
+                    tf.int32,
+                )
+                for i in range(0, len(subset), batch)
+            ]
             function(batches[0])  # warm up
             steps = tokens = 0
             started = time.perf_counter()
@@ -86,16 +101,38 @@ def main(argv=None) -> int:
                 steps += int(ran)
                 tokens += int(np.count_nonzero(out.numpy() != pad))
             seconds = time.perf_counter() - started
-            rows.append({"decoder": name, "batch": batch, "sentences": len(subset), "ops_per_step": ops,
-                         "common_ops": common, "steps": steps, "output_tokens": tokens,
-                         "steps_per_batch": round(steps / len(batches), 1),
-                         "ms_per_step": round(1000 * seconds / steps, 3),
-                         "us_per_op": round(1e6 * seconds / (steps * ops), 2), "seconds": round(seconds, 2)})
+            rows.append(
+                {
+                    "decoder": name,
+                    "batch": batch,
+                    "sentences": len(subset),
+                    "ops_per_step": ops,
+                    "common_ops": common,
+                    "steps": steps,
+                    "output_tokens": tokens,
+                    "steps_per_batch": round(steps / len(batches), 1),
+                    "ms_per_step": round(1000 * seconds / steps, 3),
+                    "us_per_op": round(1e6 * seconds / (steps * ops), 2),
+                    "seconds": round(seconds, 2),
+                }
+            )
             row = rows[-1]
-            print(f"{name:<7} batch {batch:>2}: {ops} ops a step, {row['steps_per_batch']} steps a batch, "
-                  f"{row['ms_per_step']} ms a step, {row['us_per_op']} µs an op", flush=True)
-    emit({"benchmark": "profile_serving", "workdir": str(args.workdir), "beam": args.beam, "alpha": args.alpha,
-          "tensorflow": tf.__version__, "results": rows}, args.json)
+            print(
+                f"{name:<7} batch {batch:>2}: {ops} ops a step, {row['steps_per_batch']} steps a batch, "
+                f"{row['ms_per_step']} ms a step, {row['us_per_op']} µs an op",
+                flush=True,
+            )
+    emit(
+        {
+            "benchmark": "profile_serving",
+            "workdir": str(args.workdir),
+            "beam": args.beam,
+            "alpha": args.alpha,
+            "tensorflow": tf.__version__,
+            "results": rows,
+        },
+        args.json,
+    )
     return 0
 
 

@@ -35,7 +35,10 @@ CATEGORIES = (  # first match wins; patterns are matched against the op type
     ("embedding gather/scatter", r"Gather|Scatter|UnsortedSegment|SparseSegment"),
     ("optimizer update", r"ApplyAdam|AssignSub|AssignAdd|AssignVariable|ReadVariable|Sqrt"),
     ("reductions", r"Sum|Max|Min|Prod|ArgMax|All|Any"),
-    ("layout (transpose/reshape/concat/pad/cast)", r"Transpose|Reshape|Concat|Pad|Cast|Slice|Tile|Pack|Unpack|Split|Squeeze|ExpandDims|Identity|Shape|Fill|Broadcast"),
+    (
+        "layout (transpose/reshape/concat/pad/cast)",
+        r"Transpose|Reshape|Concat|Pad|Cast|Slice|Tile|Pack|Unpack|Split|Squeeze|ExpandDims|Identity|Shape|Fill|Broadcast",
+    ),
     ("element-wise", r".*"),
 )
 
@@ -73,12 +76,19 @@ def categorize(op_type: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    parser.add_argument("--jit", action="store_true", help="XLA: the trace then shows one cluster op")
-    parser.add_argument("--serial", action="store_true",
-                        help="one op at a time (inter-op threads = 1): op times then add up to the "
-                             "wall time and each is that op's cost alone")
+    parser.add_argument(
+        "--jit", action="store_true", help="XLA: the trace then shows one cluster op"
+    )
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="one op at a time (inter-op threads = 1): op times then add up to the "
+        "wall time and each is that op's cost alone",
+    )
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--json", default=None)
@@ -97,7 +107,9 @@ def main(argv=None) -> int:
         # Wall time between step ends, as train_speed measures it (fit's tear-down excluded).
         [wall] = fit_step_times(model, dataset, args.steps, repeats=1)
         tf.profiler.experimental.stop()
-        totals, counts = op_breakdown(sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1])
+        totals, counts = op_breakdown(
+            sorted(glob.glob(f"{logdir}/**/*.xplane.pb", recursive=True))[-1]
+        )
 
     traced_steps = args.steps + 1  # fit_step_times runs one step more than it times
     per_step = {op: ps / 1e9 / traced_steps for op, ps in totals.items()}  # ms
@@ -105,17 +117,25 @@ def main(argv=None) -> int:
     by_category: dict[str, float] = collections.Counter()
     for op, ms in per_step.items():
         by_category[categorize(op)] += ms
-    print(f"wall {1000 * wall:.1f} ms/step; op time {total:.1f} ms/step (summed over executor threads)")
+    print(
+        f"wall {1000 * wall:.1f} ms/step; op time {total:.1f} ms/step (summed over executor threads)"
+    )
     print(f"\n{'category':<45} {'ms/step':>8} {'share':>6}")
     for category, ms in sorted(by_category.items(), key=lambda kv: -kv[1]):
         print(f"{category:<45} {ms:>8.1f} {ms / total:>6.1%}")
     print(f"\n{'op type':<32} {'ms/step':>8} {'share':>6} {'calls/step':>10}")
     for op, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"{op:<32} {ms:>8.2f} {ms / total:>6.1%} {counts[op] / traced_steps:>10.0f}")
-    report = {"benchmark": "profile_train_step", "precision": args.precision, "xla": args.jit,
-              "serial": args.serial,
-              "wall_ms_per_step": 1000 * wall, "op_ms_per_step": total,
-              "categories": dict(by_category), "ops": per_step}
+    report = {
+        "benchmark": "profile_train_step",
+        "precision": args.precision,
+        "xla": args.jit,
+        "serial": args.serial,
+        "wall_ms_per_step": 1000 * wall,
+        "op_ms_per_step": total,
+        "categories": dict(by_category),
+        "ops": per_step,
+    }
     emit(report, args.json)
     return 0
 

@@ -28,9 +28,9 @@ from benchmarks.report import emit
 from benchmarks.timing import fit_step_times
 from benchmarks.workload import matmul_flops
 
-TOKENS_PER_UPDATE = 25_000   # the paper: ~25k source and ~25k target tokens a batch
+TOKENS_PER_UPDATE = 25_000  # the paper: ~25k source and ~25k target tokens a batch
 UPDATES = 100_000
-AVERAGE_LENGTH = 28          # WMT14 En-De sentences in 37k BPE pieces, roughly: sets the attention term
+AVERAGE_LENGTH = 28  # WMT14 En-De sentences in 37k BPE pieces, roughly: sets the attention term
 # The paper's base run: 100k updates, 12 hours, 8 P100 GPUs (fp32 peak 10.6 TFLOP/s, SXM2).
 PAPER = {"updates": 100_000, "hours": 12.0, "devices": 8, "peak_tflops": 10.6}
 # Published dense peaks, TFLOP/s, in the precision `mixed_precision: auto` picks on them.
@@ -50,7 +50,9 @@ def paper_utilisation() -> float:
     import keras_transformer as kt
 
     config = kt.TransformerConfig.from_preset("base", vocab_size=37_000, share_embeddings=True)
-    total = PAPER["updates"] * matmul_flops(config, TOKENS_PER_UPDATE, TOKENS_PER_UPDATE, AVERAGE_LENGTH)
+    total = PAPER["updates"] * matmul_flops(
+        config, TOKENS_PER_UPDATE, TOKENS_PER_UPDATE, AVERAGE_LENGTH
+    )
     seconds = PAPER["hours"] * 3600 * PAPER["devices"]
     return total / seconds / (PAPER["peak_tflops"] * 1e12)
 
@@ -66,10 +68,13 @@ def measure(preset: str, vocab: int, batch: int, length: int, steps: int, precis
     choice = resolve_precision(precision)
     keras.utils.set_random_seed(0)
     keras.config.set_dtype_policy(dtype_policy(choice.precision))
-    config = kt.TransformerConfig.from_preset(preset, vocab_size=vocab, share_embeddings=True,
-                                              tie_embeddings=True)
+    config = kt.TransformerConfig.from_preset(
+        preset, vocab_size=vocab, share_embeddings=True, tie_embeddings=True
+    )
     model = kt.Transformer(config)
-    model.compile(optimizer=kt.paper_adam(d_model=config.d_model), loss=kt.MaskedLabelSmoothedCrossEntropy())
+    model.compile(
+        optimizer=kt.paper_adam(d_model=config.d_model), loss=kt.MaskedLabelSmoothedCrossEntropy()
+    )
     rng = np.random.default_rng(0)
     src = rng.integers(4, vocab, size=(batch, length)).astype(np.int32)
     tgt = rng.integers(4, vocab, size=(batch, length)).astype(np.int32)
@@ -79,26 +84,41 @@ def measure(preset: str, vocab: int, batch: int, length: int, steps: int, precis
     times = fit_step_times(model, dataset, steps, repeats=1)
     seconds = statistics.median(times)
     micro_flops = matmul_flops(config, batch * length, batch * length, length)
-    recipe_flops = UPDATES * matmul_flops(config, TOKENS_PER_UPDATE, TOKENS_PER_UPDATE, AVERAGE_LENGTH)
+    recipe_flops = UPDATES * matmul_flops(
+        config, TOKENS_PER_UPDATE, TOKENS_PER_UPDATE, AVERAGE_LENGTH
+    )
     utilisation = paper_utilisation()
     return {
-        "preset": preset, "vocab": vocab, "parameters": model.count_params(),
-        "precision": choice.precision, "precision_reason": choice.reason,
-        "micro_batch": [batch, length], "seconds_per_micro_batch": seconds,
-        "micro_batch_gflop": micro_flops / 1e9, "cpu_gflops_achieved": micro_flops / seconds / 1e9,
-        "recipe": {"tokens_per_update": TOKENS_PER_UPDATE, "updates": UPDATES,
-                   "pflop": recipe_flops / 1e15},
+        "preset": preset,
+        "vocab": vocab,
+        "parameters": model.count_params(),
+        "precision": choice.precision,
+        "precision_reason": choice.reason,
+        "micro_batch": [batch, length],
+        "seconds_per_micro_batch": seconds,
+        "micro_batch_gflop": micro_flops / 1e9,
+        "cpu_gflops_achieved": micro_flops / seconds / 1e9,
+        "recipe": {
+            "tokens_per_update": TOKENS_PER_UPDATE,
+            "updates": UPDATES,
+            "pflop": recipe_flops / 1e15,
+        },
         "cpu_seconds_per_update": seconds * recipe_flops / UPDATES / micro_flops,
         "cpu_days": seconds * recipe_flops / micro_flops / 86400,
         "paper_utilisation": utilisation,
-        "accelerator_hours": {name: recipe_flops / (peak * 1e12 * utilisation) / 3600
-                              for name, peak in ACCELERATORS.items()},
+        "accelerator_hours": {
+            name: recipe_flops / (peak * 1e12 * utilisation) / 3600
+            for name, peak in ACCELERATORS.items()
+        },
     }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.recipe_estimate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.recipe_estimate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--preset", default="base")
     parser.add_argument("--vocab", type=int, default=37_000)
     parser.add_argument("--batch", type=int, default=64)
@@ -108,13 +128,19 @@ def main(argv=None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     report = measure(args.preset, args.vocab, args.batch, args.length, args.steps, args.precision)
-    print(f"{args.preset}, vocabulary {args.vocab}, {report['parameters']:,} parameters, "
-          f"{report['precision']} ({report['precision_reason']})")
-    print(f"this CPU: {report['seconds_per_micro_batch']:.2f} s per {args.batch}x{args.length} micro-batch "
-          f"({report['cpu_gflops_achieved']:.0f} GFLOP/s): {report['cpu_seconds_per_update']:.0f} s per "
-          f"{TOKENS_PER_UPDATE:,}-token update, {report['cpu_days']:.0f} days for {UPDATES:,} updates")
-    print(f"| accelerator | published peak, TFLOP/s | hours for {UPDATES:,} updates at the paper's "
-          f"{100 * report['paper_utilisation']:.0f}% utilisation |")
+    print(
+        f"{args.preset}, vocabulary {args.vocab}, {report['parameters']:,} parameters, "
+        f"{report['precision']} ({report['precision_reason']})"
+    )
+    print(
+        f"this CPU: {report['seconds_per_micro_batch']:.2f} s per {args.batch}x{args.length} micro-batch "
+        f"({report['cpu_gflops_achieved']:.0f} GFLOP/s): {report['cpu_seconds_per_update']:.0f} s per "
+        f"{TOKENS_PER_UPDATE:,}-token update, {report['cpu_days']:.0f} days for {UPDATES:,} updates"
+    )
+    print(
+        f"| accelerator | published peak, TFLOP/s | hours for {UPDATES:,} updates at the paper's "
+        f"{100 * report['paper_utilisation']:.0f}% utilisation |"
+    )
     print("|---|---:|---:|")
     for name, hours in report["accelerator_hours"].items():
         print(f"| {name} | {ACCELERATORS[name]:.0f} | {hours:.1f} |")

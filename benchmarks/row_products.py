@@ -44,15 +44,27 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
     """``{name: (tf.function(x, steps) → x, products a step)}``."""
     rng = np.random.default_rng(0)
     # A layer's products: the fused query, key and value first (its first d_model columns go on).
-    layer_shapes = [(d_model, 3 * d_model), (d_model, d_model), (d_model, d_model), (d_model, d_model),
-                    (d_model, d_ff), (d_ff, d_model)]
-    kernels = [tf.Variable(rng.standard_normal(shape).astype(np.float32) * 0.05) for shape in layer_shapes * layers]
+    layer_shapes = [
+        (d_model, 3 * d_model),
+        (d_model, d_model),
+        (d_model, d_model),
+        (d_model, d_model),
+        (d_model, d_ff),
+        (d_ff, d_model),
+    ]
+    kernels = [
+        tf.Variable(rng.standard_normal(shape).astype(np.float32) * 0.05)
+        for shape in layer_shapes * layers
+    ]
     square = tf.Variable(rng.standard_normal((d_model, d_model)).astype(np.float32) * 0.05)
 
     def looped(body):
         @tf.function
         def run(x, steps):
-            return tf.while_loop(lambda i, x: i < steps, lambda i, x: (i + 1, body(x)), (tf.constant(0), x))[1]
+            return tf.while_loop(
+                lambda i, x: i < steps, lambda i, x: (i + 1, body(x)), (tf.constant(0), x)
+            )[1]
+
         return run
 
     def matmul(x, kernel):
@@ -67,6 +79,7 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
             for _ in range(CHAIN):
                 x = product(x, kernel)
             return x
+
         return body
 
     def add(x):
@@ -79,17 +92,26 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
             h = x
             for i, kernel in enumerate(kernels):
                 y = product(h, kernel.read_value())
-                h = y[:, :d_model] if i % len(layer_shapes) == 0 else y  # the query's third of the fused product
+                h = (
+                    y[:, :d_model] if i % len(layer_shapes) == 0 else y
+                )  # the query's third of the fused product
             return x + tf.reduce_mean(h) * 1e-6
+
         return body
 
-    return {"hot": (looped(hot(matmul)), CHAIN), "add": (looped(add), CHAIN),
-            "decoder": (looped(decoder(matmul)), len(kernels)),
-            "hot_conv": (looped(hot(conv)), CHAIN), "decoder_conv": (looped(decoder(conv)), len(kernels))}
+    return {
+        "hot": (looped(hot(matmul)), CHAIN),
+        "add": (looped(add), CHAIN),
+        "decoder": (looped(decoder(matmul)), len(kernels)),
+        "hot_conv": (looped(hot(conv)), CHAIN),
+        "decoder_conv": (looped(decoder(conv)), len(kernels)),
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_thread_arguments(parser)
     parser.add_argument("--rows", type=int, default=1, help="rows a product (sentences, or beams)")
     parser.add_argument("--d-model", type=int, default=192)
@@ -112,15 +134,33 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             run(x, tf.constant(STEPS)).numpy()
             fastest[name] = min(fastest[name], (time.perf_counter() - started) / STEPS)
-    results = {name: {"us_per_step": round(seconds * 1e6, 1), "nodes_per_step": nodes,
-                      "us_per_node": round(seconds * 1e6 / nodes, 2)}
-               for (name, (_, nodes)), seconds in zip(runs.items(), fastest.values())}
+    results = {
+        name: {
+            "us_per_step": round(seconds * 1e6, 1),
+            "nodes_per_step": nodes,
+            "us_per_node": round(seconds * 1e6 / nodes, 2),
+        }
+        for (name, (_, nodes)), seconds in zip(runs.items(), fastest.values())
+    }
     for name, result in results.items():
-        print(f"{name:12s} {result['us_per_step']:8.1f} µs a step, {result['us_per_node']:6.2f} µs each of "
-              f"{result['nodes_per_step']}")
-    emit({"benchmark": "row_products", "tensorflow": tf.__version__, "intra_op_threads": args.intra_op_threads,
-          "inter_op_threads": args.inter_op_threads, "rows": args.rows, "d_model": args.d_model, "d_ff": args.d_ff,
-          "layers": args.layers, "results": results}, args.json)
+        print(
+            f"{name:12s} {result['us_per_step']:8.1f} µs a step, {result['us_per_node']:6.2f} µs each of "
+            f"{result['nodes_per_step']}"
+        )
+    emit(
+        {
+            "benchmark": "row_products",
+            "tensorflow": tf.__version__,
+            "intra_op_threads": args.intra_op_threads,
+            "inter_op_threads": args.inter_op_threads,
+            "rows": args.rows,
+            "d_model": args.d_model,
+            "d_ff": args.d_ff,
+            "layers": args.layers,
+            "results": results,
+        },
+        args.json,
+    )
     return 0
 
 

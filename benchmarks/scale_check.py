@@ -36,14 +36,29 @@ from benchmarks.scale_corpus import CHECKOUT, default_source
 
 RSS_RATIO_TARGET = 1.3
 EXTRA_SECONDS_TARGET = 240
-CHECK_OVERRIDES = ("training.epochs=1", "training.steps_per_epoch=60", "training.max_minutes=null",
-                   "evaluation.bleu_sentences=0", "evaluation.max_sentences=20", "training.average_last=1")
+CHECK_OVERRIDES = (
+    "training.epochs=1",
+    "training.steps_per_epoch=60",
+    "training.max_minutes=null",
+    "evaluation.bleu_sentences=0",
+    "evaluation.max_sentences=20",
+    "training.average_last=1",
+)
 TOKENIZER_LOG = re.compile(r"trained tokenizers in ([0-9.]+)s")
 
 
 def check_command(data_dir: Path, workdir: Path) -> list[str]:
-    command = [sys.executable, "-m", "training.train", "--config", "multi30k", "--workdir", str(workdir),
-               "--set", f"data.dir={data_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "training.train",
+        "--config",
+        "multi30k",
+        "--workdir",
+        str(workdir),
+        "--set",
+        f"data.dir={data_dir}",
+    ]
     for override in CHECK_OVERRIDES:
         command += ["--set", override]
     return command
@@ -71,8 +86,13 @@ def measure(command: list[str], log_path: Path) -> dict:
 
     started = time.monotonic()
     with open(log_path, "wb") as log:
-        child = subprocess.Popen(command, cwd=CHECKOUT, stdout=log, stderr=subprocess.STDOUT,
-                                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+        child = subprocess.Popen(
+            command,
+            cwd=CHECKOUT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
         process = psutil.Process(child.pid)
         tree_peak = 0
         while True:
@@ -98,30 +118,47 @@ def corpus_facts(directory: Path) -> dict:
     src, tgt = directory / "train.src", directory / "train.tgt"
     with open(src, "rb") as handle:
         pairs = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b""))
-    return {"dir": str(directory), "train_pairs": pairs,
-            "train_mb": round((src.stat().st_size + tgt.stat().st_size) / 1e6, 1)}
+    return {
+        "dir": str(directory),
+        "train_pairs": pairs,
+        "train_mb": round((src.stat().st_size + tgt.stat().st_size) / 1e6, 1),
+    }
 
 
 def compare(small: dict, big: dict) -> dict:
     ratio = big["max_rss_mb"] / small["max_rss_mb"]
     extra = big["wall_seconds"] - small["wall_seconds"]
-    return {"rss_ratio": round(ratio, 3), "extra_wall_seconds": round(extra, 1),
-            "rss_target_met": ratio <= RSS_RATIO_TARGET, "wall_target_met": extra <= EXTRA_SECONDS_TARGET}
+    return {
+        "rss_ratio": round(ratio, 3),
+        "extra_wall_seconds": round(extra, 1),
+        "rss_target_met": ratio <= RSS_RATIO_TARGET,
+        "wall_target_met": extra <= EXTRA_SECONDS_TARGET,
+    }
 
 
 def table_row(report: dict) -> str:
     small, big, verdict = report["runs"]["small"], report["runs"]["big"], report["comparison"]
-    return (f"| {report['date']} | {report['corpora']['big']['train_pairs']:,} | "
-            f"{small['max_rss_mb']:,.0f} / {big['max_rss_mb']:,.0f} MB ({verdict['rss_ratio']:.2f}×) | "
-            f"{small['wall_seconds']:.0f} / {big['wall_seconds']:.0f} s (+{verdict['extra_wall_seconds']:.0f} s) | "
-            f"{small['tokenizer_seconds']} / {big['tokenizer_seconds']} s |")
+    return (
+        f"| {report['date']} | {report['corpora']['big']['train_pairs']:,} | "
+        f"{small['max_rss_mb']:,.0f} / {big['max_rss_mb']:,.0f} MB ({verdict['rss_ratio']:.2f}×) | "
+        f"{small['wall_seconds']:.0f} / {big['wall_seconds']:.0f} s (+{verdict['extra_wall_seconds']:.0f} s) | "
+        f"{small['tokenizer_seconds']} / {big['tokenizer_seconds']} s |"
+    )
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--big", type=Path, required=True, help="the large corpus (benchmarks.scale_corpus)")
-    parser.add_argument("--small", type=Path, default=None, help="default: the multi30k config's data.dir")
-    parser.add_argument("--workdirs", type=Path, default=None, help="where the runs go (default: a temp folder)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--big", type=Path, required=True, help="the large corpus (benchmarks.scale_corpus)"
+    )
+    parser.add_argument(
+        "--small", type=Path, default=None, help="default: the multi30k config's data.dir"
+    )
+    parser.add_argument(
+        "--workdirs", type=Path, default=None, help="where the runs go (default: a temp folder)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the runs' workdirs and logs")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -148,13 +185,20 @@ def main(argv=None) -> int:
         else:
             shutil.rmtree(base, ignore_errors=True)
     report = {
-        "benchmark": "scale_check", "date": datetime.date.today().isoformat(),
+        "benchmark": "scale_check",
+        "date": datetime.date.today().isoformat(),
         "command": " ".join(check_command(Path("DIR"), Path("W"))[1:]),
         "corpora": {"small": corpus_facts(small_dir), "big": corpus_facts(big_dir)},
-        "runs": runs, "comparison": compare(runs["small"], runs["big"]),
-        "targets": {"rss_ratio_max": RSS_RATIO_TARGET, "extra_wall_seconds_max": EXTRA_SECONDS_TARGET},
+        "runs": runs,
+        "comparison": compare(runs["small"], runs["big"]),
+        "targets": {
+            "rss_ratio_max": RSS_RATIO_TARGET,
+            "extra_wall_seconds_max": EXTRA_SECONDS_TARGET,
+        },
     }
-    print("| date | big corpus pairs | peak RSS, Multi30k / big | wall, Multi30k / big | tokenizers, Multi30k / big |")
+    print(
+        "| date | big corpus pairs | peak RSS, Multi30k / big | wall, Multi30k / big | tokenizers, Multi30k / big |"
+    )
     print(table_row(report))
     from benchmarks.report import emit
 

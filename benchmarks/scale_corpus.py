@@ -30,7 +30,9 @@ CHUNK = 100_000  # pairs generated and written at a time
 
 
 def default_source() -> Path:
-    config = yaml.safe_load((CHECKOUT / "training" / "configs" / "multi30k.yaml").read_text(encoding="utf-8"))
+    config = yaml.safe_load(
+        (CHECKOUT / "training" / "configs" / "multi30k.yaml").read_text(encoding="utf-8")
+    )
     return (CHECKOUT / config["data"]["dir"]).resolve()
 
 
@@ -54,7 +56,7 @@ def recombined_pairs(src_words: list[list[str]], tgt_words: list[list[str]], cou
             sides = []
             for words in (src_words, tgt_words):
                 head, tail = words[a], words[b]
-                joined = head[: round(cut * len(head))] + tail[round(cut * len(tail)):]
+                joined = head[: round(cut * len(head))] + tail[round(cut * len(tail)) :]
                 sides.append(" ".join(joined) if joined else " ".join(head))
             chunk.append((sides[0], sides[1]))
         made += len(chunk)
@@ -70,8 +72,10 @@ def generate(out_dir: Path, pairs: int, seed: int, source: Path) -> dict:
         raise ValueError(f"{source}/train.src and train.tgt must be non-empty and aligned.")
     staging = staging_directory(out_dir)
     try:
-        with open(staging / "train.src", "w", encoding="utf-8") as src, \
-                open(staging / "train.tgt", "w", encoding="utf-8") as tgt:
+        with (
+            open(staging / "train.src", "w", encoding="utf-8") as src,
+            open(staging / "train.tgt", "w", encoding="utf-8") as tgt,
+        ):
             for chunk in recombined_pairs(src_words, tgt_words, pairs, seed):
                 src.write("".join(s + "\n" for s, _ in chunk))
                 tgt.write("".join(t + "\n" for _, t in chunk))
@@ -83,17 +87,25 @@ def generate(out_dir: Path, pairs: int, seed: int, source: Path) -> dict:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return {"pairs": pairs, "seed": seed, "source": str(source),
-            "train_src_bytes": (out_dir / "train.src").stat().st_size,
-            "train_tgt_bytes": (out_dir / "train.tgt").stat().st_size}
+    return {
+        "pairs": pairs,
+        "seed": seed,
+        "source": str(source),
+        "train_src_bytes": (out_dir / "train.src").stat().st_size,
+        "train_tgt_bytes": (out_dir / "train.tgt").stat().st_size,
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--pairs", type=int, default=4_500_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--source", type=Path, default=None, help="folder with train/valid/test .src/.tgt")
+    parser.add_argument(
+        "--source", type=Path, default=None, help="folder with train/valid/test .src/.tgt"
+    )
     args = parser.parse_args(argv)
     source = args.source or default_source()
     if args.pairs < 1:
@@ -102,10 +114,14 @@ def main(argv=None) -> int:
         parser.error(f"--source {source} has no train.src.")
     out_dir = args.out_dir.resolve()
     if out_dir == CHECKOUT or CHECKOUT in out_dir.parents:
-        parser.error(f"{out_dir} is inside the checkout; write the corpus elsewhere (e.g. /tmp/big_corpus).")
+        parser.error(
+            f"{out_dir} is inside the checkout; write the corpus elsewhere (e.g. /tmp/big_corpus)."
+        )
     report = generate(out_dir, args.pairs, args.seed, source)
-    print(f"wrote {args.pairs:,} pairs to {out_dir} ({report['train_src_bytes'] / 1e6:.0f} MB source, "
-          f"{report['train_tgt_bytes'] / 1e6:.0f} MB target)")
+    print(
+        f"wrote {args.pairs:,} pairs to {out_dir} ({report['train_src_bytes'] / 1e6:.0f} MB source, "
+        f"{report['train_tgt_bytes'] / 1e6:.0f} MB target)"
+    )
     return 0
 
 

@@ -31,15 +31,23 @@ import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the Sa
 from benchmarks.report import emit
 
 
-def spm_processors(directory: Path) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
+def spm_processors(
+    directory: Path,
+) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
     """The (source, target) SentencePiece models an export ships in ``directory``
     (a SavedModel's ``assets``, a CTranslate2 folder): ``spm_shared.model``, or
     ``spm_src.model`` and ``spm_tgt.model``."""
     shared = directory / "spm_shared.model"
-    source, target = (shared, shared) if shared.exists() else (directory / "spm_src.model", directory / "spm_tgt.model")
+    source, target = (
+        (shared, shared)
+        if shared.exists()
+        else (directory / "spm_src.model", directory / "spm_tgt.model")
+    )
     if not (source.exists() and target.exists()):
         raise ValueError(f"No SentencePiece model in {directory}: is it an export of ours?")
-    return spm.SentencePieceProcessor(model_file=str(source)), spm.SentencePieceProcessor(model_file=str(target))
+    return spm.SentencePieceProcessor(model_file=str(source)), spm.SentencePieceProcessor(
+        model_file=str(target)
+    )
 
 
 def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str], batch: int):
@@ -49,7 +57,7 @@ def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str],
     outputs: list[str] = []
     started = time.perf_counter()
     for start in range(0, len(sentences), batch):
-        outputs += translate(list(sentences[start:start + batch]))
+        outputs += translate(list(sentences[start : start + batch]))
     return outputs, time.perf_counter() - started
 
 
@@ -61,14 +69,24 @@ def signature_translators(path: Path) -> dict[str, Callable[[list[str]], list[st
 
     def call(signature):
         def translate(batch: list[str]) -> list[str]:
-            return [text.decode("utf-8") for text in signature(inputs=tf.constant(batch))["translations"].numpy()]
+            return [
+                text.decode("utf-8")
+                for text in signature(inputs=tf.constant(batch))["translations"].numpy()
+            ]
+
         return translate
 
-    translators = {"greedy": call(model.signatures["translate_greedy"]),
-                   f"beam{beam}": call(model.signatures["serving_default"])}
+    translators = {
+        "greedy": call(model.signatures["translate_greedy"]),
+        f"beam{beam}": call(model.signatures["serving_default"]),
+    }
     if "translate_xla" in model.signatures:  # an export with xla=True
-        translators.update({"greedy_xla": call(model.signatures["translate_greedy_xla"]),
-                            f"beam{beam}_xla": call(model.signatures["translate_xla"])})
+        translators.update(
+            {
+                "greedy_xla": call(model.signatures["translate_greedy_xla"]),
+                f"beam{beam}_xla": call(model.signatures["translate_xla"]),
+            }
+        )
     return translators
 
 
@@ -87,25 +105,39 @@ def session_translators(path: Path, beam: int) -> dict[str, Callable[[list[str]]
     def call(name):
         signature = meta.signature_def[name]
         (source,) = signature.inputs.values()
-        run = session.make_callable(signature.outputs["translations"].name, [graph.get_tensor_by_name(source.name)])
+        run = session.make_callable(
+            signature.outputs["translations"].name, [graph.get_tensor_by_name(source.name)]
+        )
 
         def translate(batch: list[str]) -> list[str]:
             return [text.decode("utf-8") for text in run(np.array(batch, dtype=object))]
+
         return translate
 
     return {"greedy": call("translate_greedy"), f"beam{beam}": call("serving_default")}
 
 
-def saved_model_rows(path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp) -> list[dict]:
+def saved_model_rows(
+    path: Path, sentences: list[str], batch_1_sentences: int, tgt_sp
+) -> list[dict]:
     rows = []
     for name, translate in signature_translators(path).items():
         for batch in (1, 64):
             subset = sentences[:batch_1_sentences] if batch == 1 else sentences
             outputs, seconds = timed(translate, subset, batch)
             tokens = sum(len(tgt_sp.encode(text)) + 1 for text in outputs)
-            rows.append({"artifact": "saved_model", "decoder": name, "batch": batch, "sentences": len(subset),
-                         "seconds": seconds, "sentences_per_s": len(subset) / seconds,
-                         "tokens_per_s": tokens / seconds, "ms_per_sentence": 1000 * seconds / len(subset)})
+            rows.append(
+                {
+                    "artifact": "saved_model",
+                    "decoder": name,
+                    "batch": batch,
+                    "sentences": len(subset),
+                    "seconds": seconds,
+                    "sentences_per_s": len(subset) / seconds,
+                    "tokens_per_s": tokens / seconds,
+                    "ms_per_sentence": 1000 * seconds / len(subset),
+                }
+            )
     return rows
 
 
@@ -127,32 +159,61 @@ def tflite_row(path: Path, sentences: list[str], src_sp) -> dict:
         out = runner(source_ids=row[np.newaxis])["target_ids"][0]
         tokens += int(np.count_nonzero(out))
     seconds = time.perf_counter() - started
-    return {"artifact": "tflite", "decoder": "greedy", "batch": 1, "sentences": len(sentences),
-            "seconds": seconds, "sentences_per_s": len(sentences) / seconds, "tokens_per_s": tokens / seconds,
-            "ms_per_sentence": 1000 * seconds / len(sentences), "size_mb": path.stat().st_size / 1e6}
+    return {
+        "artifact": "tflite",
+        "decoder": "greedy",
+        "batch": 1,
+        "sentences": len(sentences),
+        "seconds": seconds,
+        "sentences_per_s": len(sentences) / seconds,
+        "tokens_per_s": tokens / seconds,
+        "ms_per_sentence": 1000 * seconds / len(sentences),
+        "size_mb": path.stat().st_size / 1e6,
+    }
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--saved-model", required=True, type=Path, help="export version folder (EXPORT/1)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--saved-model", required=True, type=Path, help="export version folder (EXPORT/1)"
+    )
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
-    parser.add_argument("--tflite", type=Path, default=None, help="a .tflite from python -m export.tflite")
-    parser.add_argument("--batch-1-sentences", type=int, default=100,
-                        help="sentences translated one at a time (the batch-64 runs use all)")
+    parser.add_argument(
+        "--tflite", type=Path, default=None, help="a .tflite from python -m export.tflite"
+    )
+    parser.add_argument(
+        "--batch-1-sentences",
+        type=int,
+        default=100,
+        help="sentences translated one at a time (the batch-64 runs use all)",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    sentences = [line.strip() for line in args.src.read_text(encoding="utf-8").splitlines() if line.strip()]
+    sentences = [
+        line.strip() for line in args.src.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     src_sp, tgt_sp = spm_processors(args.saved_model / "assets")
     rows = saved_model_rows(args.saved_model, sentences, args.batch_1_sentences, tgt_sp)
     if args.tflite:
         rows.append(tflite_row(args.tflite, sentences[: args.batch_1_sentences], src_sp))
-    report = {"benchmark": "serving_speed", "saved_model": str(args.saved_model), "src": str(args.src),
-              "machine": {"platform": platform.platform()},  # the CPU: emit's "cpu" record
-              "tensorflow": tf.__version__, "results": rows}
-    print(f"{'artifact':<12} {'decoder':<7} {'batch':>5} {'sentences':>9} {'sent/s':>8} {'tokens/s':>9} {'ms/sent':>8}")
+    report = {
+        "benchmark": "serving_speed",
+        "saved_model": str(args.saved_model),
+        "src": str(args.src),
+        "machine": {"platform": platform.platform()},  # the CPU: emit's "cpu" record
+        "tensorflow": tf.__version__,
+        "results": rows,
+    }
+    print(
+        f"{'artifact':<12} {'decoder':<7} {'batch':>5} {'sentences':>9} {'sent/s':>8} {'tokens/s':>9} {'ms/sent':>8}"
+    )
     for row in rows:
-        print(f"{row['artifact']:<12} {row['decoder']:<7} {row['batch']:>5} {row['sentences']:>9} "
-              f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>9.0f} {row['ms_per_sentence']:>8.1f}")
+        print(
+            f"{row['artifact']:<12} {row['decoder']:<7} {row['batch']:>5} {row['sentences']:>9} "
+            f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>9.0f} {row['ms_per_sentence']:>8.1f}"
+        )
     emit(report, args.json)
     return 0
 

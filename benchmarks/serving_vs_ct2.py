@@ -89,7 +89,12 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
 from benchmarks.report import emit
-from benchmarks.serving_speed import session_translators, signature_translators, spm_processors, timed
+from benchmarks.serving_speed import (
+    session_translators,
+    signature_translators,
+    spm_processors,
+    timed,
+)
 from benchmarks.timing import add_thread_arguments, set_thread_pools
 from keras_transformer import Workdir, kernels
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
@@ -99,7 +104,10 @@ BATCHES = (64, 1)
 EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
 # CTranslate2's CPU backends for its products, by the value of CT2_USE_MKL that selects them.
 CT2_BACKENDS = {"mkl": "1", "dnnl": "0"}
-PROBE_SENTENCES = 40  # translated one at a time by each backend's probe (``probe_ct2``), then 64 at once
+PROBE_SENTENCES = (
+    40  # translated one at a time by each backend's probe (``probe_ct2``), then 64 at once
+)
+
 
 def probe_ct2(path: str, sentences: str, limits: str) -> None:
     """Prints a JSON list: greedy ms a sentence of the CTranslate2 model at
@@ -127,11 +135,22 @@ def _fresh_env(**values: str) -> dict:
     """The environment for a fresh interpreter that imports this checkout's
     ``benchmarks``, with ``values`` set."""
     root = str(Path(__file__).resolve().parent.parent)
-    return {**os.environ, **values, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        **values,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
 
 
-def choose_ct2_backend(path: Path | None, sentences: Sequence[str], choice: str, *, max_input_length: int,
-                       max_length: int, extra_length: int = EXTRA_LENGTH) -> tuple[dict, str | None]:
+def choose_ct2_backend(
+    path: Path | None,
+    sentences: Sequence[str],
+    choice: str,
+    *,
+    max_input_length: int,
+    max_length: int,
+    extra_length: int = EXTRA_LENGTH,
+) -> tuple[dict, str | None]:
     """Which CTranslate2 backend the comparison should use: ``(report,
     value)``, ``report`` ``{"backend", "how", "probe_ms"}`` and ``value`` the
     ``CT2_USE_MKL`` to run it with (``None``: as this process is).
@@ -153,19 +172,40 @@ def choose_ct2_backend(path: Path | None, sentences: Sequence[str], choice: str,
         return {"backend": "library", "how": "CTranslate2's default", "probe_ms": None}, None
     probe_ms = None
     if choice == "fastest":
-        code = "import sys; from benchmarks.serving_vs_ct2 import probe_ct2; probe_ct2(*sys.argv[1:])"
-        limits = json.dumps({"max_input_length": max_input_length, "max_length": max_length,
-                             "extra_length": extra_length})
+        code = (
+            "import sys; from benchmarks.serving_vs_ct2 import probe_ct2; probe_ct2(*sys.argv[1:])"
+        )
+        limits = json.dumps(
+            {
+                "max_input_length": max_input_length,
+                "max_length": max_length,
+                "extra_length": extra_length,
+            }
+        )
         probe_ms = {}
         for backend, value in CT2_BACKENDS.items():
-            result = subprocess.run([sys.executable, "-c", code, str(path), json.dumps(list(sentences[:64])), limits],
-                                    capture_output=True, text=True, env=_fresh_env(CT2_USE_MKL=value))
+            result = subprocess.run(
+                [sys.executable, "-c", code, str(path), json.dumps(list(sentences[:64])), limits],
+                capture_output=True,
+                text=True,
+                env=_fresh_env(CT2_USE_MKL=value),
+            )
             if result.returncode:
-                raise RuntimeError(f"CTranslate2's probe with CT2_USE_MKL={value} failed: {result.stderr[-2000:]}")
-            probe_ms[backend] = [round(ms, 2) for ms in json.loads(result.stdout.strip().splitlines()[-1])]
+                raise RuntimeError(
+                    f"CTranslate2's probe with CT2_USE_MKL={value} failed: {result.stderr[-2000:]}"
+                )
+            probe_ms[backend] = [
+                round(ms, 2) for ms in json.loads(result.stdout.strip().splitlines()[-1])
+            ]
         choice = min(probe_ms, key=lambda backend: sum(probe_ms[backend]))
-    return ({"backend": choice, "how": "timed, the faster" if probe_ms else "asked for", "probe_ms": probe_ms},
-            CT2_BACKENDS[choice])
+    return (
+        {
+            "backend": choice,
+            "how": "timed, the faster" if probe_ms else "asked for",
+            "probe_ms": probe_ms,
+        },
+        CT2_BACKENDS[choice],
+    )
 
 
 # The backend a parent run chose, handed to the run it starts with CT2_USE_MKL set (JSON), and the
@@ -174,22 +214,38 @@ _CHOSEN_ENV = "SERVING_VS_CT2_BACKEND"
 _MODEL_ENV = "SERVING_VS_CT2_MODEL"
 
 
-def rerun_with_backend(argv: Sequence[str], chosen: dict, value: str, model: Path | None = None) -> int:
+def rerun_with_backend(
+    argv: Sequence[str], chosen: dict, value: str, model: Path | None = None
+) -> int:
     """This benchmark again, in a fresh interpreter with ``CT2_USE_MKL`` set
     to ``value`` (CTranslate2 reads it when it loads, and this process has
     loaded it) and told the ``chosen`` backend's report and the converted
     ``model`` to time (``None``: it converts its own); its exit status."""
-    env = _fresh_env(CT2_USE_MKL=value, **{_CHOSEN_ENV: json.dumps(chosen)},
-                     **({} if model is None else {_MODEL_ENV: str(model)}))
-    return subprocess.run([sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env).returncode
+    env = _fresh_env(
+        CT2_USE_MKL=value,
+        **{_CHOSEN_ENV: json.dumps(chosen)},
+        **({} if model is None else {_MODEL_ENV: str(model)}),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env
+    ).returncode
 
 
-def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: int, max_length: int,
-                    extra_length: int = EXTRA_LENGTH) -> dict[str, Callable[[list[str]], list[str]]]:
+def ct2_translators(
+    path: Path,
+    *,
+    beam: int,
+    alpha: float,
+    max_input_length: int,
+    max_length: int,
+    extra_length: int = EXTRA_LENGTH,
+) -> dict[str, Callable[[list[str]], list[str]]]:
     import ctranslate2
 
     src_sp, tgt_sp = spm_processors(path)
-    translator = ctranslate2.Translator(str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count())
+    translator = ctranslate2.Translator(
+        str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count()
+    )
 
     def call(beam_size: int):
         def translate(batch: list[str]) -> list[str]:
@@ -198,23 +254,36 @@ def ct2_translators(path: Path, *, beam: int, alpha: float, max_input_length: in
             # position table; CTranslate2 takes one limit a batch, the longest source's.
             longest = min(max(len(p) for p in pieces) + 1, max_input_length)
             results = translator.translate_batch(
-                pieces, beam_size=beam_size, length_penalty=alpha if beam_size > 1 else 0,
-                max_input_length=max_input_length, max_decoding_length=min(longest + extra_length, max_length),
-                min_decoding_length=0, max_batch_size=len(batch))
+                pieces,
+                beam_size=beam_size,
+                length_penalty=alpha if beam_size > 1 else 0,
+                max_input_length=max_input_length,
+                max_decoding_length=min(longest + extra_length, max_length),
+                min_decoding_length=0,
+                max_batch_size=len(batch),
+            )
             return [tgt_sp.decode(result.hypotheses[0]) for result in results]
+
         return translate
 
     return {"greedy": call(1), "beam": call(beam)}
 
 
 # The engines timed beside the SavedModel and CTranslate2 on request: their ratio's key and printed name.
-EXTRA_ENGINES = {"saved_model_xla": ("ratio_xla", "SavedModel XLA"),
-                 "saved_model_session": ("ratio_session", "SavedModel, TF1 session"),
-                 "baseline": ("ratio_baseline", "baseline")}
+EXTRA_ENGINES = {
+    "saved_model_xla": ("ratio_xla", "SavedModel XLA"),
+    "saved_model_session": ("ratio_session", "SavedModel, TF1 session"),
+    "baseline": ("ratio_baseline", "baseline"),
+}
 
 
-def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences: Sequence[str], batch: int,
-                repeats: int, warm: bool = True) -> dict[str, dict]:
+def interleaved(
+    engines: dict[str, Callable[[list[str]], list[str]]],
+    sentences: Sequence[str],
+    batch: int,
+    repeats: int,
+    warm: bool = True,
+) -> dict[str, dict]:
     """``{engine: {"outputs", "seconds", "passes"}}``: every engine translates
     ``sentences`` in batches of ``batch``, ``repeats`` times, the engines taking
     turns batch by batch after one untimed batch each; ``seconds`` sums each
@@ -222,7 +291,7 @@ def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences:
     its turn an engine first translates the batch before (the last one for
     the first), untimed, so that the timed call does not start from the
     other engine's state of the CPU's caches."""
-    batches = [list(sentences[start:start + batch]) for start in range(0, len(sentences), batch)]
+    batches = [list(sentences[start : start + batch]) for start in range(0, len(sentences), batch)]
     for translate in engines.values():
         translate(batches[0])
     fastest = {engine: [float("inf")] * len(batches) for engine in engines}
@@ -243,14 +312,22 @@ def interleaved(engines: dict[str, Callable[[list[str]], list[str]]], sentences:
         for engine in engines:
             passes[engine].append(round(totals[engine], 3))
         outputs = translated
-    return {engine: {"outputs": outputs[engine], "seconds": sum(fastest[engine]), "passes": passes[engine]}
-            for engine in engines}
+    return {
+        engine: {
+            "outputs": outputs[engine],
+            "seconds": sum(fastest[engine]),
+            "passes": passes[engine],
+        }
+        for engine in engines
+    }
 
 
 def summary(engine: str, result: dict) -> str:
     """``engine``'s speed and BLEU in a row of the printed table."""
-    return (f"{engine} {result['sentences_per_s']:>7.1f} sent/s "
-            f"({result['ms_per_sentence']:.1f} ms, BLEU {result['bleu']})")
+    return (
+        f"{engine} {result['sentences_per_s']:>7.1f} sent/s "
+        f"({result['ms_per_sentence']:.1f} ms, BLEU {result['bleu']})"
+    )
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
@@ -258,35 +335,75 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workdir", required=True, type=Path, help="a trained workdir (model.keras and tokenizers)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--workdir", required=True, type=Path, help="a trained workdir (model.keras and tokenizers)"
+    )
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, type=Path, help="their references, for BLEU")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty of both beam searches")
-    parser.add_argument("--batch-1-sentences", type=int, default=200,
-                        help="sentences translated one at a time (batch 64 uses all)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed passes over the sentences, the engines taking turns batch by batch")
-    parser.add_argument("--cold", action="store_true",
-                        help="time each call right after the other engine's, without a warm-up call of its own")
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty of both beam searches"
+    )
+    parser.add_argument(
+        "--batch-1-sentences",
+        type=int,
+        default=200,
+        help="sentences translated one at a time (batch 64 uses all)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed passes over the sentences, the engines taking turns batch by batch",
+    )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="time each call right after the other engine's, without a warm-up call of its own",
+    )
     add_thread_arguments(parser)
-    parser.add_argument("--xla", action="store_true",
-                        help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))")
-    parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
-                        help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
-                             "the exporter's)")
-    parser.add_argument("--step-products", choices=kernels.PRODUCT_OPS, default=None,
-                        help="the export's products for a few rows (export_saved_model(step_products=...); "
-                             "default: the exporter's choice for this process's TensorFlow)")
-    parser.add_argument("--session", action="store_true",
-                        help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it")
-    parser.add_argument("--baseline", type=Path, default=None,
-                        help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too")
-    parser.add_argument("--ct2-backend", choices=("fastest", "library", *CT2_BACKENDS), default="fastest",
-                        help="CTranslate2's CPU backend: the faster of Intel MKL and oneDNN on a short greedy "
-                             "probe (default), CTranslate2's own default, or one of them; CT2_USE_MKL in the "
-                             "environment decides instead")
+    parser.add_argument(
+        "--xla",
+        action="store_true",
+        help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))",
+    )
+    parser.add_argument(
+        "--step-lanes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
+        "the exporter's)",
+    )
+    parser.add_argument(
+        "--step-products",
+        choices=kernels.PRODUCT_OPS,
+        default=None,
+        help="the export's products for a few rows (export_saved_model(step_products=...); "
+        "default: the exporter's choice for this process's TensorFlow)",
+    )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too",
+    )
+    parser.add_argument(
+        "--ct2-backend",
+        choices=("fastest", "library", *CT2_BACKENDS),
+        default="fastest",
+        help="CTranslate2's CPU backend: the faster of Intel MKL and oneDNN on a short greedy "
+        "probe (default), CTranslate2's own default, or one of them; CT2_USE_MKL in the "
+        "environment decides instead",
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -295,37 +412,61 @@ def main(argv=None) -> int:
         parser.error(f"--step-lanes must be >= 1, got {args.step_lanes}")
     set_thread_pools(parser, args)
     if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
-        parser.error(f"--baseline {args.baseline}: no saved_model.pb there; pass an export's version folder.")
+        parser.error(
+            f"--baseline {args.baseline}: no saved_model.pb there; pass an export's version folder."
+        )
     sentences = args.src.read_text(encoding="utf-8").splitlines()
     references = args.ref.read_text(encoding="utf-8").splitlines()
     if len(sentences) != len(references):
         parser.error(f"{args.src} has {len(sentences)} lines and {args.ref} {len(references)}.")
     trained = Workdir(args.workdir).check().load("fp32")
     max_length = trained.model.config.max_length
-    ct2_limits = dict(max_input_length=min(trained.max_src_length, max_length), max_length=max_length)
+    ct2_limits = dict(
+        max_input_length=min(trained.max_src_length, max_length), max_length=max_length
+    )
     if _CHOSEN_ENV in os.environ:  # started by a run that chose the backend
         ct2_backend = json.loads(os.environ[_CHOSEN_ENV])
     else:
         probe = args.ct2_backend == "fastest" and "CT2_USE_MKL" not in os.environ
         with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_probe_") as tmp:
             probe_model = export_ctranslate2(trained, Path(tmp) / "ct2") if probe else None
-            ct2_backend, value = choose_ct2_backend(probe_model, sentences, args.ct2_backend, **ct2_limits)
+            ct2_backend, value = choose_ct2_backend(
+                probe_model, sentences, args.ct2_backend, **ct2_limits
+            )
             if value is not None:  # the timed run, which takes the probe's conversion
-                print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
-                      + (f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
-                         if ct2_backend["probe_ms"] else "") + "); timing in a fresh process with it", flush=True)
-                return rerun_with_backend(sys.argv[1:] if argv is None else argv, ct2_backend, value, probe_model)
+                print(
+                    f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']}"
+                    + (
+                        f"; probe, ms a sentence at batch 1 and 64: {ct2_backend['probe_ms']}"
+                        if ct2_backend["probe_ms"]
+                        else ""
+                    )
+                    + "); timing in a fresh process with it",
+                    flush=True,
+                )
+                return rerun_with_backend(
+                    sys.argv[1:] if argv is None else argv, ct2_backend, value, probe_model
+                )
     with tempfile.TemporaryDirectory(prefix="serving_vs_ct2_") as tmp:
-        saved_model = export_saved_model(trained, Path(tmp) / "saved_model", beam_size=args.beam, alpha=args.alpha,
-                                         xla=args.xla, step_lanes=args.step_lanes,
-                                         step_products=args.step_products)
+        saved_model = export_saved_model(
+            trained,
+            Path(tmp) / "saved_model",
+            beam_size=args.beam,
+            alpha=args.alpha,
+            xla=args.xla,
+            step_lanes=args.step_lanes,
+            step_products=args.step_products,
+        )
         probed = os.environ.get(_MODEL_ENV)  # the conversion a parent run probed, or one of its own
         ct2 = Path(probed) if probed else export_ctranslate2(trained, Path(tmp) / "ct2")
         print(f"CTranslate2 backend: {ct2_backend['backend']} ({ct2_backend['how']})", flush=True)
         signatures = signature_translators(saved_model)
 
         def greedy_and_beam(translators: dict, suffix: str = "") -> dict:
-            return {"greedy": translators[f"greedy{suffix}"], "beam": translators[f"beam{args.beam}{suffix}"]}
+            return {
+                "greedy": translators[f"greedy{suffix}"],
+                "beam": translators[f"beam{args.beam}{suffix}"],
+            }
 
         engines = {
             "saved_model": greedy_and_beam(signatures),
@@ -334,41 +475,73 @@ def main(argv=None) -> int:
         if args.xla:
             engines["saved_model_xla"] = greedy_and_beam(signatures, "_xla")
         if args.session:
-            engines["saved_model_session"] = greedy_and_beam(session_translators(saved_model, args.beam))
+            engines["saved_model_session"] = greedy_and_beam(
+                session_translators(saved_model, args.beam)
+            )
         if args.baseline is not None:
             engines["baseline"] = greedy_and_beam(signature_translators(args.baseline))
         rows = []
         for decoder in ("greedy", "beam"):
             for batch in BATCHES:
                 subset = sentences if batch > 1 else sentences[: args.batch_1_sentences]
-                row = {"decoder": decoder if decoder == "greedy" else f"beam{args.beam}", "batch": batch,
-                       "sentences": len(subset)}
-                if "saved_model_xla" in engines:  # one compilation per padded shape, before any timing
+                row = {
+                    "decoder": decoder if decoder == "greedy" else f"beam{args.beam}",
+                    "batch": batch,
+                    "sentences": len(subset),
+                }
+                if (
+                    "saved_model_xla" in engines
+                ):  # one compilation per padded shape, before any timing
                     timed(engines["saved_model_xla"][decoder], subset, batch)
-                results = interleaved({engine: translators[decoder] for engine, translators in engines.items()},
-                                      subset, batch, args.repeats, warm=not args.cold)
+                results = interleaved(
+                    {engine: translators[decoder] for engine, translators in engines.items()},
+                    subset,
+                    batch,
+                    args.repeats,
+                    warm=not args.cold,
+                )
                 for engine, result in results.items():
                     seconds = result["seconds"]
-                    row[engine] = {"bleu": bleu(result["outputs"], references[: len(subset)]),
-                                   "seconds": round(seconds, 3), "sentences_per_s": round(len(subset) / seconds, 1),
-                                   "ms_per_sentence": round(1000 * seconds / len(subset), 2),
-                                   "passes": result["passes"]}
-                row["ratio"] = round(row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                    row[engine] = {
+                        "bleu": bleu(result["outputs"], references[: len(subset)]),
+                        "seconds": round(seconds, 3),
+                        "sentences_per_s": round(len(subset) / seconds, 1),
+                        "ms_per_sentence": round(1000 * seconds / len(subset), 2),
+                        "passes": result["passes"],
+                    }
+                row["ratio"] = round(
+                    row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2
+                )
                 head = f"{row['decoder']:<7} batch {batch:>2}:"
                 for engine, (ratio, label) in EXTRA_ENGINES.items():
                     if engine in engines:
-                        row[ratio] = round(row[engine]["seconds"] / row["ctranslate2"]["seconds"], 2)
+                        row[ratio] = round(
+                            row[engine]["seconds"] / row["ctranslate2"]["seconds"], 2
+                        )
                         print(f"{head} {summary(label, row[engine])}: {row[ratio]}x", flush=True)
                 rows.append(row)
-                print(f"{head} {summary('SavedModel', row['saved_model'])}, "
-                      f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x", flush=True)
-    report = {"benchmark": "serving_vs_ct2", "workdir": str(args.workdir), "src": str(args.src),
-              "beam": args.beam, "alpha": args.alpha, "tensorflow": tf.__version__,
-              "warm": not args.cold, "inter_op_threads": args.inter_op_threads,
-              "intra_op_threads": args.intra_op_threads, "step_lanes": args.step_lanes,
-              "step_products": args.step_products, "onednn_rewrites": kernels.onednn_rewrites(),
-              "baseline": None if args.baseline is None else str(args.baseline), "ct2_backend": ct2_backend,
-              "results": rows}
+                print(
+                    f"{head} {summary('SavedModel', row['saved_model'])}, "
+                    f"{summary('CTranslate2', row['ctranslate2'])}: {row['ratio']}x",
+                    flush=True,
+                )
+    report = {
+        "benchmark": "serving_vs_ct2",
+        "workdir": str(args.workdir),
+        "src": str(args.src),
+        "beam": args.beam,
+        "alpha": args.alpha,
+        "tensorflow": tf.__version__,
+        "warm": not args.cold,
+        "inter_op_threads": args.inter_op_threads,
+        "intra_op_threads": args.intra_op_threads,
+        "step_lanes": args.step_lanes,
+        "step_products": args.step_products,
+        "onednn_rewrites": kernels.onednn_rewrites(),
+        "baseline": None if args.baseline is None else str(args.baseline),
+        "ct2_backend": ct2_backend,
+        "results": rows,
+    }
     emit(report, args.json)
     return 0
 

@@ -107,10 +107,18 @@ def add_thread_arguments(parser) -> None:
     """``--inter-op-threads`` and ``--intra-op-threads`` on ``parser``: TensorFlow's
     pools, as TF Serving's ``--tensorflow_inter_op_parallelism`` and
     ``--tensorflow_intra_op_parallelism`` set them (``set_thread_pools``)."""
-    parser.add_argument("--inter-op-threads", type=int, default=0,
-                        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice")
-    parser.add_argument("--intra-op-threads", type=int, default=0,
-                        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice")
+    parser.add_argument(
+        "--inter-op-threads",
+        type=int,
+        default=0,
+        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice",
+    )
+    parser.add_argument(
+        "--intra-op-threads",
+        type=int,
+        default=0,
+        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice",
+    )
 
 
 def set_thread_pools(parser, args) -> None:

@@ -39,8 +39,11 @@ def compiled_workload(precision: str, jit: bool):
     keras.config.set_dtype_policy("mixed_bfloat16" if precision == "bf16" else "float32")
     src, tgt_in, tgt = DEFAULT.training_batch()
     model = kt.Transformer(DEFAULT.config())
-    model.compile(optimizer=kt.paper_adam(d_model=DEFAULT.d_model), loss=kt.MaskedLabelSmoothedCrossEntropy(),
-                  jit_compile=jit)
+    model.compile(
+        optimizer=kt.paper_adam(d_model=DEFAULT.d_model),
+        loss=kt.MaskedLabelSmoothedCrossEntropy(),
+        jit_compile=jit,
+    )
     dataset = tf.data.Dataset.from_tensors(((src, tgt_in), tgt)).repeat()
     return model, dataset, tgt
 
@@ -51,7 +54,10 @@ def run_one(precision: str, jit: bool, steps: int) -> dict:
     times, peaks = timed_steps_and_peaks(model, dataset, steps, precision)
     step = statistics.median(times)
     return {
-        "precision": precision, "xla": jit, "ms_per_step": 1000 * step, "min_ms_per_step": 1000 * min(times),
+        "precision": precision,
+        "xla": jit,
+        "ms_per_step": 1000 * step,
+        "min_ms_per_step": 1000 * min(times),
         "target_tokens_per_s": float((tgt != 0).sum()) / step,
         **mfu_figures(DEFAULT.matmul_flops_per_step(), times, peaks),
     }
@@ -71,13 +77,19 @@ def run_system(system: str, precision: str, jit: bool, steps: int) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)
-    parser.add_argument("--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
+    parser.add_argument(
+        "--precision", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"]
+    )
     parser.add_argument("--jit", nargs="+", default=["off", "on"], choices=["off", "on"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--one", nargs=3, metavar=("SYSTEM", "PRECISION", "JIT"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--one", nargs=3, metavar=("SYSTEM", "PRECISION", "JIT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.one:
         print(json.dumps(run_system(args.one[0], args.one[1], args.one[2] == "on", args.steps)))
@@ -87,24 +99,53 @@ def main(argv=None) -> int:
         for precision in args.precision:
             for jit in args.jit:
                 result = subprocess.run(
-                    [sys.executable, "-m", "benchmarks.train_speed", "--one", system, precision, jit,
-                     "--steps", str(args.steps)],
-                    capture_output=True, text=True, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.train_speed",
+                        "--one",
+                        system,
+                        precision,
+                        jit,
+                        "--steps",
+                        str(args.steps),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                )
                 if result.returncode != 0:
-                    rows.append({"system": system, "precision": precision, "xla": jit == "on",
-                                 "error": result.stderr[-500:]})
+                    rows.append(
+                        {
+                            "system": system,
+                            "precision": precision,
+                            "xla": jit == "on",
+                            "error": result.stderr[-500:],
+                        }
+                    )
                     continue
                 rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
-    print(f"{'system':<10} {'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6} "
-          f"{'MFU vs best peak':>16}")
+    print(
+        f"{'system':<10} {'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6} "
+        f"{'MFU vs best peak':>16}"
+    )
     for row in rows:
         if "error" in row:
-            print(f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}")
+            print(
+                f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}"
+            )
             continue
-        print(f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
-              f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%} "
-              f"{row['mfu_vs_best_peak']:>16.1%}")
-    report = {"benchmark": "train_speed", "batch": DEFAULT.batch, "length": DEFAULT.length, "results": rows}
+        print(
+            f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
+            f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%} "
+            f"{row['mfu_vs_best_peak']:>16.1%}"
+        )
+    report = {
+        "benchmark": "train_speed",
+        "batch": DEFAULT.batch,
+        "length": DEFAULT.length,
+        "results": rows,
+    }
     emit(report, args.json)
     return 0
 

@@ -38,9 +38,16 @@ class Workload:
         import keras_transformer as kt
 
         return kt.TransformerConfig.from_preset(
-            "small", vocab_size=self.vocab, num_layers=self.layers, d_model=self.d_model,
-            num_heads=self.heads, d_ff=self.d_ff, dropout=self.dropout, share_embeddings=True,
-            **overrides)
+            "small",
+            vocab_size=self.vocab,
+            num_layers=self.layers,
+            d_model=self.d_model,
+            num_heads=self.heads,
+            d_ff=self.d_ff,
+            dropout=self.dropout,
+            share_embeddings=True,
+            **overrides,
+        )
 
     def matmul_flops_per_step(self) -> float:
         """Matmul FLOPs of one training step on a full ``[batch, length]`` batch."""
@@ -65,7 +72,7 @@ class Workload:
         def ids():
             x = rng.integers(4, self.vocab, size=(self.batch, self.length)).astype(np.int32)
             for row in x:
-                row[int(self.length * rng.uniform(0.7, 1.0)):] = PAD_ID
+                row[int(self.length * rng.uniform(0.7, 1.0)) :] = PAD_ID
             return x
 
         src, tgt = ids(), ids()

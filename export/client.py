@@ -32,19 +32,28 @@ def predict_request(sentences: Sequence[str], model_name: str):
 
     from keras_transformer.exporters.saved_model import predict_request_bytes
 
-    return predict_pb2.PredictRequest.FromString(predict_request_bytes(sentences, model_name, SIGNATURE))
+    return predict_pb2.PredictRequest.FromString(
+        predict_request_bytes(sentences, model_name, SIGNATURE)
+    )
 
 
-def translate_rest(url: str, model_name: str, sentences: Sequence[str], timeout: float = 60.0) -> list[str]:
+def translate_rest(
+    url: str, model_name: str, sentences: Sequence[str], timeout: float = 60.0
+) -> list[str]:
     body = json.dumps(rest_payload(sentences)).encode("utf-8")
-    request = urllib.request.Request(f"{url.rstrip('/')}/v1/models/{model_name}:predict", data=body,
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url.rstrip('/')}/v1/models/{model_name}:predict",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         outputs = json.loads(response.read())["outputs"]
     return list(outputs["translations"])
 
 
-def translate_grpc(target: str, model_name: str, sentences: Sequence[str], timeout: float = 60.0) -> list[str]:
+def translate_grpc(
+    target: str, model_name: str, sentences: Sequence[str], timeout: float = 60.0
+) -> list[str]:
     import grpc
     from tensorflow_serving.apis import prediction_service_pb2_grpc
 
@@ -63,9 +72,13 @@ def main(argv=None) -> int:
     parser = ArgumentParser(PROG, __doc__)
     server = parser.add_mutually_exclusive_group(required=True)
     server.add_argument("--rest", help="REST base URL, e.g. http://localhost:8501")
-    server.add_argument("--grpc", help="gRPC host:port, e.g. localhost:8500 (needs tensorflow-serving-api)")
+    server.add_argument(
+        "--grpc", help="gRPC host:port, e.g. localhost:8500 (needs tensorflow-serving-api)"
+    )
     parser.add_argument("--model", required=True, help="model name in TF Serving")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server")
+    parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the server"
+    )
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args(argv)
 
@@ -75,22 +88,29 @@ def main(argv=None) -> int:
                 translations = translate_rest(args.rest, args.model, args.sentences, args.timeout)
             except urllib.error.HTTPError as error:
                 detail = error.read().decode("utf-8", "replace").strip()
-                raise ServerError(f"{args.rest} answered HTTP {error.code}: {detail or error.reason}") from error
+                raise ServerError(
+                    f"{args.rest} answered HTTP {error.code}: {detail or error.reason}"
+                ) from error
             except (urllib.error.URLError, socket.timeout, ConnectionError) as error:
                 reason = getattr(error, "reason", error)
-                raise ServerError(f"cannot reach TF Serving at {args.rest} ({reason}); is the server "
-                                  "running and the REST port right?") from error
+                raise ServerError(
+                    f"cannot reach TF Serving at {args.rest} ({reason}); is the server "
+                    "running and the REST port right?"
+                ) from error
         else:
             try:
                 import grpc
             except ImportError as error:
-                raise ServerError("--grpc needs tensorflow-serving-api: "
-                                  "pip install 'keras-transformer-nmt[serving]'.") from error
+                raise ServerError(
+                    "--grpc needs tensorflow-serving-api: "
+                    "pip install 'keras-transformer-nmt[serving]'."
+                ) from error
             try:
                 translations = translate_grpc(args.grpc, args.model, args.sentences, args.timeout)
             except grpc.RpcError as error:
-                raise ServerError(f"gRPC call to {args.grpc} failed: {error.code().name}: "
-                                  f"{error.details()}") from error
+                raise ServerError(
+                    f"gRPC call to {args.grpc} failed: {error.code().name}: {error.details()}"
+                ) from error
         print("\n".join(translations))
         return 0
 

@@ -17,19 +17,37 @@ from programs import WORKDIR_HINT, ArgumentParser, existing_path, run, setup_log
 PROG = "python -m export.ctranslate2"
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), here before
 # ctranslate2 is imported; the library checks the value against CTranslate2's own list.
-QUANTIZATIONS = ("int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16",
-                 "float32")
+QUANTIZATIONS = (
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
 
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--workdir", required=True, type=Path, help="trained workdir (training.train)")
-    parser.add_argument("--out", required=True, type=Path, help="CTranslate2 model directory to create")
-    parser.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                        help="weight type (default: float32 as trained)")
+    parser.add_argument(
+        "--workdir", required=True, type=Path, help="trained workdir (training.train)"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="CTranslate2 model directory to create"
+    )
+    parser.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="weight type (default: float32 as trained)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing --out directory")
     args = parser.parse_args(argv)
-    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # an existing --out: export_ctranslate2
+    existing_path(
+        PROG, args.workdir, "workdir", WORKDIR_HINT
+    )  # an existing --out: export_ctranslate2
     return args
 
 
@@ -40,8 +58,15 @@ def main(argv=None) -> int:
     def export() -> int:
         from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
-        print(export_ctranslate2(args.workdir, args.out, quantization=args.quantization, force=args.force,
-                                 progress=True))
+        print(
+            export_ctranslate2(
+                args.workdir,
+                args.out,
+                quantization=args.quantization,
+                force=args.force,
+                progress=True,
+            )
+        )
         return 0
 
     return run(PROG, export, expected=(ValueError, ImportError))

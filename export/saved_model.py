@@ -15,7 +15,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
+from programs import (
+    PRECISION_NAMES,
+    WORKDIR_HINT,
+    ArgumentParser,
+    existing_path,
+    run,
+    setup_logging,
+)
 
 PROG = "python -m export.saved_model"
 
@@ -23,33 +30,64 @@ PROG = "python -m export.saved_model"
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument("--workdir", required=True, type=Path, help="a training.train workdir")
-    parser.add_argument("--out", required=True, type=Path, help="model folder; versions go below it")
+    parser.add_argument(
+        "--out", required=True, type=Path, help="model folder; versions go below it"
+    )
     parser.add_argument("--version", type=int, default=None, help="default: next free integer")
-    parser.add_argument("--beam", type=int, default=4, help="beam size fixed in the export (1 = greedy)")
+    parser.add_argument(
+        "--beam", type=int, default=4, help="beam size fixed in the export (1 = greedy)"
+    )
     parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent")
-    parser.add_argument("--stopping", choices=("heuristic", "exact"), default="heuristic",
-                        help="when a sentence's beam search ends: once its finished hypotheses beat the live "
-                             "beams at their current length (heuristic), or once no live beam could still win "
-                             "at any allowed length (exact, slower)")
+    parser.add_argument(
+        "--stopping",
+        choices=("heuristic", "exact"),
+        default="heuristic",
+        help="when a sentence's beam search ends: once its finished hypotheses beat the live "
+        "beams at their current length (heuristic), or once no live beam could still win "
+        "at any allowed length (exact, slower)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
-    parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
-                        help="compute precision of the exported graph (weights are float32 either way)")
-    parser.add_argument("--xla", action="store_true",
-                        help="also export translate_xla and translate_greedy_xla, the decoders compiled by XLA "
-                             "(a server needs XLA for them; the default signatures stay plain graphs)")
-    parser.add_argument("--step-lanes", type=int, default=None, metavar="N",
-                        help="lanes of the decoding step for a sentence or a beam, run side by side on the "
-                             "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)")
-    parser.add_argument("--step-products", choices=("conv", "matmul"), default=None,
-                        help="that step's products: 1x1 convolutions or MatMul (default: what suits this "
-                             "machine's TensorFlow, matmul where its oneDNN rewrites are on: by default on CPUs "
-                             "with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; export for the server's CPU)")
-    parser.add_argument("--decode-parts", type=int, default=None, metavar="N",
-                        help="a batch of 8 decoding rows or more (sentences x beams) decodes as N parts side by "
-                             "side on the server's inter-op threads (default: 2; 1 for a server with one "
-                             "inter-op thread)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISION_NAMES,
+        default="fp32",
+        help="compute precision of the exported graph (weights are float32 either way)",
+    )
+    parser.add_argument(
+        "--xla",
+        action="store_true",
+        help="also export translate_xla and translate_greedy_xla, the decoders compiled by XLA "
+        "(a server needs XLA for them; the default signatures stay plain graphs)",
+    )
+    parser.add_argument(
+        "--step-lanes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="lanes of the decoding step for a sentence or a beam, run side by side on the "
+        "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)",
+    )
+    parser.add_argument(
+        "--step-products",
+        choices=("conv", "matmul"),
+        default=None,
+        help="that step's products: 1x1 convolutions or MatMul (default: what suits this "
+        "machine's TensorFlow, matmul where its oneDNN rewrites are on: by default on CPUs "
+        "with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX; export for the server's CPU)",
+    )
+    parser.add_argument(
+        "--decode-parts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a batch of 8 decoding rows or more (sentences x beams) decodes as N parts side by "
+        "side on the server's inter-op threads (default: 2; 1 for a server with one "
+        "inter-op thread)",
+    )
     args = parser.parse_args(argv)
-    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)  # the beam and version: export_saved_model
+    existing_path(
+        PROG, args.workdir, "workdir", WORKDIR_HINT
+    )  # the beam and version: export_saved_model
     return args
 
 
@@ -60,11 +98,21 @@ def main(argv=None) -> int:
     def export() -> int:
         from keras_transformer.exporters import export_saved_model
 
-        path = export_saved_model(args.workdir, args.out, version=args.version, beam_size=args.beam,
-                                  alpha=args.alpha, stopping=args.stopping, overwrite=args.overwrite,
-                                  precision=args.precision, xla=args.xla, step_lanes=args.step_lanes,
-                                  step_products=args.step_products,
-                                  decode_parts=args.decode_parts, progress=True)
+        path = export_saved_model(
+            args.workdir,
+            args.out,
+            version=args.version,
+            beam_size=args.beam,
+            alpha=args.alpha,
+            stopping=args.stopping,
+            overwrite=args.overwrite,
+            precision=args.precision,
+            xla=args.xla,
+            step_lanes=args.step_lanes,
+            step_products=args.step_products,
+            decode_parts=args.decode_parts,
+            progress=True,
+        )
         print(path)
         return 0
 

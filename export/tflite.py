@@ -23,10 +23,18 @@ def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument("--workdir", required=True, type=Path, help="a training.train workdir")
     parser.add_argument("--out", required=True, type=Path, help="the .tflite file to write")
-    parser.add_argument("--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights")
-    parser.add_argument("--max-src-length", type=int, default=None, help="default: training.max_src_length")
-    parser.add_argument("--max-tgt-length", type=int, default=None,
-                        help="output ids (default: training.max_tgt_length + 1, room for EOS)")
+    parser.add_argument(
+        "--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights"
+    )
+    parser.add_argument(
+        "--max-src-length", type=int, default=None, help="default: training.max_src_length"
+    )
+    parser.add_argument(
+        "--max-tgt-length",
+        type=int,
+        default=None,
+        help="output ids (default: training.max_tgt_length + 1, room for EOS)",
+    )
     args = parser.parse_args(argv)
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     return args
@@ -39,8 +47,16 @@ def main(argv=None) -> int:
     def export() -> int:
         from keras_transformer.exporters import export_tflite
 
-        print(export_tflite(args.workdir, args.out, quantize=args.quantize, max_src_length=args.max_src_length,
-                            max_tgt_length=args.max_tgt_length, progress=True))
+        print(
+            export_tflite(
+                args.workdir,
+                args.out,
+                quantize=args.quantize,
+                max_src_length=args.max_src_length,
+                max_tgt_length=args.max_tgt_length,
+                progress=True,
+            )
+        )
         return 0
 
     return run(PROG, export, expected=(ValueError,))

@@ -29,7 +29,9 @@ def plot_attention(translator, sentence: str, path: Path) -> str:
 
     out = translator.cross_attention(sentence)
     source, target, weights = out["source_pieces"], out["target_pieces"], out["weights"]
-    figure, axes = plt.subplots(figsize=(max(4, 0.45 * len(source) + 2), max(3, 0.4 * len(target) + 1.5)))
+    figure, axes = plt.subplots(
+        figsize=(max(4, 0.45 * len(source) + 2), max(3, 0.4 * len(target) + 1.5))
+    )
     image = axes.imshow(weights, cmap="viridis", aspect="auto", vmin=0.0)
     axes.set_xticks(range(len(source)), source, rotation=60, ha="right")
     axes.set_yticks(range(len(target)), target)
@@ -48,13 +50,26 @@ def plot_attention(translator, sentence: str, path: Path) -> str:
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--model", required=True, type=Path,
-                        help="an export version folder (exports/demo/1) or the folder above it")
-    parser.add_argument("--beam", type=int, default=None, help="1 = greedy; default: the exported beam")
+    parser.add_argument(
+        "--model",
+        required=True,
+        type=Path,
+        help="an export version folder (exports/demo/1) or the folder above it",
+    )
+    parser.add_argument(
+        "--beam", type=int, default=None, help="1 = greedy; default: the exported beam"
+    )
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--plot-attention", type=Path, default=None, metavar="PNG",
-                        help="draw the cross-attention of the (first) sentence given as argument")
-    parser.add_argument("sentences", nargs="*", help="sentences to translate (default: stdin lines)")
+    parser.add_argument(
+        "--plot-attention",
+        type=Path,
+        default=None,
+        metavar="PNG",
+        help="draw the cross-attention of the (first) sentence given as argument",
+    )
+    parser.add_argument(
+        "sentences", nargs="*", help="sentences to translate (default: stdin lines)"
+    )
     args = parser.parse_args(argv)
     if args.plot_attention is not None and not args.sentences:
         parser.error("--plot-attention needs the sentence as an argument")
@@ -76,7 +91,9 @@ def main(argv=None) -> int:
             print(plot_attention(translator, args.sentences[0], args.plot_attention))
             return 0
         lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-        for translation in translator.translate(lines, batch_size=args.batch_size, progress=not args.sentences):
+        for translation in translator.translate(
+            lines, batch_size=args.batch_size, progress=not args.sentences
+        ):
             print(translation)
         return 0
 

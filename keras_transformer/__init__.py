@@ -11,11 +11,19 @@ exporters (``keras_transformer.exporters``). The paper's layers are in
 from keras_transformer import decoding, exporters, kernels, layers
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, PRESETS, UNK_ID, TransformerConfig
 from keras_transformer.kernels import FusedAdam, native
-from keras_transformer.losses import MaskedAccuracy, MaskedLabelSmoothedCrossEntropy, masked_accuracy
+from keras_transformer.losses import (
+    MaskedAccuracy,
+    MaskedLabelSmoothedCrossEntropy,
+    masked_accuracy,
+)
 from keras_transformer.model import Transformer
 from keras_transformer.precision import PRECISIONS, with_precision
 from keras_transformer.schedule import TransformerSchedule, paper_adam
-from keras_transformer.tokenization import MarianSubwordTokenizer, SubwordTokenizer, load_marian_tokenizers
+from keras_transformer.tokenization import (
+    MarianSubwordTokenizer,
+    SubwordTokenizer,
+    load_marian_tokenizers,
+)
 from keras_transformer.translate import SavedModelTranslator, Translator
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 

@@ -18,8 +18,15 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.decoding import (batch_free_shape, decode_limits, decode_loop, decoding_steps, loose_shape,
-                                        never_emitted, scatter_rows)
+from keras_transformer.decoding import (
+    batch_free_shape,
+    decode_limits,
+    decode_loop,
+    decoding_steps,
+    loose_shape,
+    never_emitted,
+    scatter_rows,
+)
 from keras_transformer.layers import masked_score_value, padding_mask
 
 _NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
@@ -30,7 +37,9 @@ STOPPING_RULES = ("exact", "heuristic")
 def check_stopping(stopping: str) -> str:
     """``stopping`` if it names a rule of ``beam_search``, else a ``ValueError`` that lists them."""
     if stopping not in STOPPING_RULES:
-        raise ValueError(f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}.")
+        raise ValueError(
+            f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}."
+        )
     return stopping
 
 
@@ -67,20 +76,22 @@ class BeamState(NamedTuple):
     (``limit + 1``) with static shapes. Empty finished slots score ``_NEG``.
     """
 
-    step: tf.Tensor                # [] int32: tokens decoded so far
-    alive_seq: tf.Tensor           # [rows, k, len] int32: the live hypotheses
-    alive_log_probs: tf.Tensor     # [rows, k] float32: their summed log-probabilities, best first
-    cache: list                    # per decoder layer: {"self": {"key", "value"}: [rows·k, heads, len, depth]
+    step: tf.Tensor  # [] int32: tokens decoded so far
+    alive_seq: tf.Tensor  # [rows, k, len] int32: the live hypotheses
+    alive_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities, best first
+    cache: list  # per decoder layer: {"self": {"key", "value"}: [rows·k, heads, len, depth]
     #                                (reordered with the beams), "cross": projected once per sentence}
-    finished_seq: tf.Tensor        # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
-    finished_scores: tf.Tensor     # [rows, k] float32: their log-probability / length penalty, best first
+    finished_seq: tf.Tensor  # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
+    finished_scores: (
+        tf.Tensor
+    )  # [rows, k] float32: their log-probability / length penalty, best first
     finished_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities
-    finished_flags: tf.Tensor      # [rows, k] bool: the slot holds a finished hypothesis
-    done: tf.Tensor                # [rows] bool: settled (static shapes keep such rows, frozen, to the end)
-    sentence: tf.Tensor            # [rows] int32: the row's position in the input batch
-    row_limits: tf.Tensor          # [rows] int32: the row's longest output
-    source_padding: tf.Tensor      # [rows·k, src_len] bool: True for real source tokens
-    results: Hypotheses            # [batch, ...]: the hypotheses of the sentences that left
+    finished_flags: tf.Tensor  # [rows, k] bool: the slot holds a finished hypothesis
+    done: tf.Tensor  # [rows] bool: settled (static shapes keep such rows, frozen, to the end)
+    sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
+    row_limits: tf.Tensor  # [rows] int32: the row's longest output
+    source_padding: tf.Tensor  # [rows·k, src_len] bool: True for real source tokens
+    results: Hypotheses  # [batch, ...]: the hypotheses of the sentences that left
     #                                (static shapes: (), every sentence keeps its row)
 
 
@@ -88,10 +99,20 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_length=None,
-                extra_length: int = 50, min_length: int = 0, static_shapes: bool = False,
-                buffer_length: int | None = None, stopping: str = "heuristic",
-                derived=None, constant_steps=None) -> BeamSearchOutput:
+def beam_search(
+    model,
+    source_ids,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_length=None,
+    extra_length: int = 50,
+    min_length: int = 0,
+    static_shapes: bool = False,
+    buffer_length: int | None = None,
+    stopping: str = "heuristic",
+    derived=None,
+    constant_steps=None,
+) -> BeamSearchOutput:
     """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
 
     A sentence is settled, and leaves the search, when its length limit is
@@ -128,7 +149,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
     k = beam_size
-    row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
+    row_limits, limit = decode_limits(
+        model, source_ids, max_length, extra_length, static_shapes, buffer_length
+    )
     batch = tf.shape(source_ids)[0]
     vocab = config.tgt_vocab_size
     # The loop's body makes its constants itself (a tensor made out here would be a loop variable).
@@ -138,11 +161,18 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     # Every beam of a sentence attends to the same source: encode it and project
     # its cross-attention keys and values once, then copy the cache to its k
     # beam rows (batch → batch·k).
-    steps = decoding_steps(model, static_shapes, limit, rows=batch * k, derived=derived,  # weights read once
-                           constant_steps=constant_steps)
+    steps = decoding_steps(
+        model,
+        static_shapes,
+        limit,
+        rows=batch * k,
+        derived=derived,  # weights read once
+        constant_steps=constant_steps,
+    )
     beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
-    cache = tf.nest.map_structure(lambda x: tf.gather(x, beam_sentences),
-                                  steps.initial_cache(steps.encode(source_ids)))
+    cache = tf.nest.map_structure(
+        lambda x: tf.gather(x, beam_sentences), steps.initial_cache(steps.encode(source_ids))
+    )
     source_padding = padding_mask(tf.gather(source_ids, beam_sentences), config.pad_id)
 
     if static_shapes:
@@ -157,6 +187,7 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         def grow(seq):
             return seq
     else:
+
         def last_token(seq, t):
             return seq[:, :, -1]
 
@@ -176,7 +207,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
 
     def impossible(tokens, t):
         """Which of ``tokens`` the search may not take at step ``t``."""
-        struck = tf.reduce_any(tf.equal(tokens[..., tf.newaxis], tf.constant(banned, tf.int32)), axis=-1)
+        struck = tf.reduce_any(
+            tf.equal(tokens[..., tf.newaxis], tf.constant(banned, tf.int32)), axis=-1
+        )
         if min_length:
             struck |= tf.logical_and(tf.equal(tokens, eos), t < min_length)
         return struck
@@ -188,7 +221,9 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
     def settled(state: BeamState) -> tf.Tensor:
         length = state.row_limits if stopping == "exact" else state.step
         best_alive = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
-        worst_finished = tf.reduce_min(tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1)
+        worst_finished = tf.reduce_min(
+            tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1
+        )
         return worst_finished >= best_alive
 
     def hypotheses(state: BeamState, rows) -> Hypotheses:
@@ -196,21 +231,32 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         their live beams where none finished (sequences as wide as the state's)."""
         take = lambda x: tf.gather(x, rows)  # noqa: E731
         any_finished = tf.reduce_any(take(state.finished_flags), axis=1)
-        seq = tf.where(any_finished[:, tf.newaxis, tf.newaxis], take(state.finished_seq), take(state.alive_seq))
+        seq = tf.where(
+            any_finished[:, tf.newaxis, tf.newaxis], take(state.finished_seq), take(state.alive_seq)
+        )
         alive_lp = take(state.alive_log_probs)
-        scores = tf.where(any_finished[:, tf.newaxis], take(state.finished_scores),
-                          alive_lp / length_penalty(state.step, alpha))
+        scores = tf.where(
+            any_finished[:, tf.newaxis],
+            take(state.finished_scores),
+            alive_lp / length_penalty(state.step, alpha),
+        )
         log_probs = tf.where(any_finished[:, tf.newaxis], take(state.finished_log_probs), alive_lp)
         return Hypotheses(seq, scores, log_probs)
 
     def write_results(results: Hypotheses, state: BeamState, rows) -> Hypotheses:
         """``results`` with the answers of the state's ``rows`` written at their sentences."""
         answer = hypotheses(state, rows)
-        seq = tf.pad(answer.seq, [[0, 0], [0, 0], [0, buffer_width - tf.shape(answer.seq)[2]]],
-                     constant_values=pad)
+        seq = tf.pad(
+            answer.seq,
+            [[0, 0], [0, 0], [0, buffer_width - tf.shape(answer.seq)[2]]],
+            constant_values=pad,
+        )
         at = tf.gather(state.sentence, rows)
-        return Hypotheses(scatter_rows(results.seq, at, seq), scatter_rows(results.scores, at, answer.scores),
-                          scatter_rows(results.log_probs, at, answer.log_probs))
+        return Hypotheses(
+            scatter_rows(results.seq, at, seq),
+            scatter_rows(results.scores, at, answer.scores),
+            scatter_rows(results.log_probs, at, answer.log_probs),
+        )
 
     def leave(state: BeamState) -> BeamState:
         """The state without its settled rows, whose answers go to ``results``."""
@@ -218,23 +264,34 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         kept_beams = beam_rows(staying, tf.range(k)[tf.newaxis])
         take = lambda x: tf.gather(x, staying)  # noqa: E731
         return state._replace(
-            alive_seq=take(state.alive_seq), alive_log_probs=take(state.alive_log_probs),
+            alive_seq=take(state.alive_seq),
+            alive_log_probs=take(state.alive_log_probs),
             cache=tf.nest.map_structure(lambda value: tf.gather(value, kept_beams), state.cache),
-            finished_seq=take(state.finished_seq), finished_scores=take(state.finished_scores),
-            finished_log_probs=take(state.finished_log_probs), finished_flags=take(state.finished_flags),
-            done=take(state.done), sentence=take(state.sentence), row_limits=take(state.row_limits),
+            finished_seq=take(state.finished_seq),
+            finished_scores=take(state.finished_scores),
+            finished_log_probs=take(state.finished_log_probs),
+            finished_flags=take(state.finished_flags),
+            done=take(state.done),
+            sentence=take(state.sentence),
+            row_limits=take(state.row_limits),
             source_padding=tf.gather(state.source_padding, kept_beams),
-            results=write_results(state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32)))
+            results=write_results(
+                state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32)
+            ),
+        )
 
     def step_with(decode_step):
         """The loop's step (state → state) with ``decode_step`` computing the logits."""
+
         def step(state: BeamState) -> BeamState:
             t = state.step
             rows = tf.shape(state.alive_seq)[0]
             last = tf.reshape(last_token(state.alive_seq, t), [-1])
             logits, cache = decode_step(last, t, state.cache, state.source_padding)
             log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])
-            candidates = tf.reshape(state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab])
+            candidates = tf.reshape(
+                state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab]
+            )
             # The best `reach` candidates, then the best 2k of them once the impossible ones are struck.
             top_lp, top_index = kernels.top_k(candidates, k=reach)
             top_lp = tf.where(impossible(top_index % vocab, t), _NEG, top_lp)
@@ -250,8 +307,13 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
             alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
             flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
-            cache = [{"self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
-                      "cross": layer["cross"]} for layer in cache]
+            cache = [
+                {
+                    "self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
+                    "cross": layer["cross"],
+                }
+                for layer in cache
+            ]
 
             penalty = length_penalty(t + 1, alpha)
             # A settled sentence, waiting to leave (or kept to the end with static shapes), takes no new hypothesis.
@@ -262,18 +324,28 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
             pool_flags = tf.concat([state.finished_flags, ended], axis=1)
             fin_scores, best = tf.math.top_k(pool_scores, k=k)
             state = state._replace(
-                step=t + 1, alive_seq=alive_seq, alive_log_probs=alive_lp, cache=cache,
-                finished_seq=tf.gather(pool_seq, best, batch_dims=1), finished_scores=fin_scores,
+                step=t + 1,
+                alive_seq=alive_seq,
+                alive_log_probs=alive_lp,
+                cache=cache,
+                finished_seq=tf.gather(pool_seq, best, batch_dims=1),
+                finished_scores=fin_scores,
                 finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
-                finished_flags=tf.gather(pool_flags, best, batch_dims=1))
+                finished_flags=tf.gather(pool_flags, best, batch_dims=1),
+            )
             return state._replace(done=state.done | settled(state))
 
         return step
 
     start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
     width = buffer_width if static_shapes else 1
-    start_seq = tf.concat([tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
-                           tf.fill([batch, k, width - 1], pad)], axis=2)
+    start_seq = tf.concat(
+        [
+            tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
+            tf.fill([batch, k, width - 1], pad),
+        ],
+        axis=2,
+    )
     seq_shape = tf.TensorShape([None, k, width if static_shapes else None])
     start = BeamState(
         step=tf.constant(0),
@@ -288,8 +360,13 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         sentence=tf.range(batch),
         row_limits=row_limits,
         source_padding=source_padding,
-        results=() if static_shapes else Hypotheses(tf.fill([batch, k, buffer_width], pad),
-                                                    tf.fill([batch, k], _NEG), tf.fill([batch, k], _NEG)),
+        results=()
+        if static_shapes
+        else Hypotheses(
+            tf.fill([batch, k, buffer_width], pad),
+            tf.fill([batch, k], _NEG),
+            tf.fill([batch, k], _NEG),
+        ),
     )
     invariants = BeamState(
         step=tf.TensorShape([]),
@@ -304,12 +381,23 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         sentence=tf.TensorShape([None]),
         row_limits=tf.TensorShape([None]),
         source_padding=tf.TensorShape([None, None]),
-        results=() if static_shapes else Hypotheses(tf.TensorShape([None, k, None]), tf.TensorShape([None, k]),
-                                                    tf.TensorShape([None, k])),
+        results=()
+        if static_shapes
+        else Hypotheses(
+            tf.TensorShape([None, k, None]), tf.TensorShape([None, k]), tf.TensorShape([None, k])
+        ),
     )
-    state = decode_loop(step_with(steps.many_rows), leave, start, invariants, lambda state: state.done, limit,
-                        static_shapes, few_rows_step=steps.few_rows and step_with(steps.few_rows),
-                        rows=lambda state: tf.size(state.done) * k)
+    state = decode_loop(
+        step_with(steps.many_rows),
+        leave,
+        start,
+        invariants,
+        lambda state: state.done,
+        limit,
+        static_shapes,
+        few_rows_step=steps.few_rows and step_with(steps.few_rows),
+        rows=lambda state: tf.size(state.done) * k,
+    )
     if static_shapes:  # every sentence kept its row
         results = hypotheses(state, tf.range(batch))
         width = buffer_width
@@ -317,4 +405,6 @@ def beam_search(model, source_ids, beam_size: int = 4, alpha: float = 0.6, max_l
         results = write_results(state.results, state, tf.range(tf.shape(state.alive_seq)[0]))
         width = state.step + 1
     # Drop the BOS column; a settled row that holds fewer than k hypotheses pads with NEG-scored entries.
-    return BeamSearchOutput(results.seq[:, :, 1:width], results.scores, results.log_probs, state.step)
+    return BeamSearchOutput(
+        results.seq[:, :, 1:width], results.scores, results.log_probs, state.step
+    )

@@ -86,8 +86,14 @@ class TransformerConfig:
     def __post_init__(self):
         errors = []
         for name in (
-            "src_vocab_size", "tgt_vocab_size", "num_encoder_layers",
-            "num_decoder_layers", "d_model", "num_heads", "d_ff", "max_length",
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "d_model",
+            "num_heads",
+            "d_ff",
+            "max_length",
         ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -104,7 +110,9 @@ class TransformerConfig:
         if self.activation not in ACTIVATIONS:
             errors.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
         if self.position_encoding not in POSITION_ENCODINGS:
-            errors.append(f"position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}.")
+            errors.append(
+                f"position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}."
+            )
         elif self.learned_positions and self.position_encoding != "interleaved":
             errors.append(
                 f"position_encoding={self.position_encoding!r} lays out the fixed sinusoid, but "
@@ -115,7 +123,9 @@ class TransformerConfig:
         except ValueError as error:
             errors.append(str(error))
         if not isinstance(self.final_logits_bias, bool):
-            errors.append(f"final_logits_bias must be True or False, got {self.final_logits_bias!r}.")
+            errors.append(
+                f"final_logits_bias must be True or False, got {self.final_logits_bias!r}."
+            )
         if self.layer_norm_epsilon <= 0:
             errors.append(f"layer_norm_epsilon must be > 0, got {self.layer_norm_epsilon}.")
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
@@ -124,7 +134,12 @@ class TransformerConfig:
                 f"src_vocab_size={self.src_vocab_size} != tgt_vocab_size={self.tgt_vocab_size}; "
                 "set vocab_size=N (both sides) or share_embeddings=False."
             )
-        special = {"pad_id": self.pad_id, "unk_id": self.unk_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        special = {
+            "pad_id": self.pad_id,
+            "unk_id": self.unk_id,
+            "bos_id": self.bos_id,
+            "eos_id": self.eos_id,
+        }
         # bos_id == pad_id is allowed: the decoder starts from the pad id, as Marian does.
         distinct = {name: value for name, value in special.items() if name != "bos_id"}
         if len(set(distinct.values())) != len(distinct):
@@ -138,7 +153,9 @@ class TransformerConfig:
         if smallest_vocab is not None:
             for name, value in special.items():
                 if not 0 <= value < smallest_vocab:
-                    errors.append(f"{name}={value} is outside the vocabulary [0, {smallest_vocab}).")
+                    errors.append(
+                        f"{name}={value} is outside the vocabulary [0, {smallest_vocab})."
+                    )
         if errors:
             raise ValueError("Invalid TransformerConfig:\n  " + "\n  ".join(errors))
 
@@ -189,14 +206,46 @@ class TransformerConfig:
 
 PRESETS: dict[str, dict[str, Any]] = {
     # For tests and the offline demo: seconds on a CPU.
-    "tiny": dict(num_layers=2, d_model=64, num_heads=4, d_ff=256, dropout=0.1, max_length=256,
-                 vocab_size=1024),
+    "tiny": dict(
+        num_layers=2,
+        d_model=64,
+        num_heads=4,
+        d_ff=256,
+        dropout=0.1,
+        max_length=256,
+        vocab_size=1024,
+    ),
     # The benchmark workload (4+4 layers, d_model 256).
-    "small": dict(num_layers=4, d_model=256, num_heads=8, d_ff=1024, dropout=0.1, max_length=512,
-                  vocab_size=8192),
+    "small": dict(
+        num_layers=4,
+        d_model=256,
+        num_heads=8,
+        d_ff=1024,
+        dropout=0.1,
+        max_length=512,
+        vocab_size=8192,
+    ),
     # The paper's base and big models (Table 3), shared 37k BPE vocabulary as for EN-DE.
-    "base": dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048, dropout=0.1, max_length=1024,
-                 vocab_size=37000, share_embeddings=True, tie_embeddings=True),
-    "big": dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096, dropout=0.3, max_length=1024,
-                vocab_size=37000, share_embeddings=True, tie_embeddings=True),
+    "base": dict(
+        num_layers=6,
+        d_model=512,
+        num_heads=8,
+        d_ff=2048,
+        dropout=0.1,
+        max_length=1024,
+        vocab_size=37000,
+        share_embeddings=True,
+        tie_embeddings=True,
+    ),
+    "big": dict(
+        num_layers=6,
+        d_model=1024,
+        num_heads=16,
+        d_ff=4096,
+        dropout=0.3,
+        max_length=1024,
+        vocab_size=37000,
+        share_embeddings=True,
+        tie_embeddings=True,
+    ),
 }

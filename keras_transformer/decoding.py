@@ -53,11 +53,15 @@ def ban_tokens(scores: tf.Tensor, token_ids) -> tf.Tensor:
         # masked where banned, +inf elsewhere: a score (never below masked) becomes masked
         # or stays as it is, a select's values by a minimum, which costs a decoding step less than a
         # select that broadcasts its condition (benchmarks/README.md).
-        cap = np.where(np.isin(np.arange(size), list(token_ids)), masked_score_value(scores.dtype), np.inf)
+        cap = np.where(
+            np.isin(np.arange(size), list(token_ids)), masked_score_value(scores.dtype), np.inf
+        )
         return tf.minimum(scores, tf.constant(cap.astype(scores.dtype.as_numpy_dtype)))
     vocab = tf.range(tf.shape(scores)[-1])
-    banned = tf.reduce_any(tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
-                           axis=1)
+    banned = tf.reduce_any(
+        tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
+        axis=1,
+    )
     return tf.where(banned, tf.constant(masked_score_value(scores.dtype), scores.dtype), scores)
 
 
@@ -67,10 +71,12 @@ class DecodingSteps(NamedTuple):
     source_padding [rows, src_len]) → (logits [rows, tgt_vocab] float32,
     cache)``, one new token a row at position ``t``."""
 
-    encode: Callable           # source_ids → memory [rows, src_len, d_model]
-    initial_cache: Callable    # memory [rows, src_len, d_model] → the cache the steps start from
-    many_rows: Callable        # any number of rows
-    few_rows: Callable | None  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
+    encode: Callable  # source_ids → memory [rows, src_len, d_model]
+    initial_cache: Callable  # memory [rows, src_len, d_model] → the cache the steps start from
+    many_rows: Callable  # any number of rows
+    few_rows: (
+        Callable | None
+    )  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
 
 
 def step_signature(model) -> list:
@@ -78,10 +84,19 @@ def step_signature(model) -> list:
     ``step(token_ids, t, cache, source_padding)``) with a growing cache, in
     the loops' own loose shapes: any rows and cache length."""
     config = model.config
-    keys = tf.TensorSpec([None, None, None, config.d_model // config.num_heads], model.compute_dtype)
-    cache = [{"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
-             for _ in range(config.num_decoder_layers)]
-    return [tf.TensorSpec([None], tf.int32), tf.TensorSpec([], tf.int32), cache, tf.TensorSpec([None, None], tf.bool)]
+    keys = tf.TensorSpec(
+        [None, None, None, config.d_model // config.num_heads], model.compute_dtype
+    )
+    cache = [
+        {"self": {"key": keys, "value": keys}, "cross": {"key": keys, "value": keys}}
+        for _ in range(config.num_decoder_layers)
+    ]
+    return [
+        tf.TensorSpec([None], tf.int32),
+        tf.TensorSpec([], tf.int32),
+        cache,
+        tf.TensorSpec([None, None], tf.bool),
+    ]
 
 
 class ConstantSteps:
@@ -132,31 +147,54 @@ class ConstantSteps:
         True
     """
 
-    def __init__(self, model, derived: kernels.DerivedWeights | None = None, lanes: int | None = None,
-                 products: str | None = None):
+    def __init__(
+        self,
+        model,
+        derived: kernels.DerivedWeights | None = None,
+        lanes: int | None = None,
+        products: str | None = None,
+    ):
         if not kernels.decoding_step_supported(model):
-            raise ValueError("ConstantSteps needs a model that the inference kernels cover "
-                             "(kernels.decoding_step_supported); decode this model without constant_steps.")
+            raise ValueError(
+                "ConstantSteps needs a model that the inference kernels cover "
+                "(kernels.decoding_step_supported); decode this model without constant_steps."
+            )
         config = model.config
         # The cross-attention's packed kernel serves initial_cache, which reads the variables.
-        step_weights = kernels.as_constants(kernels.step_weights(model, derived)._replace(cross_key_value=()))
-        if step_weights.output[0] is None:  # tied: the embedding transposed, made once, as the output kernel
-            step_weights = step_weights._replace(output=(np.ascontiguousarray(step_weights.embeddings.T), None))
+        step_weights = kernels.as_constants(
+            kernels.step_weights(model, derived)._replace(cross_key_value=())
+        )
+        if (
+            step_weights.output[0] is None
+        ):  # tied: the embedding transposed, made once, as the output kernel
+            step_weights = step_weights._replace(
+                output=(np.ascontiguousarray(step_weights.embeddings.T), None)
+            )
         self.lanes = kernels.step_lanes(config) if lanes is None else int(lanes)
         self.products = kernels.step_products() if products is None else products
-        few_rows_step = kernels.decoding_step(model, few_rows=True, weights=step_weights, lanes=self.lanes,
-                                              products=self.products)
+        few_rows_step = kernels.decoding_step(
+            model, few_rows=True, weights=step_weights, lanes=self.lanes, products=self.products
+        )
 
-        def constant_few_rows_step(token_ids, position, cache, source_padding):  # names the SavedModel's function
+        def constant_few_rows_step(
+            token_ids, position, cache, source_padding
+        ):  # names the SavedModel's function
             return few_rows_step(token_ids, position, cache, source_padding)
 
         self.few_rows = tf.function(constant_few_rows_step, input_signature=step_signature(model))
-        self.nbytes = sum(leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray))
+        self.nbytes = sum(
+            leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray)
+        )
 
 
-def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
-                   derived: kernels.DerivedWeights | None = None,
-                   constant_steps: ConstantSteps | None = None) -> DecodingSteps:
+def decoding_steps(
+    model,
+    static_shapes: bool = False,
+    limit=None,
+    rows=None,
+    derived: kernels.DerivedWeights | None = None,
+    constant_steps: ConstantSteps | None = None,
+) -> DecodingSteps:
     """The encoder and decoding steps for ``model``, set up where the loop is built.
 
     A growing cache takes ``kernels.decoding_step``, which reads the weights
@@ -179,21 +217,37 @@ def decoding_steps(model, static_shapes: bool = False, limit=None, rows=None,
         def encode(source_ids):
             return kernels.encode(model, source_ids, encoder_weights)
     else:
+
         def encode(source_ids):
             return model.encode(source_ids, training=False)
+
     if not static_shapes and kernels.decoding_step_supported(model):
         weights = kernels.step_weights(model, derived)
-        output_kernel = kernels.tied_output_kernel(weights, kernels.FEW_ROWS + 1 if rows is None else rows)
-        few_rows = (kernels.decoding_step(model, few_rows=True, weights=weights) if constant_steps is None
-                    else constant_steps.few_rows)
-        return DecodingSteps(encode, lambda memory: kernels.initial_cache(model, memory, weights),
-                             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel), few_rows)
+        output_kernel = kernels.tied_output_kernel(
+            weights, kernels.FEW_ROWS + 1 if rows is None else rows
+        )
+        few_rows = (
+            kernels.decoding_step(model, few_rows=True, weights=weights)
+            if constant_steps is None
+            else constant_steps.few_rows
+        )
+        return DecodingSteps(
+            encode,
+            lambda memory: kernels.initial_cache(model, memory, weights),
+            kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
+            few_rows,
+        )
     output_kernel = model.output_kernel()
 
     def step(token_ids, t, cache, source_padding):
-        logits, cache = model.decode(token_ids[:, tf.newaxis], cache, source_padding,
-                                     cache_index=t if static_shapes else None, training=False,
-                                     output_kernel=output_kernel)
+        logits, cache = model.decode(
+            token_ids[:, tf.newaxis],
+            cache,
+            source_padding,
+            cache_index=t if static_shapes else None,
+            training=False,
+            output_kernel=output_kernel,
+        )
         return logits[:, -1, :], cache
 
     def initial_cache(memory):
@@ -214,8 +268,14 @@ def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -
     return tf.minimum(real + extra_length, model.config.max_length)
 
 
-def decode_limits(model, source_ids, max_length=None, extra_length: int = 50, static_shapes: bool = False,
-                  buffer_length: int | None = None):
+def decode_limits(
+    model,
+    source_ids,
+    max_length=None,
+    extra_length: int = 50,
+    static_shapes: bool = False,
+    buffer_length: int | None = None,
+):
     """``(row_limits [batch], limit)`` for a decoder: the longest output of each
     row and of the batch. With ``static_shapes`` the limit is a Python int, the
     fixed buffer size: ``max_length`` (every row gets it), or ``buffer_length``
@@ -228,13 +288,19 @@ def decode_limits(model, source_ids, max_length=None, extra_length: int = 50, st
         return rows, tf.reduce_max(rows)
     if buffer_length is not None:
         if max_length is not None:
-            raise ValueError("Pass max_length (one limit for every row) or buffer_length, not both.")
+            raise ValueError(
+                "Pass max_length (one limit for every row) or buffer_length, not both."
+            )
         limit = min(int(buffer_length), model.config.max_length)
         return tf.minimum(decode_lengths(model, source_ids, None, extra_length), limit), limit
     if not isinstance(max_length, int):
-        raise ValueError("static_shapes=True needs max_length as a Python int (a fixed buffer size) "
-                         "or buffer_length.")
-    return decode_lengths(model, source_ids, max_length, extra_length), min(max_length, model.config.max_length)
+        raise ValueError(
+            "static_shapes=True needs max_length as a Python int (a fixed buffer size) "
+            "or buffer_length."
+        )
+    return decode_lengths(model, source_ids, max_length, extra_length), min(
+        max_length, model.config.max_length
+    )
 
 
 class GreedyState(NamedTuple):
@@ -242,16 +308,16 @@ class GreedyState(NamedTuple):
     ``rows`` starts as the batch size and, in the dynamic-shape decoder, falls
     as finished sentences leave (a batch at a time, see ``_LEAVE_FRACTION``)."""
 
-    step: tf.Tensor            # [] int32: tokens decoded so far
-    last: tf.Tensor            # [rows] int32: the token each row decodes from
-    cache: list                # per decoder layer: {"self": [rows, heads, len, depth] keys/values, "cross": ...}
-    finished: tf.Tensor        # [rows] bool: the row emitted EOS or reached its length limit
-    scores: tf.Tensor          # [rows] float32: summed log-probabilities of the chosen tokens
-    tokens: tf.Tensor          # [rows, step] int32 (static shapes: [rows, limit]), pad after EOS
-    sentence: tf.Tensor        # [rows] int32: the row's position in the input batch
-    row_limits: tf.Tensor      # [rows] int32: the row's longest output
+    step: tf.Tensor  # [] int32: tokens decoded so far
+    last: tf.Tensor  # [rows] int32: the token each row decodes from
+    cache: list  # per decoder layer: {"self": [rows, heads, len, depth] keys/values, "cross": ...}
+    finished: tf.Tensor  # [rows] bool: the row emitted EOS or reached its length limit
+    scores: tf.Tensor  # [rows] float32: summed log-probabilities of the chosen tokens
+    tokens: tf.Tensor  # [rows, step] int32 (static shapes: [rows, limit]), pad after EOS
+    sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
+    row_limits: tf.Tensor  # [rows] int32: the row's longest output
     source_padding: tf.Tensor  # [rows, src_len] bool: True for real source tokens
-    results: tuple             # ([batch, limit] tokens, [batch] scores) of the sentences that left
+    results: tuple  # ([batch, limit] tokens, [batch] scores) of the sentences that left
     #                            (static shapes: (), every sentence keeps its row)
 
 
@@ -266,8 +332,9 @@ def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Te
     return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
 
 
-def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool, few_rows_step=None,
-                rows=None):
+def decode_loop(
+    step, leave, start, invariants, done, limit, static_shapes: bool, few_rows_step=None, rows=None
+):
     """Run ``step`` (state → state) until every row is ``done(state)`` or
     ``state.step`` reaches ``limit``, and return the last state.
 
@@ -284,12 +351,17 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
     no rounds, no branch a round (a loop nested in a loop, under a
     ``tf.cond``, costs the executor more than a loop of its own).
     """
+
     def running(state):
         return tf.logical_and(state.step < limit, tf.logical_not(tf.reduce_all(done(state))))
 
     def loop(condition, body, state):
-        (state,) = tf.while_loop(lambda state: condition(state), lambda state: (body(state),), (state,),
-                                 shape_invariants=(invariants,))
+        (state,) = tf.while_loop(
+            lambda state: condition(state),
+            lambda state: (body(state),),
+            (state,),
+            shape_invariants=(invariants,),
+        )
         return state
 
     if static_shapes:
@@ -305,19 +377,33 @@ def decode_loop(step, leave, start, invariants, done, limit, static_shapes: bool
         if few_rows_step is None:
             state = loop(until_due, step, state)
         else:
-            state = tf.cond(rows(state) <= kernels.FEW_ROWS, lambda: loop(until_due, few_rows_step, state),
-                            lambda: loop(until_due, step, state))
+            state = tf.cond(
+                rows(state) <= kernels.FEW_ROWS,
+                lambda: loop(until_due, few_rows_step, state),
+                lambda: loop(until_due, step, state),
+            )
         return leave(state)
 
     if few_rows_step is None:
         return loop(running, round_, start)
-    return tf.cond(rows(start) <= kernels.FEW_ROWS, lambda: loop(running, few_rows_step, start),
-                   lambda: loop(running, round_, start))
+    return tf.cond(
+        rows(start) <= kernels.FEW_ROWS,
+        lambda: loop(running, few_rows_step, start),
+        lambda: loop(running, round_, start),
+    )
 
 
-def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
-                  static_shapes: bool = False, min_length: int = 0, buffer_length: int | None = None,
-                  derived: kernels.DerivedWeights | None = None, constant_steps: ConstantSteps | None = None):
+def greedy_decode(
+    model,
+    source_ids,
+    max_length=None,
+    extra_length: int = 50,
+    static_shapes: bool = False,
+    min_length: int = 0,
+    buffer_length: int | None = None,
+    derived: kernels.DerivedWeights | None = None,
+    constant_steps: ConstantSteps | None = None,
+):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
     Rows that finished leave the batch (dynamic shapes), so the rest decodes
@@ -349,10 +435,18 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     """
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
-    row_limits, limit = decode_limits(model, source_ids, max_length, extra_length, static_shapes, buffer_length)
+    row_limits, limit = decode_limits(
+        model, source_ids, max_length, extra_length, static_shapes, buffer_length
+    )
     batch = tf.shape(source_ids)[0]
-    steps = decoding_steps(model, static_shapes, limit, rows=batch, derived=derived,  # weights read once
-                           constant_steps=constant_steps)
+    steps = decoding_steps(
+        model,
+        static_shapes,
+        limit,
+        rows=batch,
+        derived=derived,  # weights read once
+        constant_steps=constant_steps,
+    )
     memory = steps.encode(source_ids)
     source_padding = padding_mask(source_ids, config.pad_id)
     cache = steps.initial_cache(memory)
@@ -360,9 +454,13 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
     banned = never_emitted(config)
 
     if static_shapes:
+
         def write(tokens, chosen, t):
-            return tf.where(tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens)
+            return tf.where(
+                tf.equal(tf.range(limit), t)[tf.newaxis, :], chosen[:, tf.newaxis], tokens
+            )
     else:
+
         def write(tokens, chosen, t):
             return tf.concat([tokens, chosen[:, tf.newaxis]], axis=1)
 
@@ -370,34 +468,54 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         tokens = tf.gather(state.tokens, rows)
         tokens = tf.pad(tokens, [[0, 0], [0, limit - tf.shape(tokens)[1]]], constant_values=pad)
         at = tf.gather(state.sentence, rows)
-        return (scatter_rows(results[0], at, tokens), scatter_rows(results[1], at, tf.gather(state.scores, rows)))
+        return (
+            scatter_rows(results[0], at, tokens),
+            scatter_rows(results[1], at, tf.gather(state.scores, rows)),
+        )
 
     def leave(state: GreedyState) -> GreedyState:
         """The state without its finished rows, whose answers go to ``results``."""
         staying = tf.where(~state.finished)[:, 0]
         take = lambda x: tf.gather(x, staying)  # noqa: E731
         return state._replace(
-            last=take(state.last), cache=tf.nest.map_structure(take, state.cache),
-            finished=take(state.finished), scores=take(state.scores), tokens=take(state.tokens),
-            sentence=take(state.sentence), row_limits=take(state.row_limits),
+            last=take(state.last),
+            cache=tf.nest.map_structure(take, state.cache),
+            finished=take(state.finished),
+            scores=take(state.scores),
+            tokens=take(state.tokens),
+            sentence=take(state.sentence),
+            row_limits=take(state.row_limits),
             source_padding=take(state.source_padding),
-            results=write_results(state.results, state, tf.where(state.finished)[:, 0]))
+            results=write_results(state.results, state, tf.where(state.finished)[:, 0]),
+        )
 
     def step_with(decode_step):
         """The loop's step (state → state) with ``decode_step`` computing the logits."""
+
         def step(state: GreedyState) -> GreedyState:
             t, finished = state.step, state.finished
             logits, cache = decode_step(state.last, t, state.cache, state.source_padding)
             # The choice from the logits (log_softmax keeps each row's order); the chosen tokens'
             # log-probabilities beside it, off the path to the next step.
-            chosen = tf.argmax(ban_early_eos(ban_tokens(logits, banned), t, min_length, config.eos_id), axis=-1,
-                               output_type=tf.int32)
-            chosen = tf.where(finished, config.pad_id, chosen)  # constants made here: see kernels.decoding_step
+            chosen = tf.argmax(
+                ban_early_eos(ban_tokens(logits, banned), t, min_length, config.eos_id),
+                axis=-1,
+                output_type=tf.int32,
+            )
+            chosen = tf.where(
+                finished, config.pad_id, chosen
+            )  # constants made here: see kernels.decoding_step
             log_probs = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)
             scores = state.scores + tf.where(finished, 0.0, log_probs)
             finished = finished | tf.equal(chosen, config.eos_id) | (t + 1 >= state.row_limits)
-            return state._replace(step=t + 1, last=chosen, cache=cache, finished=finished,
-                                  scores=scores, tokens=write(state.tokens, chosen, t))
+            return state._replace(
+                step=t + 1,
+                last=chosen,
+                cache=cache,
+                finished=finished,
+                scores=scores,
+                tokens=write(state.tokens, chosen, t),
+            )
 
         return step
 
@@ -411,7 +529,9 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         sentence=tf.range(batch),
         row_limits=row_limits,
         source_padding=source_padding,
-        results=() if static_shapes else (tf.fill([batch, limit], pad), tf.zeros([batch], tf.float32)),
+        results=()
+        if static_shapes
+        else (tf.fill([batch, limit], pad), tf.zeros([batch], tf.float32)),
     )
     invariants = GreedyState(
         step=tf.TensorShape([]),
@@ -425,10 +545,18 @@ def greedy_decode(model, source_ids, max_length=None, extra_length: int = 50,
         source_padding=tf.TensorShape([None, None]),
         results=() if static_shapes else (tf.TensorShape([None, None]), tf.TensorShape([None])),
     )
-    state = decode_loop(step_with(steps.many_rows), leave, start, invariants, lambda state: state.finished, limit,
-                        static_shapes, few_rows_step=steps.few_rows and step_with(steps.few_rows),
-                        rows=lambda state: tf.size(state.finished))
+    state = decode_loop(
+        step_with(steps.many_rows),
+        leave,
+        start,
+        invariants,
+        lambda state: state.finished,
+        limit,
+        static_shapes,
+        few_rows_step=steps.few_rows and step_with(steps.few_rows),
+        rows=lambda state: tf.size(state.finished),
+    )
     if static_shapes:  # every sentence kept its row
         return state.tokens, state.scores
     tokens, scores = write_results(state.results, state, tf.range(tf.shape(state.finished)[0]))
-    return tokens[:, :state.step], scores
+    return tokens[:, : state.step], scores

@@ -57,7 +57,12 @@ def cpu_flags() -> frozenset[str]:
 def cpu_model() -> str:
     """The processor's marketing name, e.g. ``"AMD EPYC"`` or ``"Intel(R) Xeon(R) Platinum 8481C"``."""
     info = _cpuinfo()
-    return info.get("model name") or info.get("Processor") or platform.processor() or platform.machine()
+    return (
+        info.get("model name")
+        or info.get("Processor")
+        or platform.processor()
+        or platform.machine()
+    )
 
 
 def has_bf16_units() -> bool:

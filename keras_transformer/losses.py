@@ -32,8 +32,13 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         sample_weight: optional ``[batch]`` or ``[batch, tgt_len]`` weights.
     """
 
-    def __init__(self, label_smoothing: float = 0.1, pad_id: int = 0,
-                 name: str = "masked_label_smoothed_cross_entropy", **kwargs):
+    def __init__(
+        self,
+        label_smoothing: float = 0.1,
+        pad_id: int = 0,
+        name: str = "masked_label_smoothed_cross_entropy",
+        **kwargs,
+    ):
         super().__init__(name=name, **kwargs)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}.")
@@ -50,15 +55,23 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels = tf.cast(y_true, tf.int32)
         logits = tf.cast(y_pred, tf.float32)
-        return _masked_token_losses(labels, kernels.smoothed_cross_entropy(labels, logits, self.label_smoothing),
-                                    self.pad_id)
+        return _masked_token_losses(
+            labels,
+            kernels.smoothed_cross_entropy(labels, logits, self.label_smoothing),
+            self.pad_id,
+        )
 
     def reduce_token_losses(self, y_true, token_losses, sample_weight=None):
         """This loss's value from per-token losses computed elsewhere (the
         ``Transformer``'s fused training step): the same pad mask, sample
         weights, Keras reduction and replica scaling as calling the loss."""
-        return _PrecomputedTokenLosses(self.label_smoothing, self.pad_id, name=self.name,
-                                       reduction=self.reduction, dtype=self.dtype)(y_true, token_losses, sample_weight)
+        return _PrecomputedTokenLosses(
+            self.label_smoothing,
+            self.pad_id,
+            name=self.name,
+            reduction=self.reduction,
+            dtype=self.dtype,
+        )(y_true, token_losses, sample_weight)
 
     def get_config(self):
         config = super().get_config()
@@ -79,7 +92,9 @@ class _PrecomputedTokenLosses(MaskedLabelSmoothedCrossEntropy):
     """Takes per-token losses as ``y_pred`` (``reduce_token_losses``)."""
 
     def call(self, y_true, y_pred):
-        return _masked_token_losses(tf.cast(y_true, tf.int32), tf.cast(y_pred, tf.float32), self.pad_id)
+        return _masked_token_losses(
+            tf.cast(y_true, tf.int32), tf.cast(y_pred, tf.float32), self.pad_id
+        )
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")

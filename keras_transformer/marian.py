@@ -118,15 +118,25 @@ class MarianCheckpoint:
     def read(cls, path: PathLike, allow_pickle: bool = False) -> "MarianCheckpoint":
         path = Path(path)
         if not path.is_dir():
-            raise CheckpointError(f"{path} is not a directory: give the folder that save_pretrained wrote "
-                                  "(or a downloaded OPUS-MT model).")
-        missing = [name for name in ("config.json", *TOKENIZER_FILES) if not (path / name).is_file()]
+            raise CheckpointError(
+                f"{path} is not a directory: give the folder that save_pretrained wrote "
+                "(or a downloaded OPUS-MT model)."
+            )
+        missing = [
+            name for name in ("config.json", *TOKENIZER_FILES) if not (path / name).is_file()
+        ]
         if missing:
-            raise CheckpointError(f"{path} has no {', '.join(missing)}: a Marian checkpoint needs config.json, "
-                                  f"{', '.join(TOKENIZER_FILES)} and {SAFETENSORS}.")
+            raise CheckpointError(
+                f"{path} has no {', '.join(missing)}: a Marian checkpoint needs config.json, "
+                f"{', '.join(TOKENIZER_FILES)} and {SAFETENSORS}."
+            )
         hf_config = _read_json(path / "config.json")
-        return cls(path, hf_config, transformer_config(hf_config, _unk_id(path)),
-                   _weights_file(path, allow_pickle))
+        return cls(
+            path,
+            hf_config,
+            transformer_config(hf_config, _unk_id(path)),
+            _weights_file(path, allow_pickle),
+        )
 
 
 def _read_json(path: Path) -> Any:
@@ -154,7 +164,8 @@ def _weights_file(path: Path, allow_pickle: bool) -> Path:
             raise CheckpointError(
                 f"{path} has only {PICKLE}, a pickle, which can run code when read. Convert it to "
                 f"{SAFETENSORS} (MarianMTModel.from_pretrained(dir).save_pretrained(dir)), or pass "
-                "--allow-pickle (allow_pickle=True) if you trust its source (needs torch).")
+                "--allow-pickle (allow_pickle=True) if you trust its source (needs torch)."
+            )
         return path / PICKLE
     raise CheckpointError(f"{path} has no {SAFETENSORS} (nor {PICKLE}).")
 
@@ -164,21 +175,31 @@ def transformer_config(hf_config: Mapping[str, Any], unk_id: int) -> Transformer
     for a variant this model cannot compute."""
     c = dict(hf_config)
     if c.get("model_type") != "marian":
-        raise CheckpointError(f"config.json has model_type={c.get('model_type')!r}; only Marian "
-                              "(OPUS-MT) checkpoints can be imported.")
+        raise CheckpointError(
+            f"config.json has model_type={c.get('model_type')!r}; only Marian "
+            "(OPUS-MT) checkpoints can be imported."
+        )
     for key, marian_value in _MARIAN_ONLY.items():
         if key in c and bool(c[key]) != marian_value:
-            raise CheckpointError(f"config.json has {key}={c[key]!r}; only the standard Marian architecture "
-                                  f"({key}={marian_value}) can be imported.")
-    pairs = [("encoder_attention_heads", "decoder_attention_heads"), ("encoder_ffn_dim", "decoder_ffn_dim")]
+            raise CheckpointError(
+                f"config.json has {key}={c[key]!r}; only the standard Marian architecture "
+                f"({key}={marian_value}) can be imported."
+            )
+    pairs = [
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ]
     for encoder_key, decoder_key in pairs:
         if c.get(encoder_key) != c.get(decoder_key):
-            raise CheckpointError(f"config.json has {encoder_key}={c.get(encoder_key)} but {decoder_key}="
-                                  f"{c.get(decoder_key)}; this model needs them equal.")
+            raise CheckpointError(
+                f"config.json has {encoder_key}={c.get(encoder_key)} but {decoder_key}="
+                f"{c.get(decoder_key)}; this model needs them equal."
+            )
     activation = str(c.get("activation_function", "swish")).lower()
     if activation not in ACTIVATIONS:
-        raise CheckpointError(f"config.json has activation_function={activation!r}; supported: "
-                              f"{sorted(ACTIVATIONS)}.")
+        raise CheckpointError(
+            f"config.json has activation_function={activation!r}; supported: {sorted(ACTIVATIONS)}."
+        )
     shared = bool(c.get("share_encoder_decoder_embeddings", True))
     vocab_size = int(c["vocab_size"])
     tgt_vocab_size = vocab_size if shared else int(c.get("decoder_vocab_size") or vocab_size)
@@ -215,7 +236,9 @@ def transformer_config(hf_config: Mapping[str, Any], unk_id: int) -> Transformer
     except KeyError as error:
         raise CheckpointError(f"config.json has no {error.args[0]!r}.") from error
     except ValueError as error:
-        raise CheckpointError(f"config.json describes a model this package cannot build: {error}") from error
+        raise CheckpointError(
+            f"config.json describes a model this package cannot build: {error}"
+        ) from error
 
 
 def read_weights(checkpoint: MarianCheckpoint) -> dict[str, np.ndarray]:
@@ -225,8 +248,10 @@ def read_weights(checkpoint: MarianCheckpoint) -> dict[str, np.ndarray]:
         try:
             from safetensors.numpy import load_file
         except ImportError as error:
-            raise CheckpointError("reading model.safetensors needs the safetensors package: "
-                                  'pip install "keras-transformer-nmt[marian]".') from error
+            raise CheckpointError(
+                "reading model.safetensors needs the safetensors package: "
+                'pip install "keras-transformer-nmt[marian]".'
+            ) from error
         try:
             tensors = load_file(str(path))
         except Exception as error:  # safetensors raises its own SafetensorError
@@ -235,7 +260,9 @@ def read_weights(checkpoint: MarianCheckpoint) -> dict[str, np.ndarray]:
         try:
             import torch
         except ImportError as error:
-            raise CheckpointError(f"reading {PICKLE} needs torch; or convert it to {SAFETENSORS}.") from error
+            raise CheckpointError(
+                f"reading {PICKLE} needs torch; or convert it to {SAFETENSORS}."
+            ) from error
         state = torch.load(str(path), map_location="cpu", weights_only=False)
         tensors = {name: value.float().numpy() for name, value in state.items()}
     return {name: np.asarray(value, dtype=np.float32) for name, value in tensors.items()}
@@ -244,14 +271,29 @@ def read_weights(checkpoint: MarianCheckpoint) -> dict[str, np.ndarray]:
 def _per_layer(stack: str, index: int, decoder: bool) -> dict[str, tuple[str, bool]]:
     """Our weight path → (checkpoint tensor name, transposed) for one layer."""
     ours, theirs = f"{stack}/layer_{index}", f"model.{stack}.layers.{index}"
-    attentions = [("self_attention", "self_attn")] + ([("cross_attention", "encoder_attn")] if decoder else [])
+    attentions = [("self_attention", "self_attn")] + (
+        [("cross_attention", "encoder_attn")] if decoder else []
+    )
     names: dict[str, tuple[str, bool]] = {}
     for our_block, their_block in attentions:
-        for our_proj, their_proj in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj"),
-                                     ("output", "out_proj")):
-            names[f"{ours}/{our_block}/{our_proj}/kernel"] = (f"{theirs}.{their_block}.{their_proj}.weight", True)
-            names[f"{ours}/{our_block}/{our_proj}/bias"] = (f"{theirs}.{their_block}.{their_proj}.bias", False)
-        names[f"{ours}/{our_block}_norm/gamma"] = (f"{theirs}.{their_block}_layer_norm.weight", False)
+        for our_proj, their_proj in (
+            ("query", "q_proj"),
+            ("key", "k_proj"),
+            ("value", "v_proj"),
+            ("output", "out_proj"),
+        ):
+            names[f"{ours}/{our_block}/{our_proj}/kernel"] = (
+                f"{theirs}.{their_block}.{their_proj}.weight",
+                True,
+            )
+            names[f"{ours}/{our_block}/{our_proj}/bias"] = (
+                f"{theirs}.{their_block}.{their_proj}.bias",
+                False,
+            )
+        names[f"{ours}/{our_block}_norm/gamma"] = (
+            f"{theirs}.{their_block}_layer_norm.weight",
+            False,
+        )
         names[f"{ours}/{our_block}_norm/beta"] = (f"{theirs}.{their_block}_layer_norm.bias", False)
     for our_proj, their_proj in (("inner", "fc1"), ("outer", "fc2")):
         names[f"{ours}/feed_forward/{our_proj}/kernel"] = (f"{theirs}.{their_proj}.weight", True)
@@ -268,7 +310,9 @@ def _first(tensors: Mapping[str, np.ndarray], *names: str) -> str:
     raise CheckpointError(f"the checkpoint has none of {list(names)}.")
 
 
-def weight_names(config: TransformerConfig, tensors: Mapping[str, np.ndarray]) -> dict[str, tuple[str, bool]]:
+def weight_names(
+    config: TransformerConfig, tensors: Mapping[str, np.ndarray]
+) -> dict[str, tuple[str, bool]]:
     """Each weight of a ``Transformer`` built from ``config`` (its path without the
     model's own name) → the checkpoint tensor it takes, and whether transposed
     (PyTorch's ``Linear`` keeps ``[out, in]``, Keras' ``Dense`` ``[in, out]``)."""
@@ -276,7 +320,9 @@ def weight_names(config: TransformerConfig, tensors: Mapping[str, np.ndarray]) -
     names = {"source_embedding/token_embedding/embeddings": (source, False)}
     if not config.share_embeddings:
         names["target_embedding/token_embedding/embeddings"] = (
-            _first(tensors, "model.decoder.embed_tokens.weight"), False)
+            _first(tensors, "model.decoder.embed_tokens.weight"),
+            False,
+        )
     for index in range(config.num_encoder_layers):
         names.update(_per_layer("encoder", index, decoder=False))
     for index in range(config.num_decoder_layers):
@@ -285,29 +331,44 @@ def weight_names(config: TransformerConfig, tensors: Mapping[str, np.ndarray]) -
     return names
 
 
-def _check_copies(tensors: Mapping[str, np.ndarray], config: TransformerConfig,
-                  names: Mapping[str, tuple[str, bool]]) -> None:
+def _check_copies(
+    tensors: Mapping[str, np.ndarray],
+    config: TransformerConfig,
+    names: Mapping[str, tuple[str, bool]],
+) -> None:
     """Tensors the model does not take (``names``: ``weight_names``) must be copies
     of the embeddings it does take (tied embeddings written under several names)
     or the position tables it computes."""
     source = names["source_embedding/token_embedding/embeddings"][0]
     target = names.get("target_embedding/token_embedding/embeddings", (source,))[0]
-    copies = {"model.shared.weight": source, "model.encoder.embed_tokens.weight": source,
-              "model.decoder.embed_tokens.weight": target, "lm_head.weight": target}
+    copies = {
+        "model.shared.weight": source,
+        "model.encoder.embed_tokens.weight": source,
+        "model.decoder.embed_tokens.weight": target,
+        "lm_head.weight": target,
+    }
     used = {name for name, _ in names.values()}
     for name in sorted(set(tensors) - used):
         if name.endswith("embed_positions.weight"):
             table = sinusoidal_table(tensors[name].shape[0], config.d_model, "halves")
-            if tensors[name].shape != table.shape or not np.allclose(tensors[name], table, atol=1e-5):
-                raise CheckpointError(f"the checkpoint's {name} is not Marian's sinusoidal table; "
-                                      "only fixed sinusoidal positions can be imported.")
+            if tensors[name].shape != table.shape or not np.allclose(
+                tensors[name], table, atol=1e-5
+            ):
+                raise CheckpointError(
+                    f"the checkpoint's {name} is not Marian's sinusoidal table; "
+                    "only fixed sinusoidal positions can be imported."
+                )
         elif name in copies:
             if not np.array_equal(tensors[name], tensors[copies[name]]):
                 what = "output projection" if name == "lm_head.weight" else "embeddings"
-                raise CheckpointError(f"the checkpoint's {name} differs from {copies[name]}: untied {what} "
-                                      "cannot be imported.")
+                raise CheckpointError(
+                    f"the checkpoint's {name} differs from {copies[name]}: untied {what} "
+                    "cannot be imported."
+                )
         else:
-            raise CheckpointError(f"the checkpoint has a tensor this model has no place for: {name}.")
+            raise CheckpointError(
+                f"the checkpoint has a tensor this model has no place for: {name}."
+            )
 
 
 def load_weights(model, tensors: Mapping[str, np.ndarray]) -> None:
@@ -326,8 +387,10 @@ def load_weights(model, tensors: Mapping[str, np.ndarray]) -> None:
         value = tensors[name].T if transposed else tensors[name]
         value = value.reshape(-1) if path == "final_logits_bias" else value
         if tuple(value.shape) != tuple(variable.shape):
-            raise CheckpointError(f"{name} has shape {tuple(tensors[name].shape)}, but {path} needs "
-                                  f"{tuple(variable.shape)}: config.json does not match the weights.")
+            raise CheckpointError(
+                f"{name} has shape {tuple(tensors[name].shape)}, but {path} needs "
+                f"{tuple(variable.shape)}: config.json does not match the weights."
+            )
         variable.assign(value)
     _check_copies(tensors, model.config, names)
 
@@ -346,22 +409,33 @@ def load_model(checkpoint: MarianCheckpoint | PathLike, allow_pickle: bool = Fal
     return model
 
 
-def workdir_config(config: TransformerConfig, max_src_length: int, max_tgt_length: int) -> dict[str, Any]:
+def workdir_config(
+    config: TransformerConfig, max_src_length: int, max_tgt_length: int
+) -> dict[str, Any]:
     """The ``config.yaml`` of an imported workdir: the training schema's sections,
     with the model's own lengths and no corpus (fine-tuning brings its own)."""
     return {
         "data": {"kind": "text", "dir": None},
         "tokenizer": {"vocab_size": config.tgt_vocab_size, "shared": False},
         "model": config.to_dict(),
-        "training": {"max_src_length": max_src_length, "max_tgt_length": max_tgt_length,
-                     "mixed_precision": "fp32"},
+        "training": {
+            "max_src_length": max_src_length,
+            "max_tgt_length": max_tgt_length,
+            "mixed_precision": "fp32",
+        },
         "evaluation": {},
     }
 
 
-def import_marian(checkpoint: PathLike, workdir: PathLike, *, max_src_length: int | None = None,
-                  max_tgt_length: int | None = None, allow_pickle: bool = False,
-                  overwrite: bool = False) -> Workdir:
+def import_marian(
+    checkpoint: PathLike,
+    workdir: PathLike,
+    *,
+    max_src_length: int | None = None,
+    max_tgt_length: int | None = None,
+    allow_pickle: bool = False,
+    overwrite: bool = False,
+) -> Workdir:
     """Write a Hugging Face Marian checkpoint directory as a workdir.
 
     ``W/model.keras`` holds the model, ``W/model_config.json`` its config,
@@ -389,12 +463,20 @@ def import_marian(checkpoint: PathLike, workdir: PathLike, *, max_src_length: in
     if target.exists() and not overwrite:
         raise FileExistsError(f"{target} exists; choose another --workdir or pass --overwrite.")
     limit = checkpoint.config.max_length
-    max_src_length = min(DEFAULT_MAX_LENGTH, limit) if max_src_length is None else int(max_src_length)
-    max_tgt_length = min(DEFAULT_MAX_LENGTH, limit) - 1 if max_tgt_length is None else int(max_tgt_length)
+    max_src_length = (
+        min(DEFAULT_MAX_LENGTH, limit) if max_src_length is None else int(max_src_length)
+    )
+    max_tgt_length = (
+        min(DEFAULT_MAX_LENGTH, limit) - 1 if max_tgt_length is None else int(max_tgt_length)
+    )
     for name, value in (("max_src_length", max_src_length), ("max_tgt_length", max_tgt_length)):
         if not 1 <= value <= limit:
-            raise ValueError(f"{name}={value}: use 1 to {limit} (the model's max_position_embeddings).")
-    load_marian_tokenizers(checkpoint.path)  # refuse tokenizer files it cannot read before writing anything
+            raise ValueError(
+                f"{name}={value}: use 1 to {limit} (the model's max_position_embeddings)."
+            )
+    load_marian_tokenizers(
+        checkpoint.path
+    )  # refuse tokenizer files it cannot read before writing anything
     model = load_model(checkpoint)
     staging = staging_directory(target, "import")
     try:
@@ -403,13 +485,22 @@ def import_marian(checkpoint: PathLike, workdir: PathLike, *, max_src_length: in
         for name in (*TOKENIZER_FILES, *OPTIONAL_TOKENIZER_FILES):
             if (checkpoint.path / name).is_file():
                 shutil.copyfile(checkpoint.path / name, run.tokenizer_dir / name)
-        run.config_path.write_text(yaml.safe_dump(
-            workdir_config(checkpoint.config, max_src_length, max_tgt_length), sort_keys=False), encoding="utf-8")
+        run.config_path.write_text(
+            yaml.safe_dump(
+                workdir_config(checkpoint.config, max_src_length, max_tgt_length), sort_keys=False
+            ),
+            encoding="utf-8",
+        )
         run.model_config_path.write_text(checkpoint.config.to_json(), encoding="utf-8")
         write_through_temp(run.model_path, model.save)
-        record = {"imported": {"kind": "marian", "from": str(checkpoint.path.resolve()),
-                               "name_or_path": checkpoint.hf_config.get("_name_or_path"),
-                               "weights": checkpoint.weights_file.name}}
+        record = {
+            "imported": {
+                "kind": "marian",
+                "from": str(checkpoint.path.resolve()),
+                "name_or_path": checkpoint.hf_config.get("_name_or_path"),
+                "weights": checkpoint.weights_file.name,
+            }
+        }
         run.metrics_path.write_text(json.dumps(record, indent=2), encoding="utf-8")
         replace_directory(staging, target)
     except BaseException:

@@ -9,7 +9,13 @@ import keras
 import tensorflow as tf
 
 from keras_transformer.config import TransformerConfig
-from keras_transformer.layers import Decoder, Encoder, PositionalEmbedding, padding_mask, target_padding_mask
+from keras_transformer.layers import (
+    Decoder,
+    Encoder,
+    PositionalEmbedding,
+    padding_mask,
+    target_padding_mask,
+)
 from keras_transformer import kernels
 from keras_transformer.layers.dense import Dense
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
@@ -190,7 +196,9 @@ class Transformer(keras.Model):
             logits = kernels.project(hidden, output_kernel, with_gradient=training is not False)
         else:
             kernel = tf.cast(self.target_embedding.embeddings, hidden.dtype)
-            logits = kernels.project(hidden, kernel, transpose_kernel=True, with_gradient=training is not False)
+            logits = kernels.project(
+                hidden, kernel, transpose_kernel=True, with_gradient=training is not False
+            )
         logits = tf.cast(logits, tf.float32)
         if self.final_logits_bias is not None:
             logits = logits + tf.cast(self.final_logits_bias, tf.float32)
@@ -240,14 +248,20 @@ class Transformer(keras.Model):
         """
         bound = _COMPILE_SIGNATURE.bind(self, *args, **kwargs).arguments
         super().compile(*args, **kwargs)
-        token_mean_loss = (isinstance(bound.get("loss"), MaskedLabelSmoothedCrossEntropy)
-                           and bound.get("loss_weights") is None)
+        token_mean_loss = (
+            isinstance(bound.get("loss"), MaskedLabelSmoothedCrossEntropy)
+            and bound.get("loss_weights") is None
+        )
         if fuse_output_and_loss and not token_mean_loss:
-            raise ValueError("fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy(...) and no "
-                             "loss_weights; leave it at None to fuse only then.")
+            raise ValueError(
+                "fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy(...) and no "
+                "loss_weights; leave it at None to fuse only then."
+            )
         # Both read by the steps below; set here, from compile's own arguments.
         self.token_mean_loss = token_mean_loss
-        self.fuse_output_and_loss = token_mean_loss if fuse_output_and_loss is None else bool(fuse_output_and_loss)
+        self.fuse_output_and_loss = (
+            token_mean_loss if fuse_output_and_loss is None else bool(fuse_output_and_loss)
+        )
         self._fuse_choice = fuse_output_and_loss  # saved with the compile config
 
     def get_compile_config(self):
@@ -261,7 +275,9 @@ class Transformer(keras.Model):
         saved compile arguments, and ``fuse_output_and_loss`` where one was given."""
         self.compile(**keras.saving.deserialize_keras_object(config))
         if hasattr(self, "optimizer") and self.built:
-            self.optimizer.build(self.trainable_variables)  # the optimizer's variables, to load into
+            self.optimizer.build(
+                self.trainable_variables
+            )  # the optimizer's variables, to load into
 
     def train_step(self, data):
         """Keras' training step, with the output projection and the loss fused
@@ -274,7 +290,10 @@ class Transformer(keras.Model):
         the same calls as in Keras' step. A quantized output layer takes
         Keras' step.
         """
-        quantized = self.output_projection is not None and self.output_projection.quantization_mode is not None
+        quantized = (
+            self.output_projection is not None
+            and self.output_projection.quantization_mode is not None
+        )
         if not getattr(self, "fuse_output_and_loss", False) or quantized:
             return super().train_step(data)
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -359,7 +378,9 @@ class Transformer(keras.Model):
 
     # --- export and serialization -----------------------------------------------------
 
-    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs):
+    def export(
+        self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs
+    ):
         """``keras.Model.export``: a SavedModel whose ``serve`` endpoint returns the logits.
 
         ``model.export("exports/logits")`` writes it; after
@@ -402,11 +423,17 @@ class Transformer(keras.Model):
         """
         if input_signature is None:
             self._build_if_needed()
-            input_signature = [_ids_structure(
-                self._build_shapes_dict,
-                lambda name: keras.InputSpec(shape=(None, None), dtype=self.input_dtype, name=name),
-            )]
-        return super().export(filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs)
+            input_signature = [
+                _ids_structure(
+                    self._build_shapes_dict,
+                    lambda name: keras.InputSpec(
+                        shape=(None, None), dtype=self.input_dtype, name=name
+                    ),
+                )
+            ]
+        return super().export(
+            filepath, format=format, verbose=verbose, input_signature=input_signature, **kwargs
+        )
 
     def get_config(self):
         return {
@@ -441,8 +468,7 @@ def _unpack_inputs(inputs):
             return inputs["source_ids"], inputs["target_ids"]
         except KeyError as error:
             raise ValueError(
-                "Dict inputs need keys 'source_ids' and 'target_ids', got "
-                f"{sorted(inputs)}."
+                f"Dict inputs need keys 'source_ids' and 'target_ids', got {sorted(inputs)}."
             ) from error
     if isinstance(inputs, (tuple, list)) and len(inputs) == 2:
         return inputs[0], inputs[1]

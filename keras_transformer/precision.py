@@ -76,8 +76,13 @@ def local_accelerators() -> tuple[Accelerator, ...]:
     for device in tf.config.list_physical_devices("GPU"):
         details = tf.config.experimental.get_device_details(device)
         capability = details.get("compute_capability")
-        found.append(Accelerator("GPU", details.get("device_name", device.name),
-                                 tuple(capability) if capability else None))
+        found.append(
+            Accelerator(
+                "GPU",
+                details.get("device_name", device.name),
+                tuple(capability) if capability else None,
+            )
+        )
     for device in tf.config.list_logical_devices("TPU"):
         found.append(Accelerator("TPU", device.name))
     return tuple(found)
@@ -87,8 +92,9 @@ def _capability(value: tuple[int, int]) -> str:
     return f"{value[0]}.{value[1]}"
 
 
-def choose_precision(accelerators: Sequence[Accelerator] | None = None,
-                     cpu_has_bf16_units: bool | None = None) -> PrecisionChoice:
+def choose_precision(
+    accelerators: Sequence[Accelerator] | None = None, cpu_has_bf16_units: bool | None = None
+) -> PrecisionChoice:
     """What ``training.mixed_precision: auto`` trains in on this hardware.
 
     Args:
@@ -108,29 +114,41 @@ def choose_precision(accelerators: Sequence[Accelerator] | None = None,
     tpus = [device for device in accelerators if device.kind == "TPU"]
     gpus = [device for device in accelerators if device.kind == "GPU"]
     if tpus:
-        return PrecisionChoice("bf16", f"{len(tpus)} TPU core(s): their matrix units compute in bfloat16")
+        return PrecisionChoice(
+            "bf16", f"{len(tpus)} TPU core(s): their matrix units compute in bfloat16"
+        )
     if gpus:
         capabilities = [device.compute_capability for device in gpus]
         names = ", ".join(sorted({device.name or "GPU" for device in gpus}))
         if any(capability is None for capability in capabilities):
-            return PrecisionChoice("fp32", f"GPU {names} reports no compute capability: float32 is the safe choice")
+            return PrecisionChoice(
+                "fp32", f"GPU {names} reports no compute capability: float32 is the safe choice"
+            )
         lowest = min(capabilities)
         if lowest >= BF16_COMPUTE_CAPABILITY:
             return PrecisionChoice(
-                "bf16", f"GPU {names} (compute capability {_capability(lowest)}) has bf16 tensor cores")
+                "bf16",
+                f"GPU {names} (compute capability {_capability(lowest)}) has bf16 tensor cores",
+            )
         if lowest >= FP16_COMPUTE_CAPABILITY:
             return PrecisionChoice(
-                "fp16", f"GPU {names} (compute capability {_capability(lowest)}) has fp16 tensor cores "
-                        "but no bf16 ones: float16 with dynamic loss scaling")
+                "fp16",
+                f"GPU {names} (compute capability {_capability(lowest)}) has fp16 tensor cores "
+                "but no bf16 ones: float16 with dynamic loss scaling",
+            )
         return PrecisionChoice(
-            "fp32", f"GPU {names} (compute capability {_capability(lowest)}) has no tensor cores: "
-                    "mixed precision would gain little")
+            "fp32",
+            f"GPU {names} (compute capability {_capability(lowest)}) has no tensor cores: "
+            "mixed precision would gain little",
+        )
     if cpu_has_bf16_units is None:
         cpu_has_bf16_units = hardware.has_bf16_units()
     if cpu_has_bf16_units:
         return PrecisionChoice("bf16", "no GPU or TPU; the CPU has bf16 units (AVX512-BF16/AMX)")
-    return PrecisionChoice("fp32", "no GPU or TPU; the CPU has no bf16 units, where bf16 is emulated "
-                                   "and slower than float32")
+    return PrecisionChoice(
+        "fp32",
+        "no GPU or TPU; the CPU has no bf16 units, where bf16 is emulated and slower than float32",
+    )
 
 
 def resolve_precision(precision: str, **choose_options) -> PrecisionChoice:

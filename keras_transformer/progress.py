@@ -34,6 +34,13 @@ def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: 
         except ImportError:
             return _Silent()
         # disable=None: drawn only on a terminal, so logs and pipes get no bar fragments.
-        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False,
-                    disable=None)
+        return tqdm(
+            total=total,
+            desc=desc,
+            unit=unit,
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+            disable=None,
+        )
     return _Silent()

@@ -45,8 +45,9 @@ class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {"d_model": self.d_model, "warmup_steps": self.warmup_steps, "scale": self.scale}
 
 
-def paper_adam(learning_rate=None, *, d_model: int | None = None, warmup_steps: int = 4000,
-               **kwargs) -> FusedAdam:
+def paper_adam(
+    learning_rate=None, *, d_model: int | None = None, warmup_steps: int = 4000, **kwargs
+) -> FusedAdam:
     """Adam(β1=0.9, β2=0.98, ε=1e-9), the paper's optimizer (as ``FusedAdam``).
 
     With no ``learning_rate``, uses ``TransformerSchedule(d_model, warmup_steps)``.

@@ -69,14 +69,18 @@ def _iter_sentences(source: TextSource) -> Iterator[str]:
     if isinstance(first, os.PathLike):
         return _read_files(list(iterator))
     if not isinstance(first, str):
-        raise ValueError(f"Expected sentences (str) or file paths (pathlib.Path), got {type(first).__name__}.")
+        raise ValueError(
+            f"Expected sentences (str) or file paths (pathlib.Path), got {type(first).__name__}."
+        )
     return _checked_texts(iterator)
 
 
 def _checked_texts(texts: Iterable[object]) -> Iterator[str]:
     for index, text in enumerate(texts):
         if not isinstance(text, str):
-            raise ValueError(f"Training text {index} is a {type(text).__name__}; pass sentences as str.")
+            raise ValueError(
+                f"Training text {index} is a {type(text).__name__}; pass sentences as str."
+            )
         yield text.rstrip("\r\n")
 
 
@@ -137,16 +141,26 @@ def train_sentencepiece(
     """
     _check_model_type(model_type)
     if not isinstance(vocab_size, int) or vocab_size <= len(RESERVED_PIECES):
-        raise ValueError(f"vocab_size must be an integer > {len(RESERVED_PIECES)}, got {vocab_size!r}.")
+        raise ValueError(
+            f"vocab_size must be an integer > {len(RESERVED_PIECES)}, got {vocab_size!r}."
+        )
     if not 0.0 < character_coverage <= 1.0:
         raise ValueError(f"character_coverage must be in (0, 1], got {character_coverage}.")
-    if (not isinstance(input_sentence_size, int) or isinstance(input_sentence_size, bool)
-            or 0 < input_sentence_size <= MIN_SAMPLE or input_sentence_size < 0):
-        raise ValueError(f"input_sentence_size must be 0 (every sentence) or an integer above {MIN_SAMPLE}, "
-                         f"got {input_sentence_size!r}.")
+    if (
+        not isinstance(input_sentence_size, int)
+        or isinstance(input_sentence_size, bool)
+        or 0 < input_sentence_size <= MIN_SAMPLE
+        or input_sentence_size < 0
+    ):
+        raise ValueError(
+            f"input_sentence_size must be 0 (every sentence) or an integer above {MIN_SAMPLE}, "
+            f"got {input_sentence_size!r}."
+        )
     prefix = Path(model_prefix)
     if prefix.suffix in (".model", ".vocab"):
-        raise ValueError(f"model_prefix is a path without extension; use {str(prefix.with_suffix(''))!r}.")
+        raise ValueError(
+            f"model_prefix is a path without extension; use {str(prefix.with_suffix(''))!r}."
+        )
 
     sentences = _iter_sentences(texts)
     count = 0
@@ -178,24 +192,34 @@ def train_sentencepiece(
             input_sentence_size=input_sentence_size,
             shuffle_input_sentence=True,
             hard_vocab_limit=False,
-            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
-            pad_piece=RESERVED_PIECES[PAD_ID], unk_piece=RESERVED_PIECES[UNK_ID],
-            bos_piece=RESERVED_PIECES[BOS_ID], eos_piece=RESERVED_PIECES[EOS_ID],
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece=RESERVED_PIECES[PAD_ID],
+            unk_piece=RESERVED_PIECES[UNK_ID],
+            bos_piece=RESERVED_PIECES[BOS_ID],
+            eos_piece=RESERVED_PIECES[EOS_ID],
             minloglevel=2,
         )
         bar.close()
     except RuntimeError as error:
         bar.close()
         if count == 0:
-            raise ValueError("No training text: pass a non-empty list of sentences or file(s).") from error
+            raise ValueError(
+                "No training text: pass a non-empty list of sentences or file(s)."
+            ) from error
         raise ValueError(f"SentencePiece training failed: {error}") from error
     model_bytes = buffer.getvalue()
     processor = spm.SentencePieceProcessor(model_proto=model_bytes)
     vocab = "".join(
-        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n" for i in range(processor.get_piece_size())
+        f"{processor.id_to_piece(i)}\t{processor.get_score(i):.6g}\n"
+        for i in range(processor.get_piece_size())
     )
     model_path = prefix.parent / f"{prefix.name}.model"
-    write_atomically({model_path: model_bytes, prefix.parent / f"{prefix.name}.vocab": vocab.encode("utf-8")})
+    write_atomically(
+        {model_path: model_bytes, prefix.parent / f"{prefix.name}.vocab": vocab.encode("utf-8")}
+    )
     return model_path
 
 
@@ -218,10 +242,13 @@ def _known_length(texts: TextSource) -> int | None:
 
 
 def _check_max_sentences(max_sentences) -> None:
-    if max_sentences is not None and (not isinstance(max_sentences, int) or isinstance(max_sentences, bool)
-                                      or max_sentences < 1):
-        raise ValueError(f"max_sentences must be a positive integer or None (every sentence), "
-                         f"got {max_sentences!r}.")
+    if max_sentences is not None and (
+        not isinstance(max_sentences, int) or isinstance(max_sentences, bool) or max_sentences < 1
+    ):
+        raise ValueError(
+            f"max_sentences must be a positive integer or None (every sentence), "
+            f"got {max_sentences!r}."
+        )
 
 
 def _uniform(rng: random.Random) -> float:
@@ -238,7 +265,9 @@ def sample_sentences(sentences: Iterable[str], size: int, seed: int = 0) -> list
     "Algorithm L": it skips ahead instead of drawing a number per sentence).
     Fewer sentences than ``size`` are all returned, in order."""
     iterator = iter(sentences)
-    return _sample_batches(iter(lambda: list(itertools.islice(iterator, SAMPLE_BATCH)), []), size, seed)
+    return _sample_batches(
+        iter(lambda: list(itertools.islice(iterator, SAMPLE_BATCH)), []), size, seed
+    )
 
 
 def _sample_batches(batches: Iterable[Sequence[str]], size: int, seed: int = 0) -> list[str]:
@@ -276,8 +305,9 @@ def _sample_batches(batches: Iterable[Sequence[str]], size: int, seed: int = 0) 
     return [sample[slot] for slot in sorted(range(size), key=positions.__getitem__)]
 
 
-def _training_text(texts: Sequence[TextSource], max_sentences: int | None, seed: int,
-                   progress: bool, name: str) -> Iterable[str]:
+def _training_text(
+    texts: Sequence[TextSource], max_sentences: int | None, seed: int, progress: bool, name: str
+) -> Iterable[str]:
     """What one model is trained on: the texts streamed whole when they are known
     to fit in ``max_sentences``, else a seeded sample of them."""
     lengths = [_known_length(text) for text in texts]
@@ -288,7 +318,10 @@ def _training_text(texts: Sequence[TextSource], max_sentences: int | None, seed:
     else:
         sentences = itertools.chain.from_iterable([_iter_sentences(text) for text in texts])
         batches = iter(lambda: list(itertools.islice(sentences, SAMPLE_BATCH)), [])
-    with progress_bar(progress, desc=f"sampling {max_sentences:,} sentences for {name}", unit="sent") as bar:
+    with progress_bar(
+        progress, desc=f"sampling {max_sentences:,} sentences for {name}", unit="sent"
+    ) as bar:
+
         def counted() -> Iterator[Sequence[str]]:
             for batch in batches:
                 bar.update(len(batch))
@@ -333,10 +366,16 @@ def train_tokenizers(
         raise ValueError("train_tokenizers samples with max_sentences=N; drop input_sentence_size.")
     src_path, tgt_path = tokenizer_paths(out_dir, shared)
     progress = bool(options.get("progress", False))
-    models = [((src_texts, tgt_texts), src_path)] if shared else [((src_texts,), src_path), ((tgt_texts,), tgt_path)]
+    models = (
+        [((src_texts, tgt_texts), src_path)]
+        if shared
+        else [((src_texts,), src_path), ((tgt_texts,), tgt_path)]
+    )
     for texts, path in models:
         sentences = _training_text(texts, max_sentences, seed, progress, path.stem)
-        train_sentencepiece(sentences, path.with_suffix(""), vocab_size, model_type, seed=seed, **options)
+        train_sentencepiece(
+            sentences, path.with_suffix(""), vocab_size, model_type, seed=seed, **options
+        )
     return src_path, tgt_path
 
 
@@ -357,7 +396,9 @@ class _SharedModelResource(tf_resource.TrackableResource):
         _ = self.resource_handle  # create it now, like tensorflow_text does
 
     def _create_resource(self):
-        return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model, shared_name=self._shared_name)
+        return gen_sentencepiece_tokenizer.sentencepiece_op(
+            model=self._model, shared_name=self._shared_name
+        )
 
 
 class _SentencepieceTokenizer(tf_text.SentencepieceTokenizer):
@@ -383,7 +424,9 @@ class _Pieces(tf.Module):
     def piece(self, token_id: int) -> str:
         """One piece as Python text, e.g. for plot labels."""
         if not 0 <= int(token_id) < self.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the vocabulary [0, {self.vocab_size}).")
+            raise ValueError(
+                f"token id {token_id} is outside the vocabulary [0, {self.vocab_size})."
+            )
         return self._pieces[int(token_id)]
 
     def pieces(self, ids) -> list[str]:
@@ -398,12 +441,16 @@ class _Pieces(tf.Module):
         which ids come before the first EOS."""
         if isinstance(ids, tf.RaggedTensor):
             if ids.ragged_rank != 1:
-                raise ValueError(f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}.")
+                raise ValueError(
+                    f"detokenize needs [batch, None] ids, got ragged rank {ids.ragged_rank}."
+                )
             ids = ids.to_tensor(default_value=self.pad_id)
         ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
         rank = ids.shape.rank
         if rank not in (1, 2):
-            raise ValueError(f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}.")
+            raise ValueError(
+                f"detokenize needs ids of shape [batch, length] or [length], got rank {rank}."
+            )
         batch = ids if rank == 2 else ids[tf.newaxis]
         batch = tf.where((batch < 0) | (batch >= self.vocab_size), self.unk_id, batch)
         before_eos = tf.cumsum(tf.cast(batch == self.eos_id, tf.int32), axis=1) == 0
@@ -444,7 +491,9 @@ class SubwordTokenizer(_Pieces):
     def from_file(cls, path: PathLike) -> "SubwordTokenizer":
         path = Path(path)
         if not path.is_file():
-            raise ValueError(f"No SentencePiece model at {str(path)!r}; train one with train_sentencepiece.")
+            raise ValueError(
+                f"No SentencePiece model at {str(path)!r}; train one with train_sentencepiece."
+            )
         return cls(path.read_bytes())
 
     @property
@@ -478,14 +527,30 @@ MARIAN_TARGET_SPM = "target.spm"
 MARIAN_VOCAB = "vocab.json"
 MARIAN_TARGET_VOCAB = "target_vocab.json"
 MARIAN_CONFIG = "tokenizer_config.json"
-MARIAN_FILES = (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_VOCAB, MARIAN_TARGET_VOCAB, MARIAN_CONFIG)
+MARIAN_FILES = (
+    MARIAN_SOURCE_SPM,
+    MARIAN_TARGET_SPM,
+    MARIAN_VOCAB,
+    MARIAN_TARGET_VOCAB,
+    MARIAN_CONFIG,
+)
 # A language code such as ">>fra<<" that opens a sentence (multilingual models): one token.
 _LANGUAGE_CODE = r"(?s)^>>.*?<<"
 _ONLY_LANGUAGE_CODE = r"(?s)^(>>.*?<<).*$"
 _SPIECE_UNDERLINE = "\u2581"
 # Hugging Face's clean_up_tokenization, in its order: (" .", ".") reads "drop the space before '.'".
-_CLEAN_UP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"), (" 'm", "'m"),
-             (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+_CLEAN_UP = (
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+)
 
 
 class MarianSubwordTokenizer(_Pieces):
@@ -525,31 +590,58 @@ class MarianSubwordTokenizer(_Pieces):
             ``MarianTokenizer.decode`` does when its config sets this.
     """
 
-    def __init__(self, model_bytes: bytes, vocabulary: Sequence[str], *, eos_id: int, unk_id: int, pad_id: int,
-                 bos_id: int | None = None, extra_special_ids: Iterable[int] = (),
-                 clean_up_tokenization_spaces: bool = False, name: str | None = None):
+    def __init__(
+        self,
+        model_bytes: bytes,
+        vocabulary: Sequence[str],
+        *,
+        eos_id: int,
+        unk_id: int,
+        pad_id: int,
+        bos_id: int | None = None,
+        extra_special_ids: Iterable[int] = (),
+        clean_up_tokenization_spaces: bool = False,
+        name: str | None = None,
+    ):
         super().__init__(name=name)
         try:
             processor = spm.SentencePieceProcessor(model_proto=bytes(model_bytes))
         except (RuntimeError, OSError, TypeError) as error:
-            raise ValueError(f"Not a SentencePiece model ({error}); pass the bytes of source.spm or "
-                             "target.spm.") from error
+            raise ValueError(
+                f"Not a SentencePiece model ({error}); pass the bytes of source.spm or target.spm."
+            ) from error
         pieces = tuple(vocabulary)
         if not pieces or not all(isinstance(piece, str) for piece in pieces):
-            raise ValueError("vocabulary must be a non-empty sequence of pieces (str), indexed by id.")
+            raise ValueError(
+                "vocabulary must be a non-empty sequence of pieces (str), indexed by id."
+            )
         if len(set(pieces)) != len(pieces):
             raise ValueError("vocabulary holds a piece twice; each piece needs exactly one id.")
         bos_id = pad_id if bos_id is None else bos_id
         extra_special_ids = tuple(int(i) for i in extra_special_ids)
-        for label, value in (("eos_id", eos_id), ("unk_id", unk_id), ("pad_id", pad_id), ("bos_id", bos_id),
-                             *(("extra_special_ids", i) for i in extra_special_ids)):
+        for label, value in (
+            ("eos_id", eos_id),
+            ("unk_id", unk_id),
+            ("pad_id", pad_id),
+            ("bos_id", bos_id),
+            *(("extra_special_ids", i) for i in extra_special_ids),
+        ):
             if not isinstance(value, int) or not 0 <= value < len(pieces):
-                raise ValueError(f"{label}={value!r} is not an id of the {len(pieces)}-piece vocabulary.")
+                raise ValueError(
+                    f"{label}={value!r} is not an id of the {len(pieces)}-piece vocabulary."
+                )
         if eos_id in (pad_id, unk_id) or pad_id == unk_id:
-            raise ValueError(f"eos_id, unk_id and pad_id must differ, got {eos_id}, {unk_id}, {pad_id}.")
+            raise ValueError(
+                f"eos_id, unk_id and pad_id must differ, got {eos_id}, {unk_id}, {pad_id}."
+            )
         self._model_bytes = bytes(model_bytes)
         self._pieces = pieces
-        self.pad_id, self.unk_id, self.bos_id, self.eos_id = int(pad_id), int(unk_id), int(bos_id), int(eos_id)
+        self.pad_id, self.unk_id, self.bos_id, self.eos_id = (
+            int(pad_id),
+            int(unk_id),
+            int(bos_id),
+            int(eos_id),
+        )
         self.extra_special_ids = extra_special_ids
         self.clean_up_tokenization_spaces = bool(clean_up_tokenization_spaces)
 
@@ -562,8 +654,11 @@ class MarianSubwordTokenizer(_Pieces):
         self._skipped = tf.constant([i in skipped for i in range(len(pieces))], tf.bool)
         self._piece_tensor = tf.constant(pieces, tf.string)
         self._table = tf.lookup.StaticHashTable(
-            tf.lookup.KeyValueTensorInitializer(self._piece_tensor, tf.range(len(pieces), dtype=tf.int32)),
-            default_value=self.unk_id)
+            tf.lookup.KeyValueTensorInitializer(
+                self._piece_tensor, tf.range(len(pieces), dtype=tf.int32)
+            ),
+            default_value=self.unk_id,
+        )
         self._tokenizer = _SentencepieceTokenizer(self._model_bytes, out_type=tf.string)
 
     @property
@@ -584,13 +679,15 @@ class MarianSubwordTokenizer(_Pieces):
             raise ValueError(f"tokenize needs a string or a 1-D batch of strings, got rank {rank}.")
         batch = strings if rank == 1 else strings[tf.newaxis]
         has_code = tf.strings.regex_full_match(batch, _LANGUAGE_CODE + ".*")
-        codes = tf.strings.regex_replace(tf.boolean_mask(batch, has_code), _ONLY_LANGUAGE_CODE, r"\1",
-                                         replace_global=False)
+        codes = tf.strings.regex_replace(
+            tf.boolean_mask(batch, has_code), _ONLY_LANGUAGE_CODE, r"\1", replace_global=False
+        )
         rest = tf.strings.regex_replace(batch, _LANGUAGE_CODE, "", replace_global=False)
         pieces = self._tokenizer.tokenize(rest)
         ids = pieces.with_flat_values(self._table.lookup(pieces.flat_values))
-        code_ids = tf.RaggedTensor.from_row_lengths(self._table.lookup(codes),
-                                                    tf.cast(has_code, ids.row_splits.dtype), validate=False)
+        code_ids = tf.RaggedTensor.from_row_lengths(
+            self._table.lookup(codes), tf.cast(has_code, ids.row_splits.dtype), validate=False
+        )
         ids = tf.concat([code_ids, ids], axis=1)
         return ids if rank == 1 else ids[0]
 
@@ -621,12 +718,16 @@ class MarianSubwordTokenizer(_Pieces):
 
 def _read_json(path: Path):
     if not path.is_file():
-        raise ValueError(f"{path} not found: a Marian tokenizer needs {MARIAN_SOURCE_SPM}, {MARIAN_TARGET_SPM} "
-                         f"and {MARIAN_VOCAB} (as MarianTokenizer.save_pretrained writes them).")
+        raise ValueError(
+            f"{path} not found: a Marian tokenizer needs {MARIAN_SOURCE_SPM}, {MARIAN_TARGET_SPM} "
+            f"and {MARIAN_VOCAB} (as MarianTokenizer.save_pretrained writes them)."
+        )
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); copy it again from the checkpoint.") from error
+        raise ValueError(
+            f"{path} is not valid JSON ({error}); copy it again from the checkpoint."
+        ) from error
 
 
 def _vocabulary(path: Path) -> tuple[str, ...]:
@@ -637,7 +738,9 @@ def _vocabulary(path: Path) -> tuple[str, ...]:
     if not all(isinstance(i, int) and not isinstance(i, bool) for i in mapping.values()):
         raise ValueError(f"{path} maps a piece to something other than an integer id.")
     if sorted(mapping.values()) != list(range(len(mapping))):
-        raise ValueError(f"{path} does not number its {len(mapping)} pieces 0..{len(mapping) - 1}, each once.")
+        raise ValueError(
+            f"{path} does not number its {len(mapping)} pieces 0..{len(mapping) - 1}, each once."
+        )
     pieces = [""] * len(mapping)
     for piece, index in mapping.items():
         pieces[index] = piece
@@ -653,7 +756,9 @@ def _token_text(value, name: str, path: Path) -> str:
     return value
 
 
-def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]:
+def load_marian_tokenizers(
+    directory: PathLike,
+) -> tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]:
     """The (source, target) tokenizers of a Marian checkpoint directory.
 
     Reads ``source.spm``, ``target.spm``, ``vocab.json`` and, when present,
@@ -666,21 +771,28 @@ def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer,
     """
     directory = Path(directory)
     if not directory.is_dir():
-        raise ValueError(f"{directory} is not a directory; pass the folder of a Marian checkpoint's tokenizer.")
+        raise ValueError(
+            f"{directory} is not a directory; pass the folder of a Marian checkpoint's tokenizer."
+        )
     config_path = directory / MARIAN_CONFIG
     config = _read_json(config_path) if config_path.is_file() else {}
     if not isinstance(config, dict):
         raise ValueError(f"{config_path} does not hold a JSON object.")
     names = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
-    tokens = {key: _token_text(config.get(f"{key}_token", default), f"{key}_token", config_path)
-              for key, default in names.items()}
+    tokens = {
+        key: _token_text(config.get(f"{key}_token", default), f"{key}_token", config_path)
+        for key, default in names.items()
+    }
     extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
     if isinstance(extra, dict):
         extra = list(extra.values())
     extra_tokens = {_token_text(token, "additional_special_tokens", config_path) for token in extra}
     added = config.get("added_tokens_decoder") or {}
-    extra_tokens |= {_token_text(token, "added_tokens_decoder", config_path)
-                     for token in added.values() if isinstance(token, dict) and token.get("special")}
+    extra_tokens |= {
+        _token_text(token, "added_tokens_decoder", config_path)
+        for token in added.values()
+        if isinstance(token, dict) and token.get("special")
+    }
 
     source_vocab = _vocabulary(directory / MARIAN_VOCAB)
     separate = bool(config.get("separate_vocabs", False))
@@ -690,23 +802,31 @@ def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer,
         index = {piece: i for i, piece in enumerate(vocab)}
         missing = [token for token in tokens.values() if token not in index]
         if missing:
-            raise ValueError(f"{directory / file} lacks the special token(s) {missing} that {MARIAN_CONFIG} "
-                             "names; the files do not belong together.")
+            raise ValueError(
+                f"{directory / file} lacks the special token(s) {missing} that {MARIAN_CONFIG} "
+                "names; the files do not belong together."
+            )
         return {f"{key}_id": index[token] for key, token in tokens.items()} | {
-            "extra_special_ids": sorted(index[token] for token in extra_tokens if token in index)}
+            "extra_special_ids": sorted(index[token] for token in extra_tokens if token in index)
+        }
 
     source_ids = special_ids(source_vocab, MARIAN_VOCAB)
     target_ids = special_ids(target_vocab, MARIAN_TARGET_VOCAB) if separate else source_ids
-    if {k: v for k, v in source_ids.items() if k != "extra_special_ids"} != \
-            {k: v for k, v in target_ids.items() if k != "extra_special_ids"}:
-        raise ValueError(f"{directory}: the special tokens have other ids in {MARIAN_VOCAB} than in "
-                         f"{MARIAN_TARGET_VOCAB} ({source_ids} vs {target_ids}); such a model is not supported.")
+    if {k: v for k, v in source_ids.items() if k != "extra_special_ids"} != {
+        k: v for k, v in target_ids.items() if k != "extra_special_ids"
+    }:
+        raise ValueError(
+            f"{directory}: the special tokens have other ids in {MARIAN_VOCAB} than in "
+            f"{MARIAN_TARGET_VOCAB} ({source_ids} vs {target_ids}); such a model is not supported."
+        )
 
     def model(file: str) -> bytes:
         path = directory / file
         if not path.is_file():
-            raise ValueError(f"{path} not found: a Marian tokenizer needs {MARIAN_SOURCE_SPM}, "
-                             f"{MARIAN_TARGET_SPM} and {MARIAN_VOCAB}.")
+            raise ValueError(
+                f"{path} not found: a Marian tokenizer needs {MARIAN_SOURCE_SPM}, "
+                f"{MARIAN_TARGET_SPM} and {MARIAN_VOCAB}."
+            )
         try:
             spm.SentencePieceProcessor(model_proto=path.read_bytes())
         except (RuntimeError, OSError) as error:
@@ -714,15 +834,26 @@ def load_marian_tokenizers(directory: PathLike) -> tuple[MarianSubwordTokenizer,
         return path.read_bytes()
 
     clean_up = bool(config.get("clean_up_tokenization_spaces", False))
-    source = MarianSubwordTokenizer(model(MARIAN_SOURCE_SPM), source_vocab, name="source_tokenizer",
-                                    clean_up_tokenization_spaces=clean_up, **source_ids)
-    target = MarianSubwordTokenizer(model(MARIAN_TARGET_SPM), target_vocab, name="target_tokenizer",
-                                    clean_up_tokenization_spaces=clean_up, **target_ids)
+    source = MarianSubwordTokenizer(
+        model(MARIAN_SOURCE_SPM),
+        source_vocab,
+        name="source_tokenizer",
+        clean_up_tokenization_spaces=clean_up,
+        **source_ids,
+    )
+    target = MarianSubwordTokenizer(
+        model(MARIAN_TARGET_SPM),
+        target_vocab,
+        name="target_tokenizer",
+        clean_up_tokenization_spaces=clean_up,
+        **target_ids,
+    )
     return source, target
 
 
-def write_marian_tokenizer_files(source: MarianSubwordTokenizer, target: MarianSubwordTokenizer,
-                                 directory: PathLike) -> dict[str, Path]:
+def write_marian_tokenizer_files(
+    source: MarianSubwordTokenizer, target: MarianSubwordTokenizer, directory: PathLike
+) -> dict[str, Path]:
     """Write the pair's ``source.spm``, ``target.spm`` and ``vocab.json`` (and
     ``target_vocab.json`` when the vocabularies differ) into ``directory``, as
     a Marian checkpoint holds them; returns ``{file name: path}``."""
@@ -730,11 +861,15 @@ def write_marian_tokenizer_files(source: MarianSubwordTokenizer, target: MarianS
     directory.mkdir(parents=True, exist_ok=True)
 
     def vocab_json(tokenizer: MarianSubwordTokenizer) -> bytes:
-        return json.dumps({piece: i for i, piece in enumerate(tokenizer.vocabulary)}, ensure_ascii=False,
-                          indent=2).encode("utf-8")
+        return json.dumps(
+            {piece: i for i, piece in enumerate(tokenizer.vocabulary)}, ensure_ascii=False, indent=2
+        ).encode("utf-8")
 
-    files = {MARIAN_SOURCE_SPM: source.model_bytes, MARIAN_TARGET_SPM: target.model_bytes,
-             MARIAN_VOCAB: vocab_json(source)}
+    files = {
+        MARIAN_SOURCE_SPM: source.model_bytes,
+        MARIAN_TARGET_SPM: target.model_bytes,
+        MARIAN_VOCAB: vocab_json(source),
+    }
     if target.vocabulary != source.vocabulary:
         files[MARIAN_TARGET_VOCAB] = vocab_json(target)
     paths = {name: directory / name for name in files}

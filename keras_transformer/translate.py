@@ -23,8 +23,17 @@ from keras_transformer.decoding import greedy_decode
 from keras_transformer.progress import progress_bar
 
 
-def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_length: int = 50,
-             buffer_length: int | None = None, stopping: str = "heuristic", derived=None, constant_steps=None):
+def best_ids(
+    model,
+    source_ids,
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    extra_length: int = 50,
+    buffer_length: int | None = None,
+    stopping: str = "heuristic",
+    derived=None,
+    constant_steps=None,
+):
     """``(tokens [batch, len], scores [batch])`` of the best hypothesis: greedy
     for ``beam_size=1`` (log-probability), else beam search's top beam
     (length-penalised score, ``stopping`` as in ``beam_search``).
@@ -32,11 +41,22 @@ def best_ids(model, source_ids, beam_size: int = 1, alpha: float = 0.6, extra_le
     that length; outputs are the same. ``derived``: the products of the
     weights made before (``kernels.FrozenWeights``); ``constant_steps``: a
     ``decoding.ConstantSteps`` of the model (dynamic shapes only)."""
-    static = dict(static_shapes=buffer_length is not None, buffer_length=buffer_length, derived=derived,
-                  constant_steps=constant_steps)
+    static = dict(
+        static_shapes=buffer_length is not None,
+        buffer_length=buffer_length,
+        derived=derived,
+        constant_steps=constant_steps,
+    )
     if beam_size > 1:
-        out = beam_search(model, source_ids, beam_size=beam_size, alpha=alpha, extra_length=extra_length,
-                          stopping=stopping, **static)
+        out = beam_search(
+            model,
+            source_ids,
+            beam_size=beam_size,
+            alpha=alpha,
+            extra_length=extra_length,
+            stopping=stopping,
+            **static,
+        )
         return out.tokens[:, 0, :], out.scores[:, 0]
     return greedy_decode(model, source_ids, extra_length=extra_length, **static)
 
@@ -101,20 +121,31 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, b
         lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
         order = tf.argsort(lengths, stable=True)
         shares = [order[i::parts] for i in range(parts)]  # [rows / parts] each, shortest first
-        outputs = [decode(tf.gather(source_ids, share)[:, :tf.reduce_max(tf.gather(lengths, share))])
-                   for share in shares]
+        outputs = [
+            decode(tf.gather(source_ids, share)[:, : tf.reduce_max(tf.gather(lengths, share))])
+            for share in shares
+        ]
         width = tf.reduce_max(tf.stack([tf.shape(tokens)[1] for tokens, _ in outputs]))
-        tokens = tf.concat([tf.pad(tokens, [[0, 0], [0, width - tf.shape(tokens)[1]]], constant_values=pad_id)
-                            for tokens, _ in outputs], axis=0)
+        tokens = tf.concat(
+            [
+                tf.pad(tokens, [[0, 0], [0, width - tf.shape(tokens)[1]]], constant_values=pad_id)
+                for tokens, _ in outputs
+            ],
+            axis=0,
+        )
         scores = tf.concat([scores for _, scores in outputs], axis=0)
-        back = tf.math.invert_permutation(tf.concat(shares, axis=0))  # each sentence's row in the parts
+        back = tf.math.invert_permutation(
+            tf.concat(shares, axis=0)
+        )  # each sentence's row in the parts
         return tf.gather(tokens, back), tf.gather(scores, back)
 
     def whole():
         return decode(source_ids)
 
     in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True})
-    return tf.cond(tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole)
+    return tf.cond(
+        tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole
+    )
 
 
 class Translator(tf.Module):
@@ -132,10 +163,20 @@ class Translator(tf.Module):
     Translations are the same either way.
     """
 
-    def __init__(self, model, src_tokenizer, tgt_tokenizer, max_src_length: int | None = None,
-                 extra_length: int = 50, beam_size: int = 1, alpha: float = 0.6,
-                 jit_compile: bool = False, length_bucket: int = 16, stopping: str = "heuristic",
-                 decode_parts: int | None = None):
+    def __init__(
+        self,
+        model,
+        src_tokenizer,
+        tgt_tokenizer,
+        max_src_length: int | None = None,
+        extra_length: int = 50,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        jit_compile: bool = False,
+        length_bucket: int = 16,
+        stopping: str = "heuristic",
+        decode_parts: int | None = None,
+    ):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
@@ -147,21 +188,32 @@ class Translator(tf.Module):
         self.max_src_length = max_src_length or model.config.max_length
         self.jit_compile = bool(jit_compile)
         self.length_bucket = int(length_bucket)
-        self._options = dict(beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping)
+        self._options = dict(
+            beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping
+        )
         self._compiled: dict[int, tf.types.experimental.GenericFunction] = {}
         signature = [tf.TensorSpec([None, None], tf.int32)]  # any batch: one trace
-        decode = tf.function(lambda ids: best_ids(model, ids, **self._options), input_signature=signature)
+        decode = tf.function(
+            lambda ids: best_ids(model, ids, **self._options), input_signature=signature
+        )
         self._decode_dynamic = tf.function(
             lambda ids: decode_in_parts(decode, ids, model.config.pad_id, decode_parts, beam_size),
-            input_signature=signature)
+            input_signature=signature,
+        )
 
     @property
     def beam_size(self) -> int:
         return self._options["beam_size"]
 
     @classmethod
-    def from_workdir(cls, path: str | os.PathLike, beam_size: int = 1, alpha: float = 0.6,
-                     precision: str = "fp32", **options) -> "Translator":
+    def from_workdir(
+        cls,
+        path: str | os.PathLike,
+        beam_size: int = 1,
+        alpha: float = 0.6,
+        precision: str = "fp32",
+        **options,
+    ) -> "Translator":
         """A translator for the model a training run ended with (``WORKDIR/model.keras``).
 
         Args:
@@ -176,13 +228,24 @@ class Translator(tf.Module):
         return cls.from_trained_model(trained, beam_size=beam_size, alpha=alpha, **options)
 
     @classmethod
-    def from_trained_model(cls, trained, beam_size: int = 1, alpha: float = 0.6, **options) -> "Translator":
+    def from_trained_model(
+        cls, trained, beam_size: int = 1, alpha: float = 0.6, **options
+    ) -> "Translator":
         """A translator for a ``keras_transformer.TrainedModel``."""
-        return cls(trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
-                   max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, **options)
+        return cls(
+            trained.model,
+            trained.src_tokenizer,
+            trained.tgt_tokenizer,
+            max_src_length=trained.max_src_length,
+            beam_size=beam_size,
+            alpha=alpha,
+            **options,
+        )
 
     @staticmethod
-    def from_saved_model(path: str | os.PathLike, beam_size: int | None = None) -> "SavedModelTranslator":
+    def from_saved_model(
+        path: str | os.PathLike, beam_size: int | None = None
+    ) -> "SavedModelTranslator":
         """A translator that runs an exported SavedModel (``export_saved_model``).
 
         Args:
@@ -197,33 +260,44 @@ class Translator(tf.Module):
             return self._decode_dynamic(tf.cast(ids, tf.int32))
         rows, length = ids.shape
         bucket = -(-length // self.length_bucket) * self.length_bucket
-        padded = tf.pad(ids, [[0, batch_size - rows], [0, bucket - length]],
-                        constant_values=self.model.config.pad_id)
+        padded = tf.pad(
+            ids,
+            [[0, batch_size - rows], [0, bucket - length]],
+            constant_values=self.model.config.pad_id,
+        )
         if bucket not in self._compiled:
             buffer = bucket + self._options["extra_length"]
             self._compiled[bucket] = tf.function(
-                lambda ids: best_ids(self.model, ids, buffer_length=buffer, **self._options), jit_compile=True)
+                lambda ids: best_ids(self.model, ids, buffer_length=buffer, **self._options),
+                jit_compile=True,
+            )
         tokens, scores = self._compiled[bucket](padded)
         return tokens[:rows], scores[:rows]
 
-    def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
+    def translate(
+        self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
+    ) -> list[str]:
         """Translations of ``sentences``, in order, ``batch_size`` at a time."""
+
         def translate_batch(batch: list[str]) -> tf.Tensor:
-            ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor(
-                default_value=self.model.config.pad_id)
+            ids = encode_sources(
+                self.src_tokenizer, tf.constant(batch), self.max_src_length
+            ).to_tensor(default_value=self.model.config.pad_id)
             tokens, _ = self._decode(ids, batch_size)
             return self.tgt_tokenizer.detokenize(tokens)
 
         return _in_batches(translate_batch, sentences, batch_size, progress)
 
 
-def _in_batches(translate_batch, sentences: Sequence[str], batch_size: int, progress: bool) -> list[str]:
+def _in_batches(
+    translate_batch, sentences: Sequence[str], batch_size: int, progress: bool
+) -> list[str]:
     """``translate_batch`` (a list of strings → a string tensor) over ``sentences``,
     ``batch_size`` at a time, as Python strings in order."""
     outputs: list[str] = []
     with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
         for start in range(0, len(sentences), batch_size):
-            batch = list(sentences[start:start + batch_size])
+            batch = list(sentences[start : start + batch_size])
             outputs.extend(text.decode("utf-8") for text in translate_batch(batch).numpy())
             bar.update(len(batch))
     return outputs
@@ -238,8 +312,10 @@ def saved_model_version(path: str | os.PathLike) -> Path:
         raise FileNotFoundError(f"No SavedModel at {path}: the path does not exist.")
     versions = [p for p in path.iterdir() if p.name.isdigit() and (p / "saved_model.pb").is_file()]
     if not versions:
-        raise FileNotFoundError(f"No SavedModel at {path}: no saved_model.pb in it or in a version folder "
-                                "below it (export one with python -m export.saved_model).")
+        raise FileNotFoundError(
+            f"No SavedModel at {path}: no saved_model.pb in it or in a version folder "
+            "below it (export one with python -m export.saved_model)."
+        )
     return max(versions, key=lambda p: int(p.name))
 
 
@@ -257,14 +333,19 @@ class SavedModelTranslator:
         self.saved_model = tf.saved_model.load(str(self.path))
         self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())
         if beam_size not in (None, 1, self.exported_beam_size):
-            raise ValueError(f"beam size {beam_size}: {self.path} decodes with beam {self.exported_beam_size}; "
-                             f"use 1 (greedy) or {self.exported_beam_size}, or re-export with beam {beam_size}.")
+            raise ValueError(
+                f"beam size {beam_size}: {self.path} decodes with beam {self.exported_beam_size}; "
+                f"use 1 (greedy) or {self.exported_beam_size}, or re-export with beam {beam_size}."
+            )
         self.beam_size = self.exported_beam_size if beam_size is None else beam_size
         name = "translate_greedy" if self.beam_size == 1 else "serving_default"
         self._signature = self.saved_model.signatures[name]
 
-    def translate(self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False) -> list[str]:
+    def translate(
+        self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
+    ) -> list[str]:
         """Translations of ``sentences``, in order, ``batch_size`` at a time."""
+
         def translate_batch(batch: list[str]) -> tf.Tensor:
             return self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"]
 

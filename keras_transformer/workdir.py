@@ -38,9 +38,16 @@ import yaml
 from keras_transformer.config import TransformerConfig
 from keras_transformer.files import write_text_atomically
 from keras_transformer.precision import AUTO, PRECISIONS, with_precision
-from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
-                                            MarianSubwordTokenizer, SubwordTokenizer, load_marian_tokenizers,
-                                            tokenizer_paths)
+from keras_transformer.tokenization import (
+    MARIAN_SOURCE_SPM,
+    MARIAN_TARGET_SPM,
+    MARIAN_TARGET_VOCAB,
+    MARIAN_VOCAB,
+    MarianSubwordTokenizer,
+    SubwordTokenizer,
+    load_marian_tokenizers,
+    tokenizer_paths,
+)
 
 PathLike = str | os.PathLike
 
@@ -84,7 +91,9 @@ class TrainedModel:
         for name in ("max_src_length", "max_tgt_length"):
             value = getattr(self, name)
             if not 1 <= int(value) <= limit:
-                raise ValueError(f"{name}={value} must be between 1 and the model's max_length ({limit}).")
+                raise ValueError(
+                    f"{name}={value} must be between 1 and the model's max_length ({limit})."
+                )
             object.__setattr__(self, name, int(value))
 
     @property
@@ -167,7 +176,9 @@ class Workdir:
     # The resolved config.
     def save_config(self, config: dict[str, Any]) -> None:
         """Write the resolved training config atomically (and keep it as ``config``)."""
-        write_text_atomically(self.config_path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False))
+        write_text_atomically(
+            self.config_path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False)
+        )
         self.__dict__["config"] = copy.deepcopy(config)
 
     @functools.cached_property
@@ -175,8 +186,10 @@ class Workdir:
         """The run's ``config.yaml``, read once (the training program writes it
         when a run starts and does not change it)."""
         if not self.config_path.is_file():
-            raise WorkdirError(f"{self.path} is not a training workdir: {self.config_path} not found "
-                               "(train one with python -m training.train --config C --workdir W).")
+            raise WorkdirError(
+                f"{self.path} is not a training workdir: {self.config_path} not found "
+                "(train one with python -m training.train --config C --workdir W)."
+            )
         config = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
         if not isinstance(config, dict):
             raise WorkdirError(f"{self.config_path} does not hold a config (a YAML mapping).")
@@ -231,15 +244,25 @@ class Workdir:
         """The model's architecture from ``model_config.json``: its sizes and ids,
         without TensorFlow building or loading the model."""
         if not self.model_config_path.is_file():
-            raise WorkdirError(f"{self.model_config_path} not found: the run has not built its model yet "
-                               "(python -m training.train writes it before training starts).")
+            raise WorkdirError(
+                f"{self.model_config_path} not found: the run has not built its model yet "
+                "(python -m training.train writes it before training starts)."
+            )
         try:
-            return TransformerConfig.from_dict(json.loads(self.model_config_path.read_text(encoding="utf-8")))
+            return TransformerConfig.from_dict(
+                json.loads(self.model_config_path.read_text(encoding="utf-8"))
+            )
         except (ValueError, TypeError) as error:
-            raise WorkdirError(f"{self.model_config_path} does not hold a TransformerConfig: {error}") from error
+            raise WorkdirError(
+                f"{self.model_config_path} does not hold a TransformerConfig: {error}"
+            ) from error
 
-    def load_tokenizers(self) -> tuple[SubwordTokenizer, SubwordTokenizer] | \
-            tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]:
+    def load_tokenizers(
+        self,
+    ) -> (
+        tuple[SubwordTokenizer, SubwordTokenizer]
+        | tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]
+    ):
         """The (source, target) tokenizers: the Marian pair when ``W/tokenizer/``
         holds ``vocab.json`` (``load_marian_tokenizers``), else ``SubwordTokenizer``s."""
         if self.is_marian:
@@ -265,8 +288,10 @@ class Workdir:
         if precision is not None and precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: use one of {sorted(PRECISIONS)}.")
         if not self.model_path.is_file():
-            raise WorkdirError(f"{self.model_path} not found: train first "
-                               "(python -m training.train --config C --workdir W), or wait for the run to end.")
+            raise WorkdirError(
+                f"{self.model_path} not found: train first "
+                "(python -m training.train --config C --workdir W), or wait for the run to end."
+            )
         model = keras.models.load_model(self.model_path)
         return model if precision is None else with_precision(model, precision)
 
@@ -292,10 +317,15 @@ class Workdir:
 def as_trained_model(source, precision: str | None = "fp32") -> TrainedModel:
     """A ``TrainedModel`` from itself, a ``Workdir`` or a workdir path."""
     if isinstance(source, TrainedModel):
-        return source if precision is None else dataclasses.replace(
-            source, model=with_precision(source.model, precision))
+        return (
+            source
+            if precision is None
+            else dataclasses.replace(source, model=with_precision(source.model, precision))
+        )
     if isinstance(source, (str, os.PathLike)):
         source = Workdir(source)
     if isinstance(source, Workdir):
         return source.load(precision)
-    raise TypeError(f"Expected a TrainedModel, a Workdir or a workdir path, got {type(source).__name__}.")
+    raise TypeError(
+        f"Expected a TrainedModel, a Workdir or a workdir path, got {type(source).__name__}."
+    )

@@ -61,7 +61,8 @@ _IMPORT_NOTICES = re.compile(
     r"All log messages before absl::InitializeLog|oneDNN custom operations are on|"
     r"Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) factory|"
     r"computation placer already registered|TensorFlow binary is optimized to use|"
-    r"rebuild TensorFlow with the appropriate compiler flags")
+    r"rebuild TensorFlow with the appropriate compiler flags"
+)
 
 
 @contextlib.contextmanager
@@ -79,8 +80,11 @@ def _stderr_filtered(pattern: re.Pattern):
             os.dup2(saved, 2)
             os.close(saved)
             capture.seek(0)
-            kept = [line for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
-                    if not pattern.search(line)]
+            kept = [
+                line
+                for line in capture.read().decode("utf-8", "replace").splitlines(keepends=True)
+                if not pattern.search(line)
+            ]
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
 
@@ -111,8 +115,12 @@ def existing_path(prog: str, path: Path, what: str, hint: str = "") -> None:
 WORKDIR_HINT = "train one with python -m training.train --config C --workdir W"
 
 
-def run(prog: str, main: Callable[[], int | None], expected: tuple[type[BaseException], ...] = (),
-        library: bool = True) -> int:
+def run(
+    prog: str,
+    main: Callable[[], int | None],
+    expected: tuple[type[BaseException], ...] = (),
+    library: bool = True,
+) -> int:
     """Run ``main``; missing files, existing outputs and ``expected`` exceptions become one
     ``prog: error: ...`` line and exit status 2, Ctrl-C exit status 130. Any other
     exception is a bug and keeps its traceback (``KERAS_TRANSFORMER_TRACEBACK=1``

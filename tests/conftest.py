@@ -38,13 +38,37 @@ def tiny_workdir(tmp_path_factory) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             shutil.rmtree(path, ignore_errors=True)  # what a worker that failed left
-            command = [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(path),
-                       "--set", "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
-                       "--set", "tokenizer.vocab_size=300", "--set", "training.epochs=2",
-                       "--set", "training.steps_per_epoch=30", "--set", "training.steps_per_execution=10",
-                       "--set", "training.batch_tokens=512", "--set", "evaluation.max_sentences=4"]
-            result = subprocess.run(command, cwd=CHECKOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                                    capture_output=True, text=True, timeout=600)
+            command = [
+                sys.executable,
+                "-m",
+                "training.train",
+                "--config",
+                "demo",
+                "--workdir",
+                str(path),
+                "--set",
+                "data.synthetic={train: 2000, valid: 20, test: 20, seed: 1}",
+                "--set",
+                "tokenizer.vocab_size=300",
+                "--set",
+                "training.epochs=2",
+                "--set",
+                "training.steps_per_epoch=30",
+                "--set",
+                "training.steps_per_execution=10",
+                "--set",
+                "training.batch_tokens=512",
+                "--set",
+                "evaluation.max_sentences=4",
+            ]
+            result = subprocess.run(
+                command,
+                cwd=CHECKOUT,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert result.returncode == 0, result.stderr[-4000:]
             done.touch()
     return path

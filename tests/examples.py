@@ -19,7 +19,9 @@ def modules_with_examples(missing_extras: list | None = None) -> dict[str, bool]
     the extra to install) is left out, and its name and message appended to
     ``missing_extras``; any other import error is raised."""
     names = ["keras_transformer"] + [
-        info.name for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer.")]
+        info.name
+        for info in pkgutil.walk_packages(keras_transformer.__path__, "keras_transformer.")
+    ]
     found = {}
     for name in sorted(names):
         try:
@@ -36,7 +38,9 @@ def modules_with_examples(missing_extras: list | None = None) -> dict[str, bool]
     return found
 
 
-def run_examples(name: str, directory: Path, demo_workdir: Path | None = None) -> doctest.TestResults:
+def run_examples(
+    name: str, directory: Path, demo_workdir: Path | None = None
+) -> doctest.TestResults:
     """Run module ``name``'s examples with its own globals, in ``directory`` (where
     ``runs/demo`` links to ``demo_workdir`` when given); returns the counts, and prints
     each failure (pytest shows it)."""

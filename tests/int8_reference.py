@@ -50,11 +50,14 @@ def quantize_rows(values: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return tf.clip_by_value(tf.round(values * scale), -127.0, 127.0), scale
 
 
-def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, with_gradient=True, *,
-                 arithmetic: str):
+def int8_product(
+    x, kernel, bias=None, relu=False, transpose_kernel=False, with_gradient=True, *, arithmetic: str
+):
     """``keras_transformer.kernels.project`` computed as CTranslate2's int8 GEMM
     (a forward pass: ``with_gradient`` changes nothing here)."""
-    weight = kernel if transpose_kernel else tf.transpose(kernel)  # [units, depth]: one scale per output
+    weight = (
+        kernel if transpose_kernel else tf.transpose(kernel)
+    )  # [units, depth]: one scale per output
     weight_q, weight_scale = quantize_rows(weight)
     flat = tf.reshape(x, [-1, tf.shape(x)[-1]])
     x_q, x_scale = quantize_rows(flat)
@@ -63,8 +66,11 @@ def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, with_
     elif arithmetic == "saturating":
         unsigned = x_q + 128.0
         depth = tf.shape(unsigned)[-1]
-        pairs = tf.reduce_sum(tf.reshape(unsigned, [-1, 1, depth // 2, 2])
-                              * tf.reshape(weight_q, [1, -1, depth // 2, 2]), axis=-1)
+        pairs = tf.reduce_sum(
+            tf.reshape(unsigned, [-1, 1, depth // 2, 2])
+            * tf.reshape(weight_q, [1, -1, depth // 2, 2]),
+            axis=-1,
+        )
         pairs = tf.clip_by_value(pairs, -32768.0, 32767.0)  # [tokens, units, depth / 2]
         accumulated = tf.reduce_sum(pairs, axis=-1) - 128.0 * tf.reduce_sum(weight_q, axis=-1)
     else:
@@ -82,8 +88,13 @@ def int8_product(x, kernel, bias=None, relu=False, transpose_kernel=False, with_
 def emulated_int8(model, arithmetic: str):
     """Run ``model`` as CTranslate2's int8 model would: int8 embedding rows and
     int8 products (restored on exit)."""
-    tables = list({id(layer.embeddings): layer.embeddings for layer in model._flatten_layers()
-                   if isinstance(layer, keras.layers.Embedding)}.values())  # a shared table once
+    tables = list(
+        {
+            id(layer.embeddings): layer.embeddings
+            for layer in model._flatten_layers()
+            if isinstance(layer, keras.layers.Embedding)
+        }.values()
+    )  # a shared table once
     saved = [table.numpy() for table in tables]
     calls = []
 
@@ -100,7 +111,9 @@ def emulated_int8(model, arithmetic: str):
                 stack.enter_context(mock.patch.object(module, "project", product))
             yield
         if not calls:
-            raise AssertionError("no product went through the int8 emulation: the model's matmuls moved")
+            raise AssertionError(
+                "no product went through the int8 emulation: the model's matmuls moved"
+            )
     finally:
         for table, value in zip(tables, saved):
             table.assign(value)
@@ -109,17 +122,26 @@ def emulated_int8(model, arithmetic: str):
 def ctranslate2_arithmetic(model_dir: Path) -> tuple[str, str]:
     """``(arithmetic, reason)`` of the int8 GEMM that CTranslate2 picks on this
     CPU, read from its own log (``CT2_VERBOSE=1``) while loading ``model_dir``."""
-    script = ("import ctranslate2, sys; "
-              "ctranslate2.Translator(sys.argv[1], device='cpu', compute_type='int8')")
-    result = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True,
-                            env={**os.environ, "CT2_VERBOSE": "1"}, timeout=120)
+    script = (
+        "import ctranslate2, sys; "
+        "ctranslate2.Translator(sys.argv[1], device='cpu', compute_type='int8')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(model_dir)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CT2_VERBOSE": "1"},
+        timeout=120,
+    )
     found = re.search(r"GEMM_S8 backend: (\w+)", result.stderr)
     if result.returncode != 0 or not found:
         raise RuntimeError(f"could not read CTranslate2's int8 backend:\n{result.stderr[-2000:]}")
     backend = found.group(1)
     if backend == "DNNL" and not hardware.has_int8_dot_product():
-        return "saturating", (f"CTranslate2 uses oneDNN for int8 on this {hardware.cpu_model()}, which has no "
-                              "VNNI (avx512_vnni/avx_vnni): u8×s8 product pairs saturate at int16")
+        return "saturating", (
+            f"CTranslate2 uses oneDNN for int8 on this {hardware.cpu_model()}, which has no "
+            "VNNI (avx512_vnni/avx_vnni): u8×s8 product pairs saturate at int16"
+        )
     return "exact", f"CTranslate2's int8 backend is {backend} on {hardware.describe_cpu()}"
 
 

@@ -20,15 +20,24 @@ class LayerWrapper(keras.Model):
         return _first(self.layer(*inputs, training=training, **self.call_kwargs))
 
 
-def run_layer_test(layer_cls, init_kwargs, inputs, call_kwargs=None, expected_output_shape=None,
-                   run_mixed_precision=True, run_training=True):
+def run_layer_test(
+    layer_cls,
+    init_kwargs,
+    inputs,
+    call_kwargs=None,
+    expected_output_shape=None,
+    run_mixed_precision=True,
+    run_training=True,
+):
     call_kwargs = call_kwargs or {}
     inputs = [tf.convert_to_tensor(x) for x in inputs]
     layer = layer_cls(**init_kwargs)
     output = _first(layer(*inputs, **call_kwargs))
     if expected_output_shape is not None:
         assert tuple(output.shape) == tuple(expected_output_shape)
-    assert tuple(layer.compute_output_shape(*[tuple(x.shape) for x in inputs])) == tuple(output.shape)
+    assert tuple(layer.compute_output_shape(*[tuple(x.shape) for x in inputs])) == tuple(
+        output.shape
+    )
     assert np.all(np.isfinite(output.numpy()))
 
     # Config round trip, through Keras' own (de)serialization.
@@ -41,7 +50,8 @@ def run_layer_test(layer_cls, init_kwargs, inputs, call_kwargs=None, expected_ou
     np.testing.assert_allclose(
         _first(clone(*inputs, training=False, **call_kwargs)).numpy(),
         _first(layer(*inputs, training=False, **call_kwargs)).numpy(),
-        rtol=1e-6, atol=1e-6,
+        rtol=1e-6,
+        atol=1e-6,
     )
 
     # Eager and graph agree.

@@ -33,12 +33,26 @@ def _torch():
     return torch
 
 
-SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=96)
+SIZES = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=96,
+)
 
 
-def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 400, seed: int = 0,
-                            separate_vocabs: bool = False) -> dict:
+def write_marian_checkpoint(
+    directory: Path,
+    *,
+    pairs: int = 600,
+    steps: int = 400,
+    seed: int = 0,
+    separate_vocabs: bool = False,
+) -> dict:
     """A trained tiny ``MarianMTModel`` and its tokenizer in ``directory``; returns
     ``{"pairs": the training pairs, "vocab": target pieces by id, "pad": the pad id}``.
     ``separate_vocabs``: a source and a target vocabulary (``target_vocab.json``)
@@ -48,21 +62,40 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
 
     directory = Path(directory)
     data = generate_pairs(pairs, seed=seed)
-    write_marian_tokenizer(directory, source_sentences=[s for s, _ in data],
-                           target_sentences=[t for _, t in data], vocab_size=160, seed=seed,
-                           separate_vocabs=separate_vocabs)
-    vocabs = [json.loads((directory / name).read_text(encoding="utf-8"))
-              for name in ("vocab.json", "target_vocab.json" if separate_vocabs else "vocab.json")]
+    write_marian_tokenizer(
+        directory,
+        source_sentences=[s for s, _ in data],
+        target_sentences=[t for _, t in data],
+        vocab_size=160,
+        seed=seed,
+        separate_vocabs=separate_vocabs,
+    )
+    vocabs = [
+        json.loads((directory / name).read_text(encoding="utf-8"))
+        for name in ("vocab.json", "target_vocab.json" if separate_vocabs else "vocab.json")
+    ]
     source_size, vocab = len(vocabs[0]), sorted(vocabs[1], key=vocabs[1].get)
     tokenizer = MarianTokenizer.from_pretrained(str(directory))
     pad = vocabs[1]["<pad>"]
     torch.manual_seed(seed)
     random.seed(seed)
     config = MarianConfig(
-        vocab_size=source_size, decoder_vocab_size=len(vocab), **SIZES, activation_function="swish",
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, scale_embedding=True,
-        share_encoder_decoder_embeddings=not separate_vocabs, tie_word_embeddings=True, pad_token_id=pad, eos_token_id=0,
-        forced_eos_token_id=0, decoder_start_token_id=pad, bos_token_id=None)
+        vocab_size=source_size,
+        decoder_vocab_size=len(vocab),
+        **SIZES,
+        activation_function="swish",
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=not separate_vocabs,
+        tie_word_embeddings=True,
+        pad_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        decoder_start_token_id=pad,
+        bos_token_id=None,
+    )
     model = MarianMTModel(config)
     with torch.no_grad():  # a buffer, not trained: stays as set
         model.final_logits_bias.copy_(0.3 * torch.randn_like(model.final_logits_bias))
@@ -71,10 +104,16 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for step in range(steps):
         batch = random.sample(data, 32)
-        inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], padding=True,
-                           return_tensors="pt")
+        inputs = tokenizer(
+            [s for s, _ in batch],
+            text_target=[t for _, t in batch],
+            padding=True,
+            return_tensors="pt",
+        )
         labels = inputs["labels"].masked_fill(inputs["labels"] == pad, -100)
-        loss = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=labels).loss
+        loss = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=labels
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -85,7 +124,9 @@ def write_marian_checkpoint(directory: Path, *, pairs: int = 600, steps: int = 4
     return {"pairs": data, "vocab": vocab, "pad": pad, "final_loss": float(loss.detach())}
 
 
-def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int = 60) -> list[list[int]]:
+def greedy_generate(
+    directory: Path, sentences: list[str], max_new_tokens: int = 60
+) -> list[list[int]]:
     """``MarianMTModel.generate`` greedy ids of ``sentences`` (the start token
     removed, pad after EOS removed)."""
     torch = _torch()
@@ -96,8 +137,13 @@ def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int =
     inputs = tokenizer(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():
         # forced_eos_token_id would put EOS at the length limit, which plain greedy decoding does not.
-        out = model.generate(**inputs, num_beams=1, do_sample=False, max_new_tokens=max_new_tokens,
-                             forced_eos_token_id=None)
+        out = model.generate(
+            **inputs,
+            num_beams=1,
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            forced_eos_token_id=None,
+        )
     ids = []
     for row in out.numpy()[:, 1:]:
         row = list(row)
@@ -105,13 +151,18 @@ def greedy_generate(directory: Path, sentences: list[str], max_new_tokens: int =
     return ids
 
 
-def torch_logits(directory: Path, source_ids: np.ndarray, target_in: np.ndarray, pad: int) -> np.ndarray:
+def torch_logits(
+    directory: Path, source_ids: np.ndarray, target_in: np.ndarray, pad: int
+) -> np.ndarray:
     """Teacher-forced logits of the PyTorch model, with the source padding masked."""
     torch = _torch()
     from transformers import MarianMTModel
 
     model = MarianMTModel.from_pretrained(str(directory)).eval()
     with torch.no_grad():
-        out = model(input_ids=torch.tensor(source_ids), attention_mask=torch.tensor(source_ids != pad),
-                    decoder_input_ids=torch.tensor(target_in))
+        out = model(
+            input_ids=torch.tensor(source_ids),
+            attention_mask=torch.tensor(source_ids != pad),
+            decoder_input_ids=torch.tensor(target_in),
+        )
     return out.logits.numpy()

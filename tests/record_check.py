@@ -36,10 +36,15 @@ def _normalize(name: str) -> str:
 def find_dist_info(dist_name: str, site_packages: str | Path) -> Path:
     """The ``<name>-<version>.dist-info`` folder of ``dist_name`` (any spelling of the name)."""
     wanted = _normalize(dist_name)
-    found = [path for path in Path(site_packages).glob("*.dist-info")
-             if _normalize(path.name[:-len(".dist-info")].rsplit("-", 1)[0]) == wanted]
+    found = [
+        path
+        for path in Path(site_packages).glob("*.dist-info")
+        if _normalize(path.name[: -len(".dist-info")].rsplit("-", 1)[0]) == wanted
+    ]
     if len(found) != 1:
-        raise LookupError(f"{len(found)} dist-info folders for {dist_name!r} in {site_packages}: {found}")
+        raise LookupError(
+            f"{len(found)} dist-info folders for {dist_name!r} in {site_packages}: {found}"
+        )
     return found[0]
 
 

@@ -39,8 +39,12 @@ def marian_positional_table(length, d_model):
     """Marian's table (Hugging Face's ``MarianSinusoidalPositionalEmbedding``):
     column j has the angle pos / 10000^(2·(j // 2) / d); the sines of the even
     columns fill the first ceil(d/2) columns, the cosines of the odd ones the rest."""
-    angles = np.array([[pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
-                       for pos in range(length)])
+    angles = np.array(
+        [
+            [pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+            for pos in range(length)
+        ]
+    )
     sentinel = d_model // 2 if d_model % 2 == 0 else d_model // 2 + 1
     table = np.zeros((length, d_model))
     table[:, :sentinel] = np.sin(angles[:, 0::2])
@@ -108,18 +112,38 @@ def sublayer(x, f, norm_layer, norm_first):
 
 def encoder_layer(layer, x, padding):
     mask = padding[:, None, :]
-    x = sublayer(x, lambda h: mha(layer.self_attention, h, h, mask)[0],
-                 layer.self_attention_norm, layer.norm_first)
-    return sublayer(x, lambda h: ffn(layer.feed_forward, h, layer.activation),
-                    layer.feed_forward_norm, layer.norm_first)
+    x = sublayer(
+        x,
+        lambda h: mha(layer.self_attention, h, h, mask)[0],
+        layer.self_attention_norm,
+        layer.norm_first,
+    )
+    return sublayer(
+        x,
+        lambda h: ffn(layer.feed_forward, h, layer.activation),
+        layer.feed_forward_norm,
+        layer.norm_first,
+    )
 
 
 def decoder_layer(layer, x, memory, memory_padding):
     t = x.shape[1]
     causal = np.tril(np.ones((t, t), bool))[None]
-    x = sublayer(x, lambda h: mha(layer.self_attention, h, h, causal)[0],
-                 layer.self_attention_norm, layer.norm_first)
-    x = sublayer(x, lambda h: mha(layer.cross_attention, h, memory, memory_padding[:, None, :])[0],
-                 layer.cross_attention_norm, layer.norm_first)
-    return sublayer(x, lambda h: ffn(layer.feed_forward, h, layer.activation),
-                    layer.feed_forward_norm, layer.norm_first)
+    x = sublayer(
+        x,
+        lambda h: mha(layer.self_attention, h, h, causal)[0],
+        layer.self_attention_norm,
+        layer.norm_first,
+    )
+    x = sublayer(
+        x,
+        lambda h: mha(layer.cross_attention, h, memory, memory_padding[:, None, :])[0],
+        layer.cross_attention_norm,
+        layer.norm_first,
+    )
+    return sublayer(
+        x,
+        lambda h: ffn(layer.feed_forward, h, layer.activation),
+        layer.feed_forward_norm,
+        layer.norm_first,
+    )

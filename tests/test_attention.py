@@ -35,7 +35,9 @@ def test_scaled_dot_product_attention_matches_numpy_with_random_masks():
     assert np.all(np.isfinite(out.numpy()))
     assert np.all(weights.numpy()[:, :, 0, :] == 0.0)
     # Other rows are distributions.
-    np.testing.assert_allclose(weights.numpy()[:, :, 1:, :].sum(-1)[mask[:, :, 1:].any(-1)], 1.0, rtol=1e-5)
+    np.testing.assert_allclose(
+        weights.numpy()[:, :, 1:, :].sum(-1)[mask[:, :, 1:].any(-1)], 1.0, rtol=1e-5
+    )
 
 
 def test_attention_without_mask_and_with_broadcast_mask():
@@ -84,7 +86,9 @@ def test_multi_head_attention_matches_numpy_self_and_cross():
     memory = rng.normal(size=(2, 7, 16)).astype("float32")
     padding = np.ones((2, 7), bool)
     padding[1, 4:] = False
-    out, weights = layer(x, memory, attention_mask=padding[:, None, :], return_attention_weights=True)
+    out, weights = layer(
+        x, memory, attention_mask=padding[:, None, :], return_attention_weights=True
+    )
     ref_out, ref_weights = reference.mha(layer, x, memory, padding[:, None, :])
     np.testing.assert_allclose(out.numpy(), ref_out, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(weights.numpy(), ref_weights, rtol=1e-4, atol=1e-6)
@@ -92,7 +96,9 @@ def test_multi_head_attention_matches_numpy_self_and_cross():
 
     causal = np.tril(np.ones((5, 5), bool))[None]
     out = layer(x, attention_mask=causal)
-    np.testing.assert_allclose(out.numpy(), reference.mha(layer, x, x, causal)[0], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(
+        out.numpy(), reference.mha(layer, x, x, causal)[0], rtol=1e-4, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -106,8 +112,9 @@ def test_multi_head_attention_cache_equals_full_pass(fixed):
     for t in range(6):
         key_length = 8 if fixed else t + 1
         mask = causal_mask(1, key_length, t)[tf.newaxis]
-        out, cache = layer(x[:, t:t + 1], attention_mask=mask, cache=cache,
-                           cache_index=t if fixed else None)
+        out, cache = layer(
+            x[:, t : t + 1], attention_mask=mask, cache=cache, cache_index=t if fixed else None
+        )
         steps.append(out)
     np.testing.assert_allclose(tf.concat(steps, 1).numpy(), full.numpy(), rtol=1e-5, atol=1e-5)
     assert cache["key"].shape == (3, 2, 8 if fixed else 6, 8)
@@ -166,13 +173,26 @@ def test_the_inference_attention_kernel_matches_numpy(queries):
     real[2] = False  # a row with no key at all
     bias = np.where(real, 0.0, masked_score_value("float32")).astype("float32")[:, None, None, :]
     has_key = real.any(-1)[:, None, None, None]
-    out = attend(tf.constant(q), tf.constant(k), tf.constant(v), tf.constant(bias), tf.constant(has_key))
-    expected, _ = reference.attention(q * np.sqrt(8), k, v, real[:, None, None, :])  # attend takes q scaled
+    out = attend(
+        tf.constant(q), tf.constant(k), tf.constant(v), tf.constant(bias), tf.constant(has_key)
+    )
+    expected, _ = reference.attention(
+        q * np.sqrt(8), k, v, real[:, None, None, :]
+    )  # attend takes q scaled
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)
     assert np.all(out.numpy()[2] == 0.0)
-    graph = tf.function(batched_product).get_concrete_function(
-        tf.TensorSpec([None, 2, None, 8]), tf.TensorSpec([None, 2, 7, 8]), True).graph
-    assert [op.type for op in graph.get_operations() if "BatchMatMul" in op.type] == ["BatchMatMulV3"]
-    bf16 = attend(*(tf.constant(x, tf.bfloat16) for x in (q, k, v)), tf.constant(bias), tf.constant(has_key))
+    graph = (
+        tf.function(batched_product)
+        .get_concrete_function(
+            tf.TensorSpec([None, 2, None, 8]), tf.TensorSpec([None, 2, 7, 8]), True
+        )
+        .graph
+    )
+    assert [op.type for op in graph.get_operations() if "BatchMatMul" in op.type] == [
+        "BatchMatMulV3"
+    ]
+    bf16 = attend(
+        *(tf.constant(x, tf.bfloat16) for x in (q, k, v)), tf.constant(bias), tf.constant(has_key)
+    )
     assert bf16.dtype == tf.bfloat16
     np.testing.assert_allclose(tf.cast(bf16, tf.float32).numpy(), expected, rtol=0.05, atol=0.05)

@@ -43,13 +43,15 @@ def test_beam_of_one_with_min_length_is_greedy_with_min_length(model):
     # (here 5 of 30): what is left must be what striking them from the whole vocabulary gives.
     greedy, greedy_scores = greedy_decode(model, SOURCE, max_length=12, min_length=6)
     beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, max_length=12, min_length=6)
-    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :greedy.shape[1]], greedy.numpy())
+    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, : greedy.shape[1]], greedy.numpy())
     np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
     assert (greedy.numpy()[:, :6] != model.config.eos_id).all()
 
 
 def test_beam_scores_are_the_models_log_probabilities(model):
-    out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(SOURCE)
+    out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(
+        SOURCE
+    )
     tokens, scores, log_probs = (x.numpy() for x in (out.tokens, out.scores, out.log_probs))
     assert tokens.shape[:2] == (3, 4)
     for b in range(3):
@@ -79,7 +81,9 @@ def varied_sources(count: int, seed: int = 3) -> np.ndarray:
     return rows
 
 
-@pytest.mark.parametrize("stopping", ["exact", pytest.param("heuristic", marks=pytest.mark.slow)])  # a search each
+@pytest.mark.parametrize(
+    "stopping", ["exact", pytest.param("heuristic", marks=pytest.mark.slow)]
+)  # a search each
 def test_sentence_alone_equals_sentence_in_batch(model, stopping):
     """Settled sentences leave the batch in rounds; no one else's beams change."""
     sources = varied_sources(9)
@@ -87,12 +91,18 @@ def test_sentence_alone_equals_sentence_in_batch(model, stopping):
     batch = search(sources)
     for b in range(len(sources)):
         length = int((sources[b] != 0).sum())
-        alone = search(sources[b:b + 1, :length])
+        alone = search(sources[b : b + 1, :length])
         best = _length(alone.tokens.numpy()[0, 0])
-        np.testing.assert_array_equal(alone.tokens.numpy()[0, 0, :best], batch.tokens.numpy()[b, 0, :best])
+        np.testing.assert_array_equal(
+            alone.tokens.numpy()[0, 0, :best], batch.tokens.numpy()[b, 0, :best]
+        )
         assert np.all(batch.tokens.numpy()[b, 0, best:] == kt.PAD_ID)
-        np.testing.assert_allclose(alone.scores.numpy()[0], batch.scores.numpy()[b], rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(alone.log_probs.numpy()[0], batch.log_probs.numpy()[b], rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(
+            alone.scores.numpy()[0], batch.scores.numpy()[b], rtol=1e-4, atol=1e-4
+        )
+        np.testing.assert_allclose(
+            alone.log_probs.numpy()[0], batch.log_probs.numpy()[b], rtol=1e-4, atol=1e-4
+        )
 
 
 def test_heuristic_stopping_is_exact_without_length_penalty(model):
@@ -107,10 +117,12 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
-        bias.assign(saved + 5.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # hypotheses end early and late
+        bias.assign(
+            saved + 5.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
+        )  # hypotheses end early and late
         exact_steps, heuristic_steps = [], []
         for source in varied_sources(6):
-            source = source[np.newaxis, :int((source != 0).sum())]
+            source = source[np.newaxis, : int((source != 0).sum())]
             exact = beam_search(model, source, beam_size=3, alpha=1.4, stopping="exact")
             heuristic = beam_search(model, source, beam_size=3, alpha=1.4, stopping="heuristic")
             exact_steps.append(int(exact.steps))
@@ -120,23 +132,34 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
         bias.assign(saved)
     # The exact bound waits until no live beam could win at the length limit.
     assert all(h <= e for h, e in zip(heuristic_steps, exact_steps))
-    assert sum(h < e for h, e in zip(heuristic_steps, exact_steps)) >= 2, (heuristic_steps, exact_steps)
+    assert sum(h < e for h, e in zip(heuristic_steps, exact_steps)) >= 2, (
+        heuristic_steps,
+        exact_steps,
+    )
     with pytest.raises(ValueError, match="stopping rule"):
         beam_search(model, varied_sources(2), stopping="never")
 
 
-@pytest.mark.parametrize("jit,stopping", [(False, "exact"), (False, "heuristic"), (True, "heuristic")])
+@pytest.mark.parametrize(
+    "jit,stopping", [(False, "exact"), (False, "heuristic"), (True, "heuristic")]
+)
 def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
     """Fixed-size buffers (the XLA/TPU form), where settled sentences keep their
     rows, give the beams of the growing search, where they leave, padded to max_length."""
     dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
-    static = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=0.6, max_length=12,
-                                               static_shapes=True, stopping=stopping), jit_compile=jit)(SOURCE)
+    static = tf.function(
+        lambda s: beam_search(
+            model, s, beam_size=3, alpha=0.6, max_length=12, static_shapes=True, stopping=stopping
+        ),
+        jit_compile=jit,
+    )(SOURCE)
     width = dynamic.tokens.shape[2]
     assert static.tokens.shape == (3, 3, 12)
     np.testing.assert_array_equal(static.tokens.numpy()[:, :, :width], dynamic.tokens.numpy())
     assert np.all(static.tokens.numpy()[:, :, width:] == kt.PAD_ID)
     np.testing.assert_allclose(static.scores.numpy(), dynamic.scores.numpy(), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(static.log_probs.numpy(), dynamic.log_probs.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        static.log_probs.numpy(), dynamic.log_probs.numpy(), rtol=1e-5, atol=1e-5
+    )
     with pytest.raises(ValueError, match="max_length as a Python int"):
         beam_search(model, SOURCE, static_shapes=True)

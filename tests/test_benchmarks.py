@@ -43,11 +43,16 @@ def test_the_workload_flop_count_is_the_built_model_s_matmuls():
     tiny = workload.Workload(vocab=48, d_model=16, layers=2, heads=2, d_ff=24, batch=3, length=5)
     model = kt.Transformer(tiny.config(tie_embeddings=True))
     model.build()
-    kernels = sum(int(v.shape[0] * v.shape[1]) for v in model.weights
-                  if len(v.shape) == 2 and "embedding" not in v.path)
+    kernels = sum(
+        int(v.shape[0] * v.shape[1])
+        for v in model.weights
+        if len(v.shape) == 2 and "embedding" not in v.path
+    )
     output = tiny.d_model * tiny.vocab  # the tied projection reuses the embedding matrix
     tokens = tiny.batch * tiny.length
-    attention = 2 * tiny.length * tiny.d_model * tiny.layers * (1 + 2)  # encoder self; decoder self + cross
+    attention = (
+        2 * tiny.length * tiny.d_model * tiny.layers * (1 + 2)
+    )  # encoder self; decoder self + cross
     assert tiny.matmul_flops_per_step() == 6 * tokens * (kernels + output + attention)
 
 
@@ -60,42 +65,92 @@ def test_recipe_estimate_runs(tmp_path):
     assert 0.2 < recipe_estimate.paper_utilisation() < 0.3
 
     out = tmp_path / "estimate.json"
-    recipe_estimate.main(["--preset", "tiny", "--vocab", "300", "--batch", "4", "--length", "8",
-                          "--steps", "1", "--precision", "fp32", "--json", str(out)])
+    recipe_estimate.main(
+        [
+            "--preset",
+            "tiny",
+            "--vocab",
+            "300",
+            "--batch",
+            "4",
+            "--length",
+            "8",
+            "--steps",
+            "1",
+            "--precision",
+            "fp32",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert report["precision"] == "fp32" and report["seconds_per_micro_batch"] > 0
     hours = report["accelerator_hours"]
-    assert set(hours) == set(recipe_estimate.ACCELERATORS) and hours["NVIDIA H100 SXM, bf16"] < hours[
-        "NVIDIA T4 (Colab free tier), fp16"]
+    assert (
+        set(hours) == set(recipe_estimate.ACCELERATORS)
+        and hours["NVIDIA H100 SXM, bf16"] < hours["NVIDIA T4 (Colab free tier), fp16"]
+    )
     assert report["cpu"]["model"]
+
+
 def test_input_pipeline_benchmark_on_a_tiny_corpus(tmp_path):
     import json
 
     from benchmarks import input_pipeline
 
     out = tmp_path / "pipeline.json"
-    assert input_pipeline.main(["--pairs", "300", "--vocab", "200", "--batch-tokens", "256",
-                                "--max-length", "32", "--examples-per-shard", "100", "--json", str(out)]) == 0
+    assert (
+        input_pipeline.main(
+            [
+                "--pairs",
+                "300",
+                "--vocab",
+                "200",
+                "--batch-tokens",
+                "256",
+                "--max-length",
+                "32",
+                "--examples-per-shard",
+                "100",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     text, prepare, shards = report["results"]
     assert (text["stage"], prepare["stage"], shards["stage"]) == ("text", "prepare", "shards")
-    assert text["examples"] == prepare["examples"] == shards["examples"] == 300 - report["dropped_too_long"]
+    assert (
+        text["examples"]
+        == prepare["examples"]
+        == shards["examples"]
+        == 300 - report["dropped_too_long"]
+    )
     assert (text["src_tokens"], text["tgt_tokens"]) == (shards["src_tokens"], shards["tgt_tokens"])
     assert all(row["examples_per_second"] > 0 for row in report["results"])
     assert report["shards"] == 3 and report["pairs"] == 300 and report["cpu"]
+
+
 def test_scale_corpus_recombines_the_source_deterministically(tmp_path):
     from benchmarks import scale_corpus
 
     source = tmp_path / "source"
     source.mkdir()
-    pairs = [("ein Hund läuft", "a dog runs"), ("zwei Katzen schlafen im Haus", "two cats sleep in the house"),
-             ("ein Mann", "a man"), ("Kinder spielen draußen im Schnee", "children play outside in the snow")]
+    pairs = [
+        ("ein Hund läuft", "a dog runs"),
+        ("zwei Katzen schlafen im Haus", "two cats sleep in the house"),
+        ("ein Mann", "a man"),
+        ("Kinder spielen draußen im Schnee", "children play outside in the snow"),
+    ]
     (source / "train.src").write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
     (source / "train.tgt").write_text("".join(t + "\n" for _, t in pairs), encoding="utf-8")
     (source / "valid.src").write_text("v\n", encoding="utf-8")
     (source / "valid.tgt").write_text("w\n", encoding="utf-8")
     out = tmp_path / "big"
-    assert scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "1"]) == 0
+    assert (
+        scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "1"]) == 0
+    )
     src = (out / "train.src").read_text(encoding="utf-8").split("\n")
     tgt = (out / "train.tgt").read_text(encoding="utf-8").split("\n")
     assert len(src) == len(tgt) == 251 and src[-1] == tgt[-1] == ""  # 250 lines, newline-terminated
@@ -106,7 +161,9 @@ def test_scale_corpus_recombines_the_source_deterministically(tmp_path):
     assert len(set(zip(src, tgt))) > len(pairs)  # recombined, not copied
     assert (out / "valid.src").read_text() == "v\n" and not (out / "test.src").exists()
     first = (out / "train.src").read_bytes()
-    scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "1"])  # replaces it
+    scale_corpus.main(
+        [str(out), "--pairs", "250", "--source", str(source), "--seed", "1"]
+    )  # replaces it
     assert (out / "train.src").read_bytes() == first
     scale_corpus.main([str(out), "--pairs", "250", "--source", str(source), "--seed", "2"])
     assert (out / "train.src").read_bytes() != first
@@ -120,23 +177,35 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
 
     from benchmarks import scale_check
 
-    command = [sys.executable, "-c", "import time; x = bytearray(80 * 2**20); time.sleep(0.3); "
-                                     "print('trained tokenizers in 1.5s')"]
+    command = [
+        sys.executable,
+        "-c",
+        "import time; x = bytearray(80 * 2**20); time.sleep(0.3); "
+        "print('trained tokenizers in 1.5s')",
+    ]
     run = scale_check.measure(command, tmp_path / "log.txt")
     assert run["returncode"] == 0 and run["tokenizer_seconds"] == 1.5 and run["wall_seconds"] >= 0.3
     assert run["max_rss_mb"] >= 80 and run["tree_rss_peak_mb"] >= 80
     small = {"max_rss_mb": 1000.0, "wall_seconds": 100.0, "tokenizer_seconds": 5.0}
     big = {"max_rss_mb": 1250.0, "wall_seconds": 360.0, "tokenizer_seconds": 60.0}
     verdict = scale_check.compare(small, big)
-    assert verdict == {"rss_ratio": 1.25, "extra_wall_seconds": 260.0, "rss_target_met": True,
-                       "wall_target_met": False}
+    assert verdict == {
+        "rss_ratio": 1.25,
+        "extra_wall_seconds": 260.0,
+        "rss_target_met": True,
+        "wall_target_met": False,
+    }
     command = scale_check.check_command(tmp_path / "big", tmp_path / "w")
     assert command[1:5] == ["-m", "training.train", "--config", "multi30k"]
     assert f"data.dir={tmp_path / 'big'}" in command and "training.steps_per_epoch=60" in command
 
 
-@pytest.mark.parametrize("xla", [False, pytest.param(True, marks=pytest.mark.slow)])  # XLA exports are slow
-def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_path, xla, monkeypatch):
+@pytest.mark.parametrize(
+    "xla", [False, pytest.param(True, marks=pytest.mark.slow)]
+)  # XLA exports are slow
+def test_serving_vs_ct2_times_both_engines_on_the_same_model(
+    tiny_workdir, tmp_path, xla, monkeypatch
+):
     """Both engines, the SavedModel through the TF1 session loader, a baseline export
     and (``xla``) the SavedModel's XLA signatures translate the same sentences, strings
     in and out, greedy and beam at batch 64 and 1; greedy outputs agree (CTranslate2
@@ -152,18 +221,48 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
     from keras_transformer.exporters.saved_model import export_saved_model
 
     baseline = export_saved_model(tiny_workdir, tmp_path / "baseline", beam_size=2)
-    monkeypatch.setenv(serving_vs_ct2._MODEL_ENV, str(export_ctranslate2(tiny_workdir, tmp_path / "probed")))
-    monkeypatch.setattr(serving_vs_ct2, "export_ctranslate2", None)  # a second conversion would fail
+    monkeypatch.setenv(
+        serving_vs_ct2._MODEL_ENV, str(export_ctranslate2(tiny_workdir, tmp_path / "probed"))
+    )
+    monkeypatch.setattr(
+        serving_vs_ct2, "export_ctranslate2", None
+    )  # a second conversion would fail
 
     pairs = generate_pairs(12, seed=5)
     (tmp_path / "test.src").write_text("".join(f"{src}\n" for src, _ in pairs), encoding="utf-8")
     (tmp_path / "test.tgt").write_text("".join(f"{tgt}\n" for _, tgt in pairs), encoding="utf-8")
     out = tmp_path / "serving.json"
-    assert serving_vs_ct2.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
-                                "--ref", str(tmp_path / "test.tgt"), "--beam", "2", "--alpha", "0.6",
-                                "--batch-1-sentences", "3", "--repeats", "2", *(["--xla"] if xla else []),
-                                "--json", str(out), "--baseline", str(baseline), "--session",
-                                "--step-products", "matmul", "--ct2-backend", "library"]) == 0
+    assert (
+        serving_vs_ct2.main(
+            [
+                "--workdir",
+                str(tiny_workdir),
+                "--src",
+                str(tmp_path / "test.src"),
+                "--ref",
+                str(tmp_path / "test.tgt"),
+                "--beam",
+                "2",
+                "--alpha",
+                "0.6",
+                "--batch-1-sentences",
+                "3",
+                "--repeats",
+                "2",
+                *(["--xla"] if xla else []),
+                "--json",
+                str(out),
+                "--baseline",
+                str(baseline),
+                "--session",
+                "--step-products",
+                "matmul",
+                "--ct2-backend",
+                "library",
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
@@ -174,17 +273,32 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(tiny_workdir, tmp_p
         assert len(row["saved_model"]["passes"]) == 2
         assert 0 < row["saved_model"]["seconds"] <= min(row["saved_model"]["passes"]) + 1e-3
         if xla:
-            assert row["ratio_xla"] > 0 and row["saved_model_xla"]["bleu"] == row["saved_model"]["bleu"]
+            assert (
+                row["ratio_xla"] > 0
+                and row["saved_model_xla"]["bleu"] == row["saved_model"]["bleu"]
+            )
         else:
             assert "ratio_xla" not in row and "saved_model_xla" not in row
         assert row["ratio_baseline"] > 0 and row["baseline"]["bleu"] == row["saved_model"]["bleu"]
         # The TF1 session loader runs the same graph: the same translations.
-        assert row["ratio_session"] > 0 and row["saved_model_session"]["bleu"] == row["saved_model"]["bleu"]
+        assert (
+            row["ratio_session"] > 0
+            and row["saved_model_session"]["bleu"] == row["saved_model"]["bleu"]
+        )
     greedy = rows[("greedy", 64)]
     assert greedy["saved_model"]["bleu"] == greedy["ctranslate2"]["bleu"]
-    assert report["cpu"] and report["beam"] == 2 and report["baseline"] == str(baseline) and report["warm"]
+    assert (
+        report["cpu"]
+        and report["beam"] == 2
+        and report["baseline"] == str(baseline)
+        and report["warm"]
+    )
     assert report["step_products"] == "matmul" and isinstance(report["onednn_rewrites"], bool)
-    assert report["ct2_backend"]["backend"] in ("library", "mkl", "dnnl")  # or CT2_USE_MKL's, if set
+    assert report["ct2_backend"]["backend"] in (
+        "library",
+        "mkl",
+        "dnnl",
+    )  # or CT2_USE_MKL's, if set
 
 
 def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, tmp_path, monkeypatch):
@@ -205,19 +319,24 @@ def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, tmp_p
     monkeypatch.delenv("CT2_USE_MKL", raising=False)  # restored after the test
 
     def choose(choice):
-        return serving_vs_ct2.choose_ct2_backend(ct2, sentences, choice, max_input_length=max_length,
-                                                 max_length=max_length)
+        return serving_vs_ct2.choose_ct2_backend(
+            ct2, sentences, choice, max_input_length=max_length, max_length=max_length
+        )
 
     chosen, value = choose("fastest")
     probe = chosen["probe_ms"]
-    assert sorted(probe) == ["dnnl", "mkl"] and all(len(ms) == 2 and min(ms) > 0 for ms in probe.values())
+    assert sorted(probe) == ["dnnl", "mkl"] and all(
+        len(ms) == 2 and min(ms) > 0 for ms in probe.values()
+    )
     assert chosen["backend"] == min(probe, key=lambda backend: sum(probe[backend]))
     assert value == serving_vs_ct2.CT2_BACKENDS[chosen["backend"]]
     assert choose("mkl") == ({"backend": "mkl", "how": "asked for", "probe_ms": None}, "1")
     assert choose("library")[1] is None
     monkeypatch.setenv("CT2_USE_MKL", "0")
-    assert choose("fastest") == ({"backend": "dnnl", "how": "CT2_USE_MKL in the environment", "probe_ms": None},
-                                 None)
+    assert choose("fastest") == (
+        {"backend": "dnnl", "how": "CT2_USE_MKL in the environment", "probe_ms": None},
+        None,
+    )
 
 
 @pytest.mark.parametrize("warm", [True, False])
@@ -232,15 +351,37 @@ def test_serving_vs_ct2_warms_each_engine_before_its_timed_call(warm):
         def translate(texts):
             calls.append((name, texts[0]))
             return [f"{name}:{text}" for text in texts]
+
         return translate
 
-    results = interleaved({"a": engine("a"), "b": engine("b")}, ["s0", "s1", "s2"], 1, repeats=1, warm=warm)
+    results = interleaved(
+        {"a": engine("a"), "b": engine("b")}, ["s0", "s1", "s2"], 1, repeats=1, warm=warm
+    )
     after_warm_up = calls[2:]  # one untimed batch each first
     if warm:
-        assert after_warm_up == [("a", "s2"), ("a", "s0"), ("b", "s2"), ("b", "s0"), ("a", "s0"), ("a", "s1"),
-                                 ("b", "s0"), ("b", "s1"), ("a", "s1"), ("a", "s2"), ("b", "s1"), ("b", "s2")]
+        assert after_warm_up == [
+            ("a", "s2"),
+            ("a", "s0"),
+            ("b", "s2"),
+            ("b", "s0"),
+            ("a", "s0"),
+            ("a", "s1"),
+            ("b", "s0"),
+            ("b", "s1"),
+            ("a", "s1"),
+            ("a", "s2"),
+            ("b", "s1"),
+            ("b", "s2"),
+        ]
     else:
-        assert after_warm_up == [("a", "s0"), ("b", "s0"), ("a", "s1"), ("b", "s1"), ("a", "s2"), ("b", "s2")]
+        assert after_warm_up == [
+            ("a", "s0"),
+            ("b", "s0"),
+            ("a", "s1"),
+            ("b", "s1"),
+            ("a", "s2"),
+            ("b", "s2"),
+        ]
     assert results["a"]["outputs"] == ["a:s0", "a:s1", "a:s2"] and len(results["b"]["passes"]) == 1
 
 
@@ -250,18 +391,36 @@ def test_profile_serving_counts_the_ops_and_steps_of_each_decoder(tiny_workdir, 
     from benchmarks import profile_serving
     from keras_transformer.data.synthetic import generate_pairs
 
-    (tmp_path / "test.src").write_text("".join(f"{src}\n" for src, _ in generate_pairs(8, seed=6)),
-                                       encoding="utf-8")
+    (tmp_path / "test.src").write_text(
+        "".join(f"{src}\n" for src, _ in generate_pairs(8, seed=6)), encoding="utf-8"
+    )
     out = tmp_path / "profile.json"
-    assert profile_serving.main(["--workdir", str(tiny_workdir), "--src", str(tmp_path / "test.src"),
-                                 "--beam", "2", "--sentences", "8", "--json", str(out)]) == 0
+    assert (
+        profile_serving.main(
+            [
+                "--workdir",
+                str(tiny_workdir),
+                "--src",
+                str(tmp_path / "test.src"),
+                "--beam",
+                "2",
+                "--sentences",
+                "8",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rows = {(row["decoder"], row["batch"]): row for row in json.loads(out.read_text())["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
     for row in rows.values():
         assert row["ops_per_step"] > 100 and row["steps"] >= 1 and row["ms_per_step"] > 0
     # Greedy runs one step per output token: alone, a sentence stops at its own EOS.
     assert rows[("greedy", 1)]["steps"] == rows[("greedy", 1)]["output_tokens"]
-    assert rows[("greedy", 64)]["steps"] <= rows[("greedy", 64)]["output_tokens"]  # one batch: its longest
+    assert (
+        rows[("greedy", 64)]["steps"] <= rows[("greedy", 64)]["output_tokens"]
+    )  # one batch: its longest
     assert rows[("greedy", 1)]["sentences"] == 2 and rows[("greedy", 64)]["sentences"] == 8
 
 
@@ -276,12 +435,30 @@ def test_pretrained_import_runs_each_program_on_a_marian_checkpoint(tmp_path):
     from benchmarks import pretrained_import
 
     out = tmp_path / "report.json"
-    pretrained_import.main(["--layers", "1", "--d-model", "32", "--heads", "2", "--d-ff", "64", "--vocab", "1200",
-                            "--work", str(tmp_path / "work"), "--json", str(out)])
+    pretrained_import.main(
+        [
+            "--layers",
+            "1",
+            "--d-model",
+            "32",
+            "--heads",
+            "2",
+            "--d-ff",
+            "64",
+            "--vocab",
+            "1200",
+            "--work",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert set(report["steps"]) == {"import", "saved_model", "tflite", "ctranslate2"}
-    assert all(step["wall_seconds"] > 0 and step["max_rss_mb"] > 0 and step["output_mb"] > 0
-               for step in report["steps"].values())
+    assert all(
+        step["wall_seconds"] > 0 and step["max_rss_mb"] > 0 and step["output_mb"] > 0
+        for step in report["steps"].values()
+    )
     assert report["max_abs_logit_difference"] < 1e-4 and report["cpu"]
 
 
@@ -291,9 +468,38 @@ def test_inference_kernels_times_each_kernels_variants(tmp_path):
     from benchmarks import inference_kernels
 
     out = tmp_path / "kernels.json"
-    inference_kernels.main(["--rows", "1,3", "--keys", "5", "--heads", "2", "--depth", "8", "--vocab", "40",
-                            "--d-model", "16", "--copies", "2", "--iterations", "2", "--repeats", "1",
-                            "--d-ff", "32", "--layers", "1", "--candidates", "600", "--top-k", "2", "--json", str(out)])
+    inference_kernels.main(
+        [
+            "--rows",
+            "1,3",
+            "--keys",
+            "5",
+            "--heads",
+            "2",
+            "--depth",
+            "8",
+            "--vocab",
+            "40",
+            "--d-model",
+            "16",
+            "--copies",
+            "2",
+            "--iterations",
+            "2",
+            "--repeats",
+            "1",
+            "--d-ff",
+            "32",
+            "--layers",
+            "1",
+            "--candidates",
+            "600",
+            "--top-k",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert [r["rows"] for r in report["results"]] == [1, 3]
     for result in report["results"]:
@@ -312,11 +518,29 @@ def test_row_products_times_each_chain_of_one_row_products(tmp_path):
 
     out = tmp_path / "rows.json"
     # d_ff = 3 · d_model: the fused query/key/value product is as wide as the FFN's inner one
-    row_products.main(["--rows", "3", "--d-model", "16", "--d-ff", "48", "--layers", "1", "--repeats", "1",
-                       "--json", str(out)])
+    row_products.main(
+        [
+            "--rows",
+            "3",
+            "--d-model",
+            "16",
+            "--d-ff",
+            "48",
+            "--layers",
+            "1",
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert set(report["results"]) == {"hot", "add", "decoder", "hot_conv", "decoder_conv"}
-    assert report["results"]["decoder"]["nodes_per_step"] == report["results"]["decoder_conv"]["nodes_per_step"] == 6
+    assert (
+        report["results"]["decoder"]["nodes_per_step"]
+        == report["results"]["decoder_conv"]["nodes_per_step"]
+        == 6
+    )
     assert report["rows"] == 3
     assert all(result["us_per_step"] > 0 for result in report["results"].values())
     assert report["intra_op_threads"] == 0 and report["cpu"]["model"]

@@ -17,7 +17,9 @@ from benchmarks import keras_hub_reference as khr  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-WORKLOAD = khr.Workload(vocab=40, d_model=16, layers=2, heads=2, d_ff=32, dropout=0.1, batch=2, length=6)
+WORKLOAD = khr.Workload(
+    vocab=40, d_model=16, layers=2, heads=2, d_ff=32, dropout=0.1, batch=2, length=6
+)
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0]], np.int32)
 STEPS = 8
 
@@ -33,7 +35,9 @@ def full_recompute_greedy(model, source, steps):
     ids = np.full((source.shape[0], 1), kt.BOS_ID, np.int32)
     for _ in range(steps):
         logits = model.forward(source, ids, np.ones_like(ids, bool), training=False)
-        ids = np.concatenate([ids, np.argmax(logits[:, -1], axis=-1).astype(np.int32)[:, None]], axis=1)
+        ids = np.concatenate(
+            [ids, np.argmax(logits[:, -1], axis=-1).astype(np.int32)[:, None]], axis=1
+        )
     return ids[:, 1:]
 
 
@@ -52,8 +56,14 @@ def test_cached_step_logits_equal_full_pass(model):
     self_caches, cross_caches = model.prefill(memory, source_mask, target[:, :1], STEPS)
     steps = []
     for position in range(STEPS):
-        hidden, self_caches, _ = model.decoder_step(target[:, position:position + 1], position, memory,
-                                                    source_mask, self_caches, cross_caches)
+        hidden, self_caches, _ = model.decoder_step(
+            target[:, position : position + 1],
+            position,
+            memory,
+            source_mask,
+            self_caches,
+            cross_caches,
+        )
         steps.append(model.logits(hidden)[:, 0])
     full = model.forward(SOURCE, target, np.ones_like(target, bool), training=False)
     np.testing.assert_allclose(np.stack(steps, axis=1), full, atol=1e-5, rtol=1e-5)
@@ -72,10 +82,12 @@ def test_beam_rows_follow_their_own_source(model):
     both = model.generate(SOURCE, STEPS, khr.make_sampler("beam4")).numpy()
     assert both.shape == (2, STEPS)
     for row in range(2):
-        alone = model.generate(SOURCE[row:row + 1], STEPS, khr.make_sampler("beam4")).numpy()
-        np.testing.assert_array_equal(both[row:row + 1], alone)
+        alone = model.generate(SOURCE[row : row + 1], STEPS, khr.make_sampler("beam4")).numpy()
+        np.testing.assert_array_equal(both[row : row + 1], alone)
     greedy = model.generate(SOURCE, STEPS, khr.make_sampler("greedy")).numpy()
-    np.testing.assert_array_equal(model.generate(SOURCE, STEPS, khr.make_sampler("beam1")).numpy(), greedy)
+    np.testing.assert_array_equal(
+        model.generate(SOURCE, STEPS, khr.make_sampler("beam1")).numpy(), greedy
+    )
 
 
 def test_training_step_reaches_every_weight():
@@ -105,8 +117,13 @@ def test_train_step_time_smoke_keys():
 
 
 def test_decode_rows_smoke_keys():
-    rows = khr.decode_rows(jit=False, batches=(2,), steps_list=(4,), beam=4, repeats=1, workload=WORKLOAD)
-    assert [(r["decoder"], r["batch"], r["steps"]) for r in rows] == [("greedy", 2, 4), ("beam4", 2, 4)]
+    rows = khr.decode_rows(
+        jit=False, batches=(2,), steps_list=(4,), beam=4, repeats=1, workload=WORKLOAD
+    )
+    assert [(r["decoder"], r["batch"], r["steps"]) for r in rows] == [
+        ("greedy", 2, 4),
+        ("beam4", 2, 4),
+    ]
     for row in rows:
         assert row["system"] == "keras-hub" and row["xla"] is False
         assert 0 < row["min_s"] <= row["median_s"]

@@ -27,7 +27,9 @@ def test_encoder_layer_matches_numpy(norm_first):
     _, x, padding = _inputs()
     layer = EncoderLayer(**BLOCK, norm_first=norm_first)
     out = layer(x, padding_mask=padding).numpy()
-    np.testing.assert_allclose(out, reference.encoder_layer(layer, x, padding), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        out, reference.encoder_layer(layer, x, padding), rtol=1e-4, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -36,8 +38,9 @@ def test_decoder_layer_matches_numpy(norm_first):
     layer = DecoderLayer(**BLOCK, norm_first=norm_first)
     causal = np.tril(np.ones((5, 5), bool))[None]
     out = layer(x, memory, self_attention_mask=causal, memory_padding_mask=padding).numpy()
-    np.testing.assert_allclose(out, reference.decoder_layer(layer, x, memory, padding),
-                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        out, reference.decoder_layer(layer, x, memory, padding), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_post_ln_output_is_normalised_and_pre_ln_is_not():
@@ -100,8 +103,12 @@ def test_decoder_cache_equals_full_pass(norm_first, fixed):
     cache = decoder.initial_cache(tf.constant(memory), max_length=7 if fixed else None)
     outputs = []
     for t in range(5):
-        out, cache = decoder(x[:, t:t + 1], memory_padding_mask=padding, cache=cache,
-                             cache_index=t if fixed else None)
+        out, cache = decoder(
+            x[:, t : t + 1],
+            memory_padding_mask=padding,
+            cache=cache,
+            cache_index=t if fixed else None,
+        )
         outputs.append(out.numpy())
     np.testing.assert_allclose(np.concatenate(outputs, 1), full, rtol=1e-4, atol=1e-5)
 
@@ -132,7 +139,9 @@ def test_encoder_layer_and_stack_harness(norm_first):
     kwargs = {**BLOCK, "dropout": 0.1, "norm_first": norm_first}
     call = {"padding_mask": tf.constant(padding)}
     run_layer_test(EncoderLayer, kwargs, [x], call, expected_output_shape=(2, 6, 16))
-    run_layer_test(Encoder, {**kwargs, "num_layers": 2}, [x], call, expected_output_shape=(2, 6, 16))
+    run_layer_test(
+        Encoder, {**kwargs, "num_layers": 2}, [x], call, expected_output_shape=(2, 6, 16)
+    )
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -140,8 +149,17 @@ def test_decoder_layer_and_stack_harness(norm_first):
     x, memory, padding = _inputs(10)
     kwargs = {**BLOCK, "dropout": 0.1, "norm_first": norm_first, "activation": "gelu"}
     causal = tf.constant(np.tril(np.ones((5, 5), bool))[None])
-    run_layer_test(DecoderLayer, kwargs, [x, memory],
-                   {"self_attention_mask": causal, "memory_padding_mask": tf.constant(padding)},
-                   expected_output_shape=(2, 5, 16))
-    run_layer_test(Decoder, {**kwargs, "num_layers": 2}, [x, memory],
-                   {"memory_padding_mask": tf.constant(padding)}, expected_output_shape=(2, 5, 16))
+    run_layer_test(
+        DecoderLayer,
+        kwargs,
+        [x, memory],
+        {"self_attention_mask": causal, "memory_padding_mask": tf.constant(padding)},
+        expected_output_shape=(2, 5, 16),
+    )
+    run_layer_test(
+        Decoder,
+        {**kwargs, "num_layers": 2},
+        [x, memory],
+        {"memory_padding_mask": tf.constant(padding)},
+        expected_output_shape=(2, 5, 16),
+    )

@@ -5,11 +5,22 @@ from keras_transformer import PRESETS, TransformerConfig
 
 def test_presets_match_the_paper():
     base = TransformerConfig.from_preset("base")
-    assert (base.num_encoder_layers, base.num_decoder_layers, base.d_model, base.num_heads,
-            base.d_ff, base.dropout) == (6, 6, 512, 8, 2048, 0.1)
+    assert (
+        base.num_encoder_layers,
+        base.num_decoder_layers,
+        base.d_model,
+        base.num_heads,
+        base.d_ff,
+        base.dropout,
+    ) == (6, 6, 512, 8, 2048, 0.1)
     big = TransformerConfig.from_preset("big")
     assert (big.num_encoder_layers, big.d_model, big.num_heads, big.d_ff, big.dropout) == (
-        6, 1024, 16, 4096, 0.3)
+        6,
+        1024,
+        16,
+        4096,
+        0.3,
+    )
     assert base.head_dim == 64 and big.head_dim == 64
     assert not base.norm_first and base.activation == "relu"
     assert {"tiny", "small", "base", "big"} <= set(PRESETS)
@@ -28,15 +39,24 @@ def test_overrides_and_aliases():
     "overrides, message",
     [
         ({"d_model": 100, "num_heads": 8}, "not divisible by num_heads"),
-        ({"src_vocab_size": 10, "tgt_vocab_size": 20, "share_embeddings": True}, "share_embeddings"),
+        (
+            {"src_vocab_size": 10, "tgt_vocab_size": 20, "share_embeddings": True},
+            "share_embeddings",
+        ),
         ({"dropout": 1.0}, "dropout"),
         ({"activation": "tanh"}, "activation"),
         ({"num_heads": 0}, "positive integer"),
         ({"eos_id": 0}, "distinct"),
         ({"bos_id": 1}, "bos_id must differ from unk_id and eos_id"),
         ({"bos_id": 3}, "bos_id must differ from unk_id and eos_id"),
-        ({"position_encoding": "sin_cos"}, r"position_encoding must be one of \('interleaved', 'halves'\)"),
-        ({"learned_positions": True, "position_encoding": "halves"}, "learned_positions=True learns the table"),
+        (
+            {"position_encoding": "sin_cos"},
+            r"position_encoding must be one of \('interleaved', 'halves'\)",
+        ),
+        (
+            {"learned_positions": True, "position_encoding": "halves"},
+            "learned_positions=True learns the table",
+        ),
         ({"embedding_scale": 0.0}, "embedding_scale must be a positive number"),
         ({"embedding_scale": True}, "embedding_scale must be a positive number"),
         ({"final_logits_bias": "yes"}, "final_logits_bias must be True or False"),

@@ -51,9 +51,12 @@ EOS_ID = 3
 VARIANTS = {
     "post_ln_tied_trained": None,
     "pre_ln_gelu_learned_positions_random": dict(
-        model={"norm_first": True, "activation": "gelu", "learned_positions": True}, separate_vocab=False),
+        model={"norm_first": True, "activation": "gelu", "learned_positions": True},
+        separate_vocab=False,
+    ),
     "untied_separate_vocab_random": dict(
-        model={"tie_embeddings": False, "share_embeddings": False}, separate_vocab=True),
+        model={"tie_embeddings": False, "share_embeddings": False}, separate_vocab=True
+    ),
 }
 
 
@@ -70,7 +73,9 @@ def test_pairs(workdir):
     return pairs
 
 
-def _randomized_workdir(base: Path, dest: Path, model_overrides: dict, separate_vocab: bool) -> Path:
+def _randomized_workdir(
+    base: Path, dest: Path, model_overrides: dict, separate_vocab: bool
+) -> Path:
     """A workdir like ``base`` with another architecture and seeded random
     weights: every bias and LayerNorm scale/offset moved off its initial 0/1
     so that a weight mapped to the wrong place (or dropped) shows."""
@@ -86,7 +91,9 @@ def _randomized_workdir(base: Path, dest: Path, model_overrides: dict, separate_
         config["tokenizer"]["shared"] = False
         src_tok, tgt_tok = _tokenizers(dest / "tokenizer", shared=False)
         # The model may be wider than its tokenizer: the extra ids need filler pieces.
-        model_options.update(src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size + 5)
+        model_options.update(
+            src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size + 5
+        )
     else:
         shutil.copytree(base / "tokenizer", dest / "tokenizer", dirs_exist_ok=True)
     config["model"].update(model_overrides)
@@ -119,25 +126,51 @@ def case(request, workdir, test_pairs, tmp_path_factory):
         source = workdir
         out = root / "ct2"
         # The trained model goes through the real command line.
-        result = subprocess.run([sys.executable, "-m", "export.ctranslate2", "--workdir", str(source),
-                                 "--out", str(out)], cwd=CHECKOUT, env=ENV, capture_output=True,
-                                text=True, timeout=300)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "export.ctranslate2",
+                "--workdir",
+                str(source),
+                "--out",
+                str(out),
+            ],
+            cwd=CHECKOUT,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr[-4000:]
         assert result.stdout.strip() == str(out)
     else:
-        source = _randomized_workdir(workdir, root / "run", variant["model"], variant["separate_vocab"])
+        source = _randomized_workdir(
+            workdir, root / "run", variant["model"], variant["separate_vocab"]
+        )
         out = ct2_export.export_ctranslate2(source, root / "ct2")
     trained = Workdir(source).load()
     model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     config = Workdir(source).config
-    case = dict(name=request.param, workdir=source, out=out, model=model, src_tok=src_tok,
-                tgt_tok=tgt_tok, config=config)
+    case = dict(
+        name=request.param,
+        workdir=source,
+        out=out,
+        model=model,
+        src_tok=src_tok,
+        tgt_tok=tgt_tok,
+        config=config,
+    )
     case["greedy"] = _ours(case, [s for s, _ in test_pairs])  # once per case: the slow part
     return case
 
 
 def _target_vocabulary(out: Path) -> list[str]:
-    name = "shared_vocabulary.json" if (out / "shared_vocabulary.json").exists() else "target_vocabulary.json"
+    name = (
+        "shared_vocabulary.json"
+        if (out / "shared_vocabulary.json").exists()
+        else "target_vocabulary.json"
+    )
     return json.loads((out / name).read_text())
 
 
@@ -146,8 +179,9 @@ def _ours(case, sources):
     CTranslate2 computes them (see ``_translate``), and the source pieces
     CTranslate2 gets (without the trailing </s>: it adds it)."""
     model = case["model"]
-    source_ids = encode_sources(case["src_tok"], tf.constant(sources),
-                                case["config"]["training"]["max_src_length"]).to_tensor()
+    source_ids = encode_sources(
+        case["src_tok"], tf.constant(sources), case["config"]["training"]["max_src_length"]
+    ).to_tensor()
     tokens, scores = greedy_decode(model, source_ids, max_length=MAX_DECODING_LENGTH)
     vocabulary = _target_vocabulary(case["out"])
     hypotheses = []
@@ -162,10 +196,16 @@ def _ours(case, sources):
     # CTranslate2, told to suppress them, renormalises each step over the other tokens:
     # its score adds -log(1 - p(pad) - p(BOS)) for every decoded token.
     c = model.config
-    target_in = np.concatenate([np.full((len(sources), 1), c.bos_id), tokens.numpy()[:, :-1]], axis=1)
-    log_probs = tf.nn.log_softmax(model((source_ids, target_in.astype(np.int32)), training=False)).numpy()
+    target_in = np.concatenate(
+        [np.full((len(sources), 1), c.bos_id), tokens.numpy()[:, :-1]], axis=1
+    )
+    log_probs = tf.nn.log_softmax(
+        model((source_ids, target_in.astype(np.int32)), training=False)
+    ).numpy()
     banned = np.exp(log_probs[..., [c.pad_id, c.bos_id]].astype(np.float64)).sum(axis=-1)
-    lengths = np.array([list(row).index(EOS_ID) + 1 if EOS_ID in row else len(row) for row in tokens.numpy()])
+    lengths = np.array(
+        [list(row).index(EOS_ID) + 1 if EOS_ID in row else len(row) for row in tokens.numpy()]
+    )
     decoded = np.arange(tokens.shape[1])[np.newaxis, :] < lengths[:, np.newaxis]
     renormalised = scores.numpy() - np.where(decoded, np.log1p(-banned), 0.0).sum(axis=1)
     return hypotheses, renormalised, source_pieces
@@ -182,9 +222,15 @@ def _translate(out: Path, source_pieces):
     # length_penalty=0: scores are plain sums of token log-probabilities, like ours.
     # suppress_sequences: pad and BOS, which our decoders never emit (CTranslate2 would
     # otherwise emit them; it renormalises each step's log-probabilities without them).
-    results = translator.translate_batch(source_pieces, beam_size=1, max_decoding_length=MAX_DECODING_LENGTH,
-                                         min_decoding_length=0, length_penalty=0, return_scores=True,
-                                         suppress_sequences=SUPPRESSED)
+    results = translator.translate_batch(
+        source_pieces,
+        beam_size=1,
+        max_decoding_length=MAX_DECODING_LENGTH,
+        min_decoding_length=0,
+        length_penalty=0,
+        return_scores=True,
+        suppress_sequences=SUPPRESSED,
+    )
     return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
 
 
@@ -194,8 +240,9 @@ def _teacher_forced(out: Path, case, pairs):
     sources = src_tok.tokenize(tf.constant([s for s, _ in pairs])).numpy()
     targets = tgt_tok.tokenize(tf.constant([t for _, t in pairs])).numpy()
     translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
-    results = translator.score_batch([src_tok.pieces(row) for row in sources],
-                                     [tgt_tok.pieces(row) for row in targets])
+    results = translator.score_batch(
+        [src_tok.pieces(row) for row in sources], [tgt_tok.pieces(row) for row in targets]
+    )
     for result, target in zip(results, targets):
         assert result.tokens == tgt_tok.pieces(target) + ["</s>"]
     return [np.array(result.log_probs) for result in results]
@@ -214,19 +261,30 @@ def test_layout_and_config(case):
     if case["config"]["tokenizer"].get("shared", True):
         assert {"shared_vocabulary.json", "spm_shared.model"} <= names
     else:
-        assert {"source_vocabulary.json", "target_vocabulary.json", "spm_src.model", "spm_tgt.model"} <= names
+        assert {
+            "source_vocabulary.json",
+            "target_vocabulary.json",
+            "spm_src.model",
+            "spm_tgt.model",
+        } <= names
         target = json.loads((out / "target_vocabulary.json").read_text())
         assert len(target) == model_config.tgt_vocab_size == case["tgt_tok"].vocab_size + 5
         assert target[-1] == f"<unused_{model_config.tgt_vocab_size - 1}>"
     assert not [p for p in out.parent.iterdir() if p.name.startswith(".")], "staging left behind"
     config = json.loads((out / "config.json").read_text())
     assert config["layer_norm_epsilon"] == pytest.approx(model_config.layer_norm_epsilon)
-    assert (config["unk_token"], config["bos_token"], config["eos_token"], config["decoder_start_token"]) == (
-        "<unk>", "<s>", "</s>", "<s>")
+    assert (
+        config["unk_token"],
+        config["bos_token"],
+        config["eos_token"],
+        config["decoder_start_token"],
+    ) == ("<unk>", "<s>", "</s>", "<s>")
     assert config["add_source_eos"] is True and config["add_source_bos"] is False
     vocabulary = _target_vocabulary(out)
     assert vocabulary[:4] == ["<pad>", "<unk>", "<s>", "</s>"]
-    assert vocabulary[: case["tgt_tok"].vocab_size] == case["tgt_tok"].pieces(range(case["tgt_tok"].vocab_size))
+    assert vocabulary[: case["tgt_tok"].vocab_size] == case["tgt_tok"].pieces(
+        range(case["tgt_tok"].vocab_size)
+    )
 
 
 def test_greedy_matches_token_for_token(case):
@@ -251,23 +309,36 @@ def int8_case(case, test_pairs):
     log-probabilities from CTranslate2 (int8 and float32), from our model in
     float32, and from our model under each emulated int8 arithmetic."""
     out = case["out"].parent / "ct2_int8"
-    assert ct2_program.main(["--workdir", str(case["workdir"]), "--out", str(out), "--quantization", "int8"]) == 0
+    assert (
+        ct2_program.main(
+            ["--workdir", str(case["workdir"]), "--out", str(out), "--quantization", "int8"]
+        )
+        == 0
+    )
     arithmetic, reason = int8_reference.ctranslate2_arithmetic(out)
     model = case["model"]
     emulated = {}
     for name in int8_reference.ARITHMETICS:
         with int8_reference.emulated_int8(model, name):
             emulated[name] = _our_teacher_forced(model, case, test_pairs)
-    return dict(out=out, arithmetic=arithmetic, reason=reason, emulated=emulated,
-                ours=_our_teacher_forced(model, case, test_pairs),
-                int8=_teacher_forced(out, case, test_pairs), float32=_teacher_forced(case["out"], case, test_pairs))
+    return dict(
+        out=out,
+        arithmetic=arithmetic,
+        reason=reason,
+        emulated=emulated,
+        ours=_our_teacher_forced(model, case, test_pairs),
+        int8=_teacher_forced(out, case, test_pairs),
+        float32=_teacher_forced(case["out"], case, test_pairs),
+    )
 
 
 def _our_teacher_forced(model, case, pairs):
     """Our model's log-probabilities of each reference token (then </s>)."""
     source_ids = encode_sources(case["src_tok"], tf.constant([s for s, _ in pairs])).to_tensor()
     target_in, target_out = target_ids(case["tgt_tok"].tokenize(tf.constant([t for _, t in pairs])))
-    log_probs = tf.nn.log_softmax(model((source_ids, target_in.to_tensor()), training=False)).numpy()
+    log_probs = tf.nn.log_softmax(
+        model((source_ids, target_in.to_tensor()), training=False)
+    ).numpy()
     return [log_probs[i, np.arange(len(row)), row] for i, row in enumerate(target_out.numpy())]
 
 
@@ -279,17 +350,26 @@ def test_int8_equals_the_int8_arithmetic_of_this_cpu(case, int8_case, capsys):
     """CTranslate2's int8 model computes what int8 weights and activations give
     in the arithmetic of this CPU's int8 backend: a weight in the wrong place,
     a wrong scale or a dropped layer would not (see the next test)."""
-    assert (int8_case["out"] / "model.bin").stat().st_size < 0.5 * (case["out"] / "model.bin").stat().st_size
+    assert (int8_case["out"] / "model.bin").stat().st_size < 0.5 * (
+        case["out"] / "model.bin"
+    ).stat().st_size
     arithmetic = int8_case["arithmetic"]
     other = next(name for name in int8_reference.ARITHMETICS if name != arithmetic)
-    errors = int8_reference.absolute_differences(int8_case["int8"], int8_case["emulated"][arithmetic])
+    errors = int8_reference.absolute_differences(
+        int8_case["int8"], int8_case["emulated"][arithmetic]
+    )
     with capsys.disabled():
-        print(f"\n[{case['name']}] {int8_case['reason']}. CTranslate2 int8 against emulated {arithmetic} "
-              f"int8: {_summary(errors)}; against emulated {other} int8: "
-              f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['emulated'][other]))}; "
-              f"against float32: "
-              f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['float32']))}")
-    assert errors.mean() < EMULATION_MEAN and errors.max() < EMULATION_MAX, (arithmetic, _summary(errors))
+        print(
+            f"\n[{case['name']}] {int8_case['reason']}. CTranslate2 int8 against emulated {arithmetic} "
+            f"int8: {_summary(errors)}; against emulated {other} int8: "
+            f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['emulated'][other]))}; "
+            f"against float32: "
+            f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['float32']))}"
+        )
+    assert errors.mean() < EMULATION_MEAN and errors.max() < EMULATION_MAX, (
+        arithmetic,
+        _summary(errors),
+    )
 
 
 def test_exact_int8_arithmetic_moves_log_probs_little(int8_case):
@@ -303,8 +383,10 @@ def test_int8_mostly_agrees_with_float32(case, int8_case, test_pairs):
     """Where CTranslate2's int8 products are exact (Intel MKL, or VNNI), its
     int8 model is within the quantization error of the float32 one."""
     if int8_case["arithmetic"] != "exact":
-        pytest.skip(int8_case["reason"] + ": the int8 model is within the saturating arithmetic's error "
-                    "of float32, not the quantization error (checked against its emulation above)")
+        pytest.skip(
+            int8_case["reason"] + ": the int8 model is within the saturating arithmetic's error "
+            "of float32, not the quantization error (checked against its emulation above)"
+        )
     errors = int8_reference.absolute_differences(int8_case["int8"], int8_case["float32"])
     assert errors.mean() < QUANTIZATION_MEAN and errors.max() < QUANTIZATION_MAX, _summary(errors)
     if case["name"] == "post_ln_tied_trained":
@@ -322,7 +404,9 @@ def correct_int8(workdir, test_pairs, tmp_path_factory):
     model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     case = dict(src_tok=src_tok, tgt_tok=tgt_tok)
     out = tmp_path_factory.mktemp("correct_int8") / "int8"
-    ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(str(out), quantization="int8")
+    ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(
+        str(out), quantization="int8"
+    )
     arithmetic, _ = int8_reference.ctranslate2_arithmetic(out)
     with int8_reference.emulated_int8(model, arithmetic):
         expected = _our_teacher_forced(model, case, test_pairs)
@@ -331,8 +415,9 @@ def correct_int8(workdir, test_pairs, tmp_path_factory):
 
 
 @pytest.mark.parametrize("corruption", ["kernel_scaled_by_2", "square_kernel_transposed"])
-def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, test_pairs, tmp_path, corruption,
-                                                                     correct_int8, capsys):
+def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(
+    workdir, test_pairs, tmp_path, corruption, correct_int8, capsys
+):
     """The tolerance above is not loose: an int8 model converted with one
     layer's kernel at twice its scale, or one square kernel transposed, is
     far outside it against the emulation of the correct model."""
@@ -347,11 +432,15 @@ def test_int8_tolerance_rejects_a_wrong_scale_or_a_transposed_kernel(workdir, te
         kernel = model.encoder.layer_stack[0].self_attention.value_dense.kernel
         kernel.assign(tf.transpose(kernel))
     wrong = tmp_path / "wrong_int8"
-    ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(str(wrong), quantization="int8")
+    ct2_export.KerasTransformerConverter(model, src_tok, tgt_tok).convert(
+        str(wrong), quantization="int8"
+    )
     errors = int8_reference.absolute_differences(_teacher_forced(wrong, case, test_pairs), expected)
     with capsys.disabled():
-        print(f"\n[{corruption}] int8 against the emulation of the correct model: {_summary(errors)} "
-              f"(correct model: {_summary(correct)})")
+        print(
+            f"\n[{corruption}] int8 against the emulation of the correct model: {_summary(errors)} "
+            f"(correct model: {_summary(correct)})"
+        )
     assert errors.mean() > 5 * EMULATION_MEAN and errors.max() > EMULATION_MAX
 
 
@@ -364,8 +453,12 @@ def test_the_docstring_examples_that_start_from_the_demo_workdir_run(workdir, tm
         directory = tmp_path / name
         directory.mkdir()
         result = run_examples(name, directory, demo_workdir=workdir)
-        assert result.attempted > 0 and result.failed == 0, f"{name}: {result.failed} of {result.attempted} failed"
-    assert (tmp_path / "keras_transformer.exporters.ctranslate2" / "demo-ct2" / "model.bin").exists()
+        assert result.attempted > 0 and result.failed == 0, (
+            f"{name}: {result.failed} of {result.attempted} failed"
+        )
+    assert (
+        tmp_path / "keras_transformer.exporters.ctranslate2" / "demo-ct2" / "model.bin"
+    ).exists()
 
 
 def test_refuses_to_overwrite_without_force(workdir, tmp_path):

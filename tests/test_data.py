@@ -38,7 +38,9 @@ WIDE = dict(max_src_length=64, max_tgt_length=63)  # longer than any synthetic p
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    src_path, tgt_path = train_tokenizers(SOURCES, TARGETS, tmp_path_factory.mktemp("spm"), vocab_size=300)
+    src_path, tgt_path = train_tokenizers(
+        SOURCES, TARGETS, tmp_path_factory.mktemp("spm"), vocab_size=300
+    )
     return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
 
 
@@ -46,7 +48,10 @@ def tokenizers(tmp_path_factory) -> tuple[SubwordTokenizer, SubwordTokenizer]:
 def lengths(tokenizers) -> tuple[np.ndarray, np.ndarray]:
     """Subword counts (no specials) of every source and target in PAIRS."""
     src_tok, tgt_tok = tokenizers
-    return (src_tok.tokenize(SOURCES).row_lengths().numpy(), tgt_tok.tokenize(TARGETS).row_lengths().numpy())
+    return (
+        src_tok.tokenize(SOURCES).row_lengths().numpy(),
+        tgt_tok.tokenize(TARGETS).row_lengths().numpy(),
+    )
 
 
 def batches(dataset) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -55,8 +60,11 @@ def batches(dataset) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
 
 def rows(dataset) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
     """(src ids, tgt_out ids) of every example, padding removed, in dataset order."""
-    return [(tuple(s[s != PAD_ID]), tuple(o[o != PAD_ID]))
-            for src, _, out in batches(dataset) for s, o in zip(src, out)]
+    return [
+        (tuple(s[s != PAD_ID]), tuple(o[o != PAD_ID]))
+        for src, _, out in batches(dataset)
+        for s, o in zip(src, out)
+    ]
 
 
 def as_text(tensor) -> list[str]:
@@ -69,7 +77,9 @@ def as_text(tensor) -> list[str]:
 def test_element_spec_and_id_layout(tokenizers, lengths):
     dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_tokens=512, seed=0, **WIDE)
     spec = dataset.element_spec
-    assert all(s.dtype == tf.int32 and s.shape.as_list() == [None, None] for s in tf.nest.flatten(spec))
+    assert all(
+        s.dtype == tf.int32 and s.shape.as_list() == [None, None] for s in tf.nest.flatten(spec)
+    )
     assert isinstance(spec[0], tuple) and len(spec[0]) == 2
 
     sentences = 0
@@ -97,12 +107,17 @@ def test_element_spec_and_id_layout(tokenizers, lengths):
 
 
 def test_detokenized_sources_are_normalised_text(tokenizers, tmp_path):
-    messy = [(f"  {s.replace(' ', chr(0xA0), 1)}   ", f"{t.replace(' ', '  ')}\t ") for s, t in PAIRS[:40]]
+    messy = [
+        (f"  {s.replace(' ', chr(0xA0), 1)}   ", f"{t.replace(' ', '  ')}\t ")
+        for s, t in PAIRS[:40]
+    ]
     (tmp_path / "a.src").write_text("".join(s + "\n" for s, _ in messy), encoding="utf-8")
     (tmp_path / "a.tgt").write_text("".join(t + "\n" for _, t in messy), encoding="utf-8")
     pairs = text_file_pairs(tmp_path / "a.src", tmp_path / "a.tgt")
     # One bucket, no shuffling: input order is kept.
-    dataset = make_dataset(pairs, *tokenizers, batch_size=16, bucket_boundaries=(), training=False, **WIDE)
+    dataset = make_dataset(
+        pairs, *tokenizers, batch_size=16, bucket_boundaries=(), training=False, **WIDE
+    )
     src_tok, tgt_tok = tokenizers
     texts_src, texts_tgt = [], []
     for (src, _), tgt_out in dataset:
@@ -124,8 +139,15 @@ def test_length_filter_drop(tokenizers, lengths):
     max_src, max_tgt = 12, 10
     keep = (src_lengths + 1 <= max_src) & (tgt_lengths <= max_tgt)
     assert 0 < keep.sum() < len(PAIRS)  # the limit bites
-    dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_size=32, max_src_length=max_src,
-                           max_tgt_length=max_tgt, training=False, bucket_boundaries=())
+    dataset = make_dataset(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        batch_size=32,
+        max_src_length=max_src,
+        max_tgt_length=max_tgt,
+        training=False,
+        bucket_boundaries=(),
+    )
     kept = rows(dataset)
     assert len(kept) == keep.sum()
     src_tok, tgt_tok = tokenizers
@@ -136,23 +158,40 @@ def test_length_filter_drop(tokenizers, lengths):
 def test_length_filter_truncate_keeps_eos(tokenizers, lengths):
     src_lengths, tgt_lengths = lengths
     max_src, max_tgt = 12, 10
-    dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_size=32, max_src_length=max_src,
-                           max_tgt_length=max_tgt, length_filter="truncate", training=False,
-                           bucket_boundaries=())
+    dataset = make_dataset(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        batch_size=32,
+        max_src_length=max_src,
+        max_tgt_length=max_tgt,
+        length_filter="truncate",
+        training=False,
+        bucket_boundaries=(),
+    )
     kept = rows(dataset)
     assert len(kept) == len(PAIRS)
     src_tok, tgt_tok = tokenizers
     for (src, tgt_out), source, target in zip(kept, SOURCES, TARGETS):
         assert src == tuple(src_tok.tokenize(source).numpy()[: max_src - 1]) + (EOS_ID,)
         assert tgt_out == tuple(tgt_tok.tokenize(target).numpy()[:max_tgt]) + (EOS_ID,)
-    assert max(len(src) for src, _ in kept) == max_src and max(len(out) for _, out in kept) == max_tgt + 1
+    assert (
+        max(len(src) for src, _ in kept) == max_src
+        and max(len(out) for _, out in kept) == max_tgt + 1
+    )
     assert (src_lengths + 1 > max_src).any()
 
 
 def test_buckets_bound_lengths_and_tokens(tokenizers):
     bounds, batch_tokens = (8, 16, 24, 48), 160
-    dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_tokens=batch_tokens,
-                           bucket_boundaries=bounds[:-1], max_src_length=48, max_tgt_length=47, seed=3)
+    dataset = make_dataset(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        batch_tokens=batch_tokens,
+        bucket_boundaries=bounds[:-1],
+        max_src_length=48,
+        max_tgt_length=47,
+        seed=3,
+    )
     total = 0
     for src, tgt_in, tgt_out in batches(dataset):
         row_lengths = np.maximum((src != PAD_ID).sum(1), (tgt_in != PAD_ID).sum(1))
@@ -173,8 +212,16 @@ def test_buckets_bound_lengths_and_tokens(tokenizers):
 
 def test_same_seed_same_order_different_seed_different(tokenizers):
     def order(seed):
-        return rows(make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_tokens=256,
-                                 shuffle_buffer=64, seed=seed, **WIDE))
+        return rows(
+            make_dataset(
+                pairs_from_list(PAIRS),
+                *tokenizers,
+                batch_tokens=256,
+                shuffle_buffer=64,
+                seed=seed,
+                **WIDE,
+            )
+        )
 
     first = order(7)
     assert first == order(7)
@@ -184,8 +231,14 @@ def test_same_seed_same_order_different_seed_different(tokenizers):
 
 def test_cache_to_file(tokenizers, tmp_path):
     def build():
-        return make_dataset(pairs_from_list(PAIRS[:50]), *tokenizers, batch_size=8, training=False,
-                            cache=tmp_path / "tokenized", **WIDE)
+        return make_dataset(
+            pairs_from_list(PAIRS[:50]),
+            *tokenizers,
+            batch_size=8,
+            training=False,
+            cache=tmp_path / "tokenized",
+            **WIDE,
+        )
 
     first = rows(build())
     assert list(tmp_path.glob("tokenized*.index"))  # written on the first full pass
@@ -193,8 +246,16 @@ def test_cache_to_file(tokenizers, tmp_path):
 
 
 def test_repeat_reshuffles_each_epoch(tokenizers):
-    dataset = make_dataset(pairs_from_list(PAIRS[:48]), *tokenizers, batch_size=8, bucket_boundaries=(),
-                           repeat=True, shuffle_buffer=48, seed=1, **WIDE)
+    dataset = make_dataset(
+        pairs_from_list(PAIRS[:48]),
+        *tokenizers,
+        batch_size=8,
+        bucket_boundaries=(),
+        repeat=True,
+        shuffle_buffer=48,
+        seed=1,
+        **WIDE,
+    )
     epochs = [[r for r in rows(dataset.take(6))], [r for r in rows(dataset.skip(6).take(6))]]
     assert epochs[0] != epochs[1] and sorted(epochs[0]) == sorted(epochs[1])
     with pytest.raises(ValueError, match="max_batches"):
@@ -206,18 +267,33 @@ def test_repeat_reshuffles_each_epoch(tokenizers):
 
 
 def test_static_shapes(tokenizers):
-    dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_size=32, max_src_length=40,
-                           max_tgt_length=30, static_shapes=True, seed=0)
+    dataset = make_dataset(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        batch_size=32,
+        max_src_length=40,
+        max_tgt_length=30,
+        static_shapes=True,
+        seed=0,
+    )
     spec = dataset.element_spec
     assert [s.shape.as_list() for s in tf.nest.flatten(spec)] == [[32, 40], [32, 31], [32, 31]]
     assert all(s.shape.is_fully_defined() for s in tf.nest.flatten(spec))
     static_batches = batches(dataset)
-    assert {tuple(a.shape for a in batch) for batch in static_batches} == {((32, 40), (32, 31), (32, 31))}
+    assert {tuple(a.shape for a in batch) for batch in static_batches} == {
+        ((32, 40), (32, 31), (32, 31))
+    }
     counts = count_tokens(dataset)
     assert counts.batches == len(static_batches) >= 5 and counts.sentences == 32 * counts.batches
     assert counts.src_padded == counts.batches * 32 * 40 > counts.src_tokens
-    by_tokens = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_tokens=1000, max_src_length=40,
-                             max_tgt_length=30, static_shapes=True)
+    by_tokens = make_dataset(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        batch_tokens=1000,
+        max_src_length=40,
+        max_tgt_length=30,
+        static_shapes=True,
+    )
     assert by_tokens.element_spec[1].shape.as_list() == [1000 // 40, 31]
 
 
@@ -229,7 +305,10 @@ def test_static_shapes(tokenizers):
     [
         (dict(batch_size=None), "exactly one of batch_tokens"),
         (dict(batch_tokens=512), "exactly one of batch_tokens"),
-        (dict(batch_size=None, batch_tokens=40), "cannot hold one sentence of the longest allowed length 64"),
+        (
+            dict(batch_size=None, batch_tokens=40),
+            "cannot hold one sentence of the longest allowed length 64",
+        ),
         (dict(length_filter="clip"), "length_filter must be one of"),
         (dict(max_src_length=1), "max_src_length must be an integer >= 2"),
         (dict(bucket_boundaries=(16, 8)), "strictly increasing"),
@@ -247,7 +326,9 @@ def test_make_dataset_argument_errors(tokenizers, overrides, message):
 
 def test_make_dataset_rejects_non_pair_datasets(tokenizers):
     ids = tf.data.Dataset.from_tensor_slices(tf.constant([[1, 2]]))
-    with pytest.raises(ValueError, match="text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list"):
+    with pytest.raises(
+        ValueError, match="text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list"
+    ):
         make_dataset(ids, *tokenizers, batch_size=8, **WIDE)
 
 
@@ -267,8 +348,15 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
 
 def test_empty_and_invalid_utf8_lines_are_skipped_and_counted(tmp_path, caplog):
     nbsp = "\u00a0".encode()
-    src = [b"  the cat  sleeps ", b"", b"a dog" + nbsp + nbsp + b"runs", b"\xff\xfe broken", b"   ",
-           b"we see\r", b"fine"]
+    src = [
+        b"  the cat  sleeps ",
+        b"",
+        b"a dog" + nbsp + nbsp + b"runs",
+        b"\xff\xfe broken",
+        b"   ",
+        b"we see\r",
+        b"fine",
+    ]
     tgt = [b"cata dormit", b"orphan", b"  hunda  kurit", b"fine", b"kept?", b"videmos", b"\xc3("]
     write_lines(tmp_path / "x.src", src)
     write_lines(tmp_path / "x.tgt", tgt)
@@ -290,16 +378,33 @@ def test_empty_and_invalid_utf8_lines_are_skipped_and_counted(tmp_path, caplog):
 
 
 def test_tsv_rows(tmp_path, caplog):
-    lines = [b"id\tsrc\ttgt", b"1\thello  world\tsalve munde", b"2\tonly two", b"", b"3\t\t  ",
-             b"4\t\xff\tbad", b"5\tgood" + "\u00a0".encode() + b"bye\tvale\textra"]
+    lines = [
+        b"id\tsrc\ttgt",
+        b"1\thello  world\tsalve munde",
+        b"2\tonly two",
+        b"",
+        b"3\t\t  ",
+        b"4\t\xff\tbad",
+        b"5\tgood" + "\u00a0".encode() + b"bye\tvale\textra",
+    ]
     write_lines(tmp_path / "c.tsv", lines)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
         corpus = read_tsv_pairs(tmp_path / "c.tsv", src_column=2, tgt_column=1)
     assert corpus.sources == ("tgt", "salve munde", "vale")  # a header row is just a pair
     assert corpus.targets == ("src", "hello world", "good bye")
     stats = corpus.stats
-    assert (stats.lines, stats.pairs, stats.malformed, stats.empty, stats.invalid_utf8) == (7, 3, 1, 2, 1)
-    assert stats.malformed_lines == (3,) and stats.empty_lines == (4, 5) and stats.invalid_utf8_lines == (6,)
+    assert (stats.lines, stats.pairs, stats.malformed, stats.empty, stats.invalid_utf8) == (
+        7,
+        3,
+        1,
+        2,
+        1,
+    )
+    assert (
+        stats.malformed_lines == (3,)
+        and stats.empty_lines == (4, 5)
+        and stats.invalid_utf8_lines == (6,)
+    )
     assert "1 with too few columns (line 3)" in caplog.text and "c.tsv" in caplog.text
     assert len(list(tsv_pairs(tmp_path / "c.tsv"))) == 4  # columns 0/1: only "3\t\t" is empty
     with pytest.raises(ValueError, match="different columns"):
@@ -311,7 +416,10 @@ def test_tsv_rows(tmp_path, caplog):
 def test_pairs_from_list_checks_and_normalises(caplog):
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
         dataset = pairs_from_list([(" a\u00a0 b ", "c  d"), ("", "x"), ("e", "f")])
-    assert [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()] == [("a b", "c d"), ("e", "f")]
+    assert [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()] == [
+        ("a b", "c d"),
+        ("e", "f"),
+    ]
     assert "1 empty (line 2)" in caplog.text
     with pytest.raises(ValueError, match="Item 1"):
         pairs_from_list([("a", "b"), ("only one",)])
@@ -320,26 +428,38 @@ def test_pairs_from_list_checks_and_normalises(caplog):
 BOM = b"\xef\xbb\xbf"
 # A corpus with every kind of mess the readers handle; line numbers in the comments.
 MESSY_SRC = [
-    BOM + b"  the cat  sleeps ",              # 1 BOM, spaces
-    b"",                                       # 2 empty source
+    BOM + b"  the cat  sleeps ",  # 1 BOM, spaces
+    b"",  # 2 empty source
     b"a dog" + "\u00a0".encode() * 2 + b"runs",  # 3 NBSP run
-    b"\xff\xfe broken",                        # 4 invalid UTF-8
-    b"   ",                                    # 5 blank
-    b"we see\r",                               # 6 \r\n line end
-    b"one\xe2\x80\xa8line",                    # 7 U+2028: whitespace, but no line break
-    b"tab\tand\x0cform feed",                   # 8 other whitespace
-    b"fine",                                   # 9 partner invalid
-    b"\xed\xa0\x80 surrogate",                  # 10 an encoded surrogate is not UTF-8
-    "Ünïcödé\u3000wide".encode(),              # 11 ideographic space
-    b"last",                                   # 12
+    b"\xff\xfe broken",  # 4 invalid UTF-8
+    b"   ",  # 5 blank
+    b"we see\r",  # 6 \r\n line end
+    b"one\xe2\x80\xa8line",  # 7 U+2028: whitespace, but no line break
+    b"tab\tand\x0cform feed",  # 8 other whitespace
+    b"fine",  # 9 partner invalid
+    b"\xed\xa0\x80 surrogate",  # 10 an encoded surrogate is not UTF-8
+    "Ünïcödé\u3000wide".encode(),  # 11 ideographic space
+    b"last",  # 12
 ]
 MESSY_TGT = [
-    b"cata dormit", b"orphan", b"  hunda  kurit", b"fine", b"kept?", b"videmos\r", "una\u2028linea".encode(),
-    b"x", b"\xc3(", b"y", "ok\u0085".encode(), b"ultima",
+    b"cata dormit",
+    b"orphan",
+    b"  hunda  kurit",
+    b"fine",
+    b"kept?",
+    b"videmos\r",
+    "una\u2028linea".encode(),
+    b"x",
+    b"\xc3(",
+    b"y",
+    "ok\u0085".encode(),
+    b"ultima",
 ]
 
 
-def write_corpus(path, lines: list[bytes], newline_at_end: bool = True, compress: bool = False) -> None:
+def write_corpus(
+    path, lines: list[bytes], newline_at_end: bool = True, compress: bool = False
+) -> None:
     data = b"\n".join(lines) + (b"\n" if newline_at_end else b"")
     path.write_bytes(gzip.compress(data) if compress else data)
 
@@ -359,12 +479,23 @@ def test_stream_keeps_exactly_the_pairs_the_in_memory_reader_keeps(tmp_path, com
     write_corpus(tmp_path / f"m.tgt{suffix}", tgt, newline_at_end=False, compress=compress)
     paths = tmp_path / f"m.src{suffix}", tmp_path / f"m.tgt{suffix}"
     corpus = read_text_file_pairs(*paths)
-    expected = [("the cat sleeps", "cata dormit"), ("a dog runs", "hunda kurit"), ("we see", "videmos"),
-                ("one line", "una linea"), ("tab and form feed", "x"), ("Ünïcödé wide", "ok"),
-                ("last", "ultima")] + ([("carriage return", "retour")] if lone_cr else [])
+    expected = [
+        ("the cat sleeps", "cata dormit"),
+        ("a dog runs", "hunda kurit"),
+        ("we see", "videmos"),
+        ("one line", "una linea"),
+        ("tab and form feed", "x"),
+        ("Ünïcödé wide", "ok"),
+        ("last", "ultima"),
+    ] + ([("carriage return", "retour")] if lone_cr else [])
     assert list(zip(corpus.sources, corpus.targets)) == expected
     stats = corpus.stats
-    assert (stats.lines, stats.pairs, stats.empty, stats.invalid_utf8) == (len(src), len(expected), 2, 3)
+    assert (stats.lines, stats.pairs, stats.empty, stats.invalid_utf8) == (
+        len(src),
+        len(expected),
+        2,
+        3,
+    )
     assert stats.empty_lines == (2, 5) and stats.invalid_utf8_lines == (4, 9, 10)
     source = PairSource.from_text_files(*paths)
     assert streamed(source) == expected  # cleaned in the graph
@@ -373,9 +504,19 @@ def test_stream_keeps_exactly_the_pairs_the_in_memory_reader_keeps(tmp_path, com
 
 
 def test_streamed_tsv_rows_equal_the_in_memory_reader(tmp_path):
-    lines = [BOM + b"id\tsrc\ttgt", b"1\thello  world\tsalve munde\r", b"2\tonly two", b"", b"3\t\t  ",
-             b"4\t\xff\tbad", b"5\tgood" + "\u00a0".encode() + b"bye\tvale\textra", b"\t\t", "6\ta\u2028b\tc".encode(),
-             b"7\t\xe2\x80\xa8\tz", b"8\tkept\tlast"]
+    lines = [
+        BOM + b"id\tsrc\ttgt",
+        b"1\thello  world\tsalve munde\r",
+        b"2\tonly two",
+        b"",
+        b"3\t\t  ",
+        b"4\t\xff\tbad",
+        b"5\tgood" + "\u00a0".encode() + b"bye\tvale\textra",
+        b"\t\t",
+        "6\ta\u2028b\tc".encode(),
+        b"7\t\xe2\x80\xa8\tz",
+        b"8\tkept\tlast",
+    ]
     write_corpus(tmp_path / "c.tsv", lines, newline_at_end=False)
     for columns in ((0, 1), (2, 1), (1, 2)):
         corpus = read_tsv_pairs(tmp_path / "c.tsv", *columns)
@@ -386,8 +527,10 @@ def test_streamed_tsv_rows_equal_the_in_memory_reader(tmp_path):
     assert corpus.sources[:2] == ("src", "hello world") and ("a b", "c") in list(source)
 
 
-@pytest.mark.parametrize("content, lines", [(b"", 0), (BOM, 0), (BOM + b"\n", 1), (b"\n\n", 2),
-                                            (b"x\r", 1), (b"a\r\r\nb", 2), (b"\r", 1)])
+@pytest.mark.parametrize(
+    "content, lines",
+    [(b"", 0), (BOM, 0), (BOM + b"\n", 1), (b"\n\n", 2), (b"x\r", 1), (b"a\r\r\nb", 2), (b"\r", 1)],
+)
 def test_edge_files_count_and_read_alike(tmp_path, content, lines):
     (tmp_path / "e.src").write_bytes(content)
     (tmp_path / "e.tgt").write_bytes(content.replace(b"x", b"y"))
@@ -403,13 +546,18 @@ def test_pair_source_reads_lazily_and_keeps_memory_sources_as_they_are(tmp_path,
     with caplog.at_level(logging.INFO, logger="keras_transformer.data"):
         source = PairSource.from_text_files(tmp_path / "t.src", tmp_path / "t.tgt")
         assert "PairSource(" in repr(source) and not caplog.records  # nothing scanned yet
-        assert source.dataset().element_spec == (tf.TensorSpec([], tf.string), tf.TensorSpec([], tf.string))
+        assert source.dataset().element_spec == (
+            tf.TensorSpec([], tf.string),
+            tf.TensorSpec([], tf.string),
+        )
         assert len(source) == 6 and source.stats.empty_lines == (2, 5, 8)
         assert source.read().sources == ("a", "c") * 3
     [record] = caplog.records  # the scan's warning, once
     assert record.levelno == logging.WARNING and "3 empty (lines 2, 5, 8)" in record.getMessage()
     listed = PairSource.from_pairs([(" a ", "b"), ("", "x"), ("c", "d\u00a0e")])
-    assert list(listed) == [("a", "b"), ("c", "d e")] and len(listed) == 2 and listed.stats.empty == 1
+    assert (
+        list(listed) == [("a", "b"), ("c", "d e")] and len(listed) == 2 and listed.stats.empty == 1
+    )
     assert streamed(listed) == list(listed) and list(listed.sentences("source")) == ["a", "c"]
     assert listed.read().targets == ("b", "d e")
     with pytest.raises(ValueError, match="side must be one of"):
@@ -436,9 +584,18 @@ def test_graph_utf8_check_and_whitespace_agree_with_python_everywhere():
     mismatched = [t for t, g in zip(texts, graph) if g.decode() != normalize_whitespace(t)]
     assert not mismatched, [hex(ord(t[1])) for t in mismatched[:10]]
     # Every 1- and 2-byte sequence, and every 3-byte one with an E0-EF lead (overlongs, surrogates).
-    sequences = [bytes([a]) for a in range(256)] + [bytes([a, b]) for a in range(256) for b in range(256)]
-    sequences += [bytes([a, b, c]) for a in range(0xE0, 0xF0) for b in range(0x80, 0xC0) for c in (0x80, 0xBF)]
-    sequences += [b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf0\x8f\xbf\xbf", b"\xf8\x88\x80\x80\x80"]
+    sequences = [bytes([a]) for a in range(256)] + [
+        bytes([a, b]) for a in range(256) for b in range(256)
+    ]
+    sequences += [
+        bytes([a, b, c]) for a in range(0xE0, 0xF0) for b in range(0x80, 0xC0) for c in (0x80, 0xBF)
+    ]
+    sequences += [
+        b"\xf4\x8f\xbf\xbf",
+        b"\xf4\x90\x80\x80",
+        b"\xf0\x8f\xbf\xbf",
+        b"\xf8\x88\x80\x80\x80",
+    ]
 
     def python_valid(data: bytes) -> bool:
         try:
@@ -447,7 +604,9 @@ def test_graph_utf8_check_and_whitespace_agree_with_python_everywhere():
             return False
         return True
 
-    assert _valid_utf8(tf.constant(sequences)).numpy().tolist() == [python_valid(s) for s in sequences]
+    assert _valid_utf8(tf.constant(sequences)).numpy().tolist() == [
+        python_valid(s) for s in sequences
+    ]
 
 
 def test_graph_and_python_whitespace_agree():
@@ -466,18 +625,30 @@ def test_tfds_pairs_with_mock_data(tokenizers):
     name = "ted_hrlr_translate/pt_to_en"
     # USE_CODE generates examples from the builder's feature spec: no download, no metadata files.
     with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
-        raw = [(normalize_whitespace(e["pt"].decode()), normalize_whitespace(e["en"].decode()))
-               for e in tfds.load(name, split="train").as_numpy_iterator()]
+        raw = [
+            (normalize_whitespace(e["pt"].decode()), normalize_whitespace(e["en"].decode()))
+            for e in tfds.load(name, split="train").as_numpy_iterator()
+        ]
         raw = [pair for pair in raw if all(pair)]
-        supervised = [(s.decode(), t.decode()) for s, t in tfds_pairs(name, "train").as_numpy_iterator()]
-        swapped = [(s.decode(), t.decode())
-                   for s, t in tfds_pairs(name, "train", src_key="en", tgt_key="pt").as_numpy_iterator()]
+        supervised = [
+            (s.decode(), t.decode()) for s, t in tfds_pairs(name, "train").as_numpy_iterator()
+        ]
+        swapped = [
+            (s.decode(), t.decode())
+            for s, t in tfds_pairs(name, "train", src_key="en", tgt_key="pt").as_numpy_iterator()
+        ]
         with pytest.raises(ValueError, match="pass both"):
             tfds_pairs(name, "train", src_key="en")
         with pytest.raises(ValueError, match=r"no feature\(s\) \['de'\].*\['pt', 'en'\]"):
             tfds_pairs(name, "train", src_key="de", tgt_key="en")
-        dataset = make_dataset(tfds_pairs(name, "train"), *tokenizers, batch_size=4, seed=0,
-                               length_filter="truncate", **WIDE)
+        dataset = make_dataset(
+            tfds_pairs(name, "train"),
+            *tokenizers,
+            batch_size=4,
+            seed=0,
+            length_filter="truncate",
+            **WIDE,
+        )
         sentences = count_tokens(dataset).sentences
         source = PairSource.from_tfds(name, "train")
         stats, listed, read = source.stats, list(source), source.read()
@@ -493,14 +664,18 @@ def test_tfds_pairs_with_mock_data(tokenizers):
 
 def test_one_fit_step_on_pipeline(tokenizers):
     src_tok, tgt_tok = tokenizers
-    dataset = make_dataset(pairs_from_list(PAIRS[:64]), src_tok, tgt_tok, batch_tokens=256, seed=0,
-                           repeat=True, **WIDE)
+    dataset = make_dataset(
+        pairs_from_list(PAIRS[:64]), src_tok, tgt_tok, batch_tokens=256, seed=0, repeat=True, **WIDE
+    )
     config = keras_transformer.TransformerConfig.from_preset(
-        "tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, max_length=64)
+        "tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, max_length=64
+    )
     model = keras_transformer.Transformer(config)
-    model.compile(optimizer=keras_transformer.paper_adam(d_model=64),
-                  loss=keras_transformer.MaskedLabelSmoothedCrossEntropy(),
-                  metrics=[keras_transformer.MaskedAccuracy()])
+    model.compile(
+        optimizer=keras_transformer.paper_adam(d_model=64),
+        loss=keras_transformer.MaskedLabelSmoothedCrossEntropy(),
+        metrics=[keras_transformer.MaskedAccuracy()],
+    )
     # shuffle=False: the pipeline shuffles; Keras only warns that it cannot.
     history = model.fit(dataset, epochs=1, steps_per_epoch=1, shuffle=False, verbose=0)
     assert np.isfinite(history.history["loss"][0]) and history.history["loss"][0] > 0

@@ -31,7 +31,9 @@ def test_cached_greedy_equals_full_recompute(model):
     tokens, _ = tf.function(lambda s: greedy_decode(model, s, max_length=10))(SOURCE)
     expected = full_recompute_greedy(model, SOURCE, 10)
     tokens = tokens.numpy()
-    assert len(set(tokens.ravel())) > 1 and len({tuple(r) for r in tokens}) == 3, "degenerate test model"
+    assert len(set(tokens.ravel())) > 1 and len({tuple(r) for r in tokens}) == 3, (
+        "degenerate test model"
+    )
     for row, ref in zip(tokens, expected):
         stop = list(ref).index(kt.EOS_ID) + 1 if kt.EOS_ID in ref else len(ref)
         np.testing.assert_array_equal(row[:stop], ref[:stop])
@@ -57,7 +59,7 @@ def teacher_forced(model, tokens):
     real = np.ones_like(tokens, bool)
     for i, row in enumerate(tokens):
         if kt.EOS_ID in row:
-            real[i, list(row).index(kt.EOS_ID) + 1:] = False
+            real[i, list(row).index(kt.EOS_ID) + 1 :] = False
     return log_probs, real
 
 
@@ -76,16 +78,21 @@ def test_greedy_chooses_past_banned_top_logits_and_scores_by_log_probabilities()
     log-probabilities would."""
     model = peaked_tiny_model(seed=11, kernel_scale=4.0)
     bias = model.output_projection.bias
-    bias.assign(bias + 40.0 * np.eye(bias.shape[0], dtype=np.float32)[[kt.PAD_ID, kt.BOS_ID]].sum(0))
+    bias.assign(
+        bias + 40.0 * np.eye(bias.shape[0], dtype=np.float32)[[kt.PAD_ID, kt.BOS_ID]].sum(0)
+    )
     for constant_steps in (None, ConstantSteps(model)):
-        tokens, scores = tf.function(lambda s: greedy_decode(model, s, max_length=6, constant_steps=constant_steps))(
-            SOURCE)
+        tokens, scores = tf.function(
+            lambda s: greedy_decode(model, s, max_length=6, constant_steps=constant_steps)
+        )(SOURCE)
         tokens = tokens.numpy()
         log_probs, real = teacher_forced(model, tokens)
         assert (log_probs.argmax(-1) <= kt.BOS_ID).all(), "pad or BOS should have the top logits"
         allowed = log_probs.copy()
         allowed[..., [kt.PAD_ID, kt.BOS_ID]] = -np.inf
-        np.testing.assert_array_equal(np.where(real, tokens, -1), np.where(real, allowed.argmax(-1), -1))
+        np.testing.assert_array_equal(
+            np.where(real, tokens, -1), np.where(real, allowed.argmax(-1), -1)
+        )
         picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
         np.testing.assert_allclose(scores.numpy(), (picked * real).sum(1), rtol=1e-4, atol=1e-4)
 
@@ -120,7 +127,9 @@ def test_min_length_forces_the_output_length(model):
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
-        bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # EOS would win at once
+        bias.assign(
+            saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
+        )  # EOS would win at once
         tokens, _ = greedy_decode(model, SOURCE, max_length=16, min_length=16)
         assert tokens.shape == (3, 16) and not np.any(tokens.numpy() == kt.EOS_ID)
         static, _ = greedy_decode(model, SOURCE, max_length=16, min_length=5, static_shapes=True)
@@ -137,7 +146,9 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
-        bias.assign(saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # never ends: hits its limit
+        bias.assign(
+            saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
+        )  # never ends: hits its limit
         short = SOURCE[1:2, :3]  # 3 real tokens: limit 53
         batch_tokens, _ = greedy_decode(model, SOURCE)  # longest row has 6 tokens: 56 steps
         alone, _ = greedy_decode(model, short)
@@ -146,8 +157,12 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
         assert np.all(batch_tokens.numpy()[1, 53:] == kt.PAD_ID)
         beams = beam_search(model, SOURCE, beam_size=2)
         beams_alone = beam_search(model, short, beam_size=2)
-        np.testing.assert_array_equal(beams.tokens.numpy()[1, 0, :53], beams_alone.tokens.numpy()[0, 0])
-        np.testing.assert_allclose(beams.scores.numpy()[1, 0], beams_alone.scores.numpy()[0, 0], rtol=1e-4)
+        np.testing.assert_array_equal(
+            beams.tokens.numpy()[1, 0, :53], beams_alone.tokens.numpy()[0, 0]
+        )
+        np.testing.assert_allclose(
+            beams.scores.numpy()[1, 0], beams_alone.scores.numpy()[0, 0], rtol=1e-4
+        )
     finally:
         bias.assign(saved)
 
@@ -161,10 +176,14 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
-        bias.assign(saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # rows run to their limits
+        bias.assign(
+            saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
+        )  # rows run to their limits
         dynamic_tokens, dynamic_scores = best_ids(model, SOURCE, beam_size=beam, extra_length=5)
-        static = tf.function(lambda s: best_ids(model, s, beam_size=beam, extra_length=5, buffer_length=16),
-                             jit_compile=True)
+        static = tf.function(
+            lambda s: best_ids(model, s, beam_size=beam, extra_length=5, buffer_length=16),
+            jit_compile=True,
+        )
         tokens, scores = static(SOURCE)
         assert tokens.shape == (3, 16)
         width = dynamic_tokens.shape[1]  # 11: the longest row has 6 source tokens
@@ -198,17 +217,21 @@ def test_finished_rows_leave_the_batch_without_changing_the_others(model):
         tokens, scores = tf.function(lambda s: greedy_decode(model, s, extra_length=12))(sources)
         tokens, scores = tokens.numpy(), scores.numpy()
         limits = (sources != 0).sum(axis=1) + 12  # the others at their own length limits
-        lengths = [int(np.argmax(row == kt.EOS_ID)) + 1 if kt.EOS_ID in row[:limit] else int(limit)
-                   for row, limit in zip(tokens, limits)]
+        lengths = [
+            int(np.argmax(row == kt.EOS_ID)) + 1 if kt.EOS_ID in row[:limit] else int(limit)
+            for row, limit in zip(tokens, limits)
+        ]
         assert len(set(lengths)) > 3, lengths  # several rounds of departures
-        fixed, fixed_scores = greedy_decode(model, sources, extra_length=12, static_shapes=True, buffer_length=32)
-        np.testing.assert_array_equal(fixed.numpy()[:, :tokens.shape[1]], tokens)
+        fixed, fixed_scores = greedy_decode(
+            model, sources, extra_length=12, static_shapes=True, buffer_length=32
+        )
+        np.testing.assert_array_equal(fixed.numpy()[:, : tokens.shape[1]], tokens)
         np.testing.assert_allclose(fixed_scores.numpy(), scores, rtol=1e-5, atol=1e-5)
         for b in (0, 5, 11, len(sources) - 1):
             real = int((sources[b] != 0).sum())
-            alone, alone_score = greedy_decode(model, sources[b:b + 1, :real], extra_length=12)
-            np.testing.assert_array_equal(alone.numpy()[0, :lengths[b]], tokens[b, :lengths[b]])
-            assert np.all(tokens[b, lengths[b]:] == kt.PAD_ID)
+            alone, alone_score = greedy_decode(model, sources[b : b + 1, :real], extra_length=12)
+            np.testing.assert_array_equal(alone.numpy()[0, : lengths[b]], tokens[b, : lengths[b]])
+            assert np.all(tokens[b, lengths[b] :] == kt.PAD_ID)
             np.testing.assert_allclose(alone_score.numpy()[0], scores[b], rtol=1e-5, atol=1e-5)
     finally:
         bias.assign(saved)
@@ -228,7 +251,9 @@ def test_the_tied_output_kernel_read_once_gives_the_same_logits():
     once, _ = tied.decode(bos, cache, padding, training=False, output_kernel=tied.output_kernel())
     every_step, _ = tied.decode(bos, cache, padding, training=False)
     np.testing.assert_allclose(once.numpy(), every_step.numpy(), rtol=1e-5, atol=1e-5)
-    untied = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=30, tie_embeddings=False))
+    untied = kt.Transformer(
+        kt.TransformerConfig.from_preset("tiny", vocab_size=30, tie_embeddings=False)
+    )
     assert untied.output_kernel() is None  # its own Dense layer projects
 
 
@@ -243,7 +268,9 @@ def test_banned_tokens_take_the_masked_value_and_the_others_keep_theirs():
     expected = log_probs.numpy().copy()
     expected[:, [0, 2]] = masked_score_value(tf.float32)
     np.testing.assert_array_equal(ban_tokens(log_probs, [0, 2]).numpy(), expected)
-    dynamic = tf.function(lambda x: ban_tokens(x, [0, 2]), input_signature=[tf.TensorSpec([None, None], tf.float32)])
+    dynamic = tf.function(
+        lambda x: ban_tokens(x, [0, 2]), input_signature=[tf.TensorSpec([None, None], tf.float32)]
+    )
     np.testing.assert_array_equal(dynamic(log_probs).numpy(), expected)
 
 
@@ -262,9 +289,21 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
     def probe(source_ids):  # tokens: [rows in the part, width of its sources, the source...]
         rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         info = tf.stack([tf.fill([rows], rows), tf.fill([rows], width)], axis=1)
-        return tf.concat([info, source_ids], axis=1), tf.cast(tf.reduce_sum(source_ids, axis=1), tf.float32)
+        return tf.concat([info, source_ids], axis=1), tf.cast(
+            tf.reduce_sum(source_ids, axis=1), tf.float32
+        )
 
-    lengths = [5, 1, 4, 2, 3, 6, 2, 4, 1]  # 9 sentences of 1 to 6 tokens (the last EOS), padded to 8
+    lengths = [
+        5,
+        1,
+        4,
+        2,
+        3,
+        6,
+        2,
+        4,
+        1,
+    ]  # 9 sentences of 1 to 6 tokens (the last EOS), padded to 8
     source = np.zeros([9, 8], np.int32)
     for i, n in enumerate(lengths):
         source[i, :n] = np.arange(10 + i, 10 + i + n)
@@ -280,17 +319,22 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
         np.testing.assert_array_equal(tokens[part, 1], width)
     assert tokens.shape == (9, 2 + 6)
     for row, n in zip(range(9), lengths):
-        np.testing.assert_array_equal(tokens[row, 2:2 + n], source[row, :n])
-        assert np.all(tokens[row, 2 + n:] == pad)
+        np.testing.assert_array_equal(tokens[row, 2 : 2 + n], source[row, :n])
+        assert np.all(tokens[row, 2 + n :] == pad)
     three, _ = decode(tf.constant(source), 3, 1)
     assert sorted(set(three.numpy()[:, 0])) == [3]
     # Fewer rows than PARTS_MIN_ROWS, or fewer sentences than parts: the batch whole.
     for rows, parts, beam in ((PARTS_MIN_ROWS - 1, 2, 1), (1, 2, 8), (3, 4, 4)):
         whole, _ = decode(tf.constant(source[:rows]), parts, beam)
         np.testing.assert_array_equal(whole.numpy()[:, :2], [[rows, 8]] * rows)
-    beams, _ = decode(tf.constant(source[:2]), 2, PARTS_MIN_ROWS // 2)  # 2 sentences of as many beams: parts
+    beams, _ = decode(
+        tf.constant(source[:2]), 2, PARTS_MIN_ROWS // 2
+    )  # 2 sentences of as many beams: parts
     np.testing.assert_array_equal(beams.numpy()[:, 0], [1, 1])
-    assert decode_in_parts(probe, tf.constant(source), pad, parts=1)[0].shape == (9, 10)  # whole, uncut
+    assert decode_in_parts(probe, tf.constant(source), pad, parts=1)[0].shape == (
+        9,
+        10,
+    )  # whole, uncut
     with pytest.raises(ValueError, match="parts must be >= 1"):
         decode_in_parts(probe, source, pad, parts=0)
 
@@ -304,11 +348,15 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
     source = np.zeros([11, 9], np.int32)
     for row in source:
         n = rng.integers(2, 10)
-        row[:n - 1] = rng.integers(4, 30, n - 1)
+        row[: n - 1] = rng.integers(4, 30, n - 1)
         row[n - 1] = kt.EOS_ID
-    decode = tf.function(lambda s: best_ids(model, s, beam_size=beam, extra_length=4),
-                         input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    tokens, scores = tf.function(lambda s: decode_in_parts(decode, s, kt.PAD_ID, beam_size=beam))(source)
+    decode = tf.function(
+        lambda s: best_ids(model, s, beam_size=beam, extra_length=4),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
+    tokens, scores = tf.function(lambda s: decode_in_parts(decode, s, kt.PAD_ID, beam_size=beam))(
+        source
+    )
     expected, expected_scores = decode(source)
     assert tokens.shape == expected.shape
     np.testing.assert_array_equal(tokens.numpy(), expected.numpy())

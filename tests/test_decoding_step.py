@@ -20,10 +20,22 @@ from keras_transformer.layers import padding_mask
 from keras_transformer.precision import with_precision
 
 VOCAB = 40
-SMALL = dict(vocab_size=VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32, dropout=0.0)
-MARIAN = dict(share_embeddings=True, tie_embeddings=True, activation="swish", position_encoding="halves",
-              embedding_scale=1.0, final_logits_bias=True, layer_norm_epsilon=1e-5, eos_id=0, unk_id=1,
-              pad_id=VOCAB - 1, bos_id=VOCAB - 1)
+SMALL = dict(
+    vocab_size=VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32, dropout=0.0
+)
+MARIAN = dict(
+    share_embeddings=True,
+    tie_embeddings=True,
+    activation="swish",
+    position_encoding="halves",
+    embedding_scale=1.0,
+    final_logits_bias=True,
+    layer_norm_epsilon=1e-5,
+    eos_id=0,
+    unk_id=1,
+    pad_id=VOCAB - 1,
+    bos_id=VOCAB - 1,
+)
 VARIANTS = {
     "paper": {},
     "pre_ln": dict(norm_first=True),
@@ -42,7 +54,11 @@ def randomized_model(seed=0, **overrides) -> kt.Transformer:
     rng = np.random.default_rng(seed)
     for variable in model.weights:
         value = variable.numpy()
-        variable.assign((value + rng.normal(0.0, 0.3 if value.ndim == 1 else 0.1, value.shape)).astype(value.dtype))
+        variable.assign(
+            (value + rng.normal(0.0, 0.3 if value.ndim == 1 else 0.1, value.shape)).astype(
+                value.dtype
+            )
+        )
     return model
 
 
@@ -74,8 +90,9 @@ def assert_caches_close(got, expected, atol):
     for got_layer, layer in zip(got, expected):
         for part in ("self", "cross"):
             for name in ("key", "value"):
-                np.testing.assert_allclose(got_layer[part][name].numpy(), layer[part][name].numpy(),
-                                           rtol=1e-5, atol=atol)
+                np.testing.assert_allclose(
+                    got_layer[part][name].numpy(), layer[part][name].numpy(), rtol=1e-5, atol=atol
+                )
 
 
 @pytest.mark.parametrize("rows", ["many_rows", "few_rows_conv", "few_rows_matmul"])
@@ -89,8 +106,11 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     tokens = rng.integers(3, VOCAB - 2, size=(3, 5)).astype("int32")
     tokens[:, 0] = model.config.bos_id
     steps = decoding_steps(model)
-    step = (steps.many_rows if rows == "many_rows"
-            else kernels.decoding_step(model, few_rows=True, products=rows.split("_")[-1]))
+    step = (
+        steps.many_rows
+        if rows == "many_rows"
+        else kernels.decoding_step(model, few_rows=True, products=rows.split("_")[-1])
+    )
     fast, fast_cache = step_by_step(model, step, src, tokens, steps.initial_cache)
     reference, reference_cache = step_by_step(model, _decode_growing(model), src, tokens)
     np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=2e-5)
@@ -100,7 +120,9 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
 
 LANE_VARIANTS = {
     **VARIANTS,
-    "untied_odd_vocabulary": dict(tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1),
+    "untied_odd_vocabulary": dict(
+        tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1
+    ),
     "three_heads_odd_sizes": dict(d_model=18, num_heads=3, d_ff=33),
 }
 
@@ -125,11 +147,19 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
         return kernels.initial_cache(model, memory, weights)
 
     one, one_cache = step_by_step(
-        model, kernels.decoding_step(model, few_rows=True, weights=constants, products=products), src, tokens,
-        initial_cache)
+        model,
+        kernels.decoding_step(model, few_rows=True, weights=constants, products=products),
+        src,
+        tokens,
+        initial_cache,
+    )
     two, two_cache = step_by_step(
-        model, kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2, products=products), src,
-        tokens, initial_cache)
+        model,
+        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2, products=products),
+        src,
+        tokens,
+        initial_cache,
+    )
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
     assert_caches_close(two_cache, one_cache, atol=1e-5)
     # The layers' products (self qkv and output, cross query and output, inner, outer) in each lane; an
@@ -138,10 +168,14 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
     op = "Conv2D" if products == "conv" else "MatMul"
     untied = constants.output[0] is not None
     tied_slices = 0 if untied or op == "Conv2D" else len(output_slice_sizes(VOCAB))
-    expected = {1: layer_products + (1 if untied else tied_slices),
-                2: 2 * layer_products + (kernels.OUTPUT_LANES if untied else tied_slices)}
+    expected = {
+        1: layer_products + (1 if untied else tied_slices),
+        2: 2 * layer_products + (kernels.OUTPUT_LANES if untied else tied_slices),
+    }
     for lanes, count in expected.items():
-        step = kernels.decoding_step(model, few_rows=True, weights=constants, lanes=lanes, products=products)
+        step = kernels.decoding_step(
+            model, few_rows=True, weights=constants, lanes=lanes, products=products
+        )
         assert _op_counts(step, model)[op] == count, (lanes, count)
 
 
@@ -160,7 +194,10 @@ def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
     with pytest.raises(ValueError, match="products must be one of conv, matmul, got 'einsum'"):
         kernels.decoding_step(model, few_rows=True, products="einsum")
     assert kernels.step_products() == ("matmul" if kernels.onednn_rewrites() else "conv")
-    assert kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1)) == 1
+    assert (
+        kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1))
+        == 1
+    )
 
 
 def _op_counts(step, model) -> collections.Counter:
@@ -171,9 +208,13 @@ def _op_counts(step, model) -> collections.Counter:
 
 def _decode_growing(model):
     """``model.decode`` against a growing cache, one token a row."""
+
     def step(token_ids, t, cache, source_padding):
-        logits, cache = model.decode(token_ids[:, tf.newaxis], cache, source_padding, training=False)
+        logits, cache = model.decode(
+            token_ids[:, tf.newaxis], cache, source_padding, training=False
+        )
         return logits[:, -1, :], cache
+
     return step
 
 
@@ -216,8 +257,11 @@ def _is_loop_body(name: str) -> bool:
 
 def _loop_bodies(graph) -> dict[str, collections.Counter]:
     """The op types of each decoding-step loop body (the while bodies that run the decoder), by name."""
-    bodies = {f.signature.name: collections.Counter(node.op for node in f.node_def) for f in graph.library.function
-              if _is_loop_body(f.signature.name)}
+    bodies = {
+        f.signature.name: collections.Counter(node.op for node in f.node_def)
+        for f in graph.library.function
+        if _is_loop_body(f.signature.name)
+    }
     return {name: ops for name, ops in bodies.items() if ops["MatMul"]}
 
 
@@ -236,11 +280,17 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     variable, passed from step to step by control-flow nodes."""
     model = randomized_model(5)
     spec = tf.TensorSpec([None, None], tf.int32)
-    decode = ((lambda s: greedy_decode(model, s)[0]) if decoder == "greedy"
-              else (lambda s: beam_search(model, s, beam_size=3).tokens))
+    decode = (
+        (lambda s: greedy_decode(model, s)[0])
+        if decoder == "greedy"
+        else (lambda s: beam_search(model, s, beam_size=3).tokens)
+    )
     frozen = kernels.FrozenWeights(model)
-    decode_frozen = ((lambda s: greedy_decode(model, s, derived=frozen.unread())[0]) if decoder == "greedy"
-                     else (lambda s: beam_search(model, s, beam_size=3, derived=frozen.unread()).tokens))
+    decode_frozen = (
+        (lambda s: greedy_decode(model, s, derived=frozen.unread())[0])
+        if decoder == "greedy"
+        else (lambda s: beam_search(model, s, beam_size=3, derived=frozen.unread()).tokens)
+    )
     layers = model.config.num_decoder_layers
     # The state: the cache's 4 tensors a layer, and 9 more (greedy) or 15 (beam: its sequences,
     # scores, flags and results); besides, the loop's limit and (in rounds) the round's count.
@@ -248,19 +298,28 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     for function, derived_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
         graph = _graph(tf.function(function), spec)
         bodies = _loop_bodies(graph)
-        assert len(bodies) == 3  # the rounds' steps for many rows and for few; a few rows' flat loop
+        assert (
+            len(bodies) == 3
+        )  # the rounds' steps for many rows and for few; a few rows' flat loop
         for name, ops in bodies.items():
             carried = _carried(graph, name)
             # Made once a call without FrozenWeights: each layer's fused qkv, scaled query (kernel and
             # bias each) and, for the few-rows step, its negated biases; the tied output kernel.
-            assert sum(carried.values()) - carried["resource"] <= state + 2 + derived_carried + 6 * layers, carried
+            assert (
+                sum(carried.values()) - carried["resource"]
+                <= state + 2 + derived_carried + 6 * layers
+            ), carried
             # At least each layer's 4 kernels used as they are and its 3 norms, and the embedding.
             assert carried["resource"] >= 10 * layers + 1, carried
             assert ops["ReadVariableOp"] >= 10 * layers + 1, ops
             assert ops["Shape"] <= 2 and ops["Transpose"] == 0, ops
     bodies = _loop_bodies(_graph(tf.function(decode_frozen), spec))
-    for ops in bodies.values():  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
-        assert ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0, ops
+    for ops in (
+        bodies.values()
+    ):  # float32 attention: BatchMatMulV3 (oneDNN rewrites BatchMatMulV2), softmax from exp
+        assert (
+            ops["BatchMatMulV3"] == 2 * 2 * 2 and ops["BatchMatMulV2"] == 0 and ops["Softmax"] == 0
+        ), ops
         assert ops["Neg"] == 0, ops
     # 2 layers × 6 projections, then the tied logits: one product; for few rows, the projections as
     # the products that suit this process's TensorFlow (1×1 convolutions or MatMul) and the logits as
@@ -289,9 +348,13 @@ def test_decoding_steps_without_a_row_count_build_inside_a_function():
         memory = steps.encode(src)
         cache = steps.initial_cache(memory)
         tokens = tf.fill([tf.shape(src)[0]], model.config.bos_id)
-        return steps.many_rows(tokens, tf.constant(0), cache, padding_mask(src, model.config.pad_id))[0]
+        return steps.many_rows(
+            tokens, tf.constant(0), cache, padding_mask(src, model.config.pad_id)
+        )[0]
 
-    reference, _ = step_by_step(model, _decode_growing(model), src, np.full([3, 1], model.config.bos_id, np.int32))
+    reference, _ = step_by_step(
+        model, _decode_growing(model), src, np.full([3, 1], model.config.bos_id, np.int32)
+    )
     np.testing.assert_allclose(first_logits(src).numpy(), reference[0], rtol=1e-5, atol=2e-5)
 
 
@@ -301,11 +364,18 @@ def test_an_apart_bias_gives_the_fused_products_values_exactly():
     from keras_transformer.kernels.projection import apart
 
     rng = np.random.default_rng(7)
-    x, kernel = (tf.constant(rng.standard_normal(shape).astype(np.float32)) for shape in ([3, 8], [8, 5]))
+    x, kernel = (
+        tf.constant(rng.standard_normal(shape).astype(np.float32)) for shape in ([3, 8], [8, 5])
+    )
     bias = tf.constant(rng.standard_normal([5]).astype(np.float32))
     fused = kernels.project_rows(x, (kernel, bias), tf.nn.relu)
-    graph = tf.function(lambda x: kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu)).get_concrete_function(
-        tf.TensorSpec([None, 8])).graph
+    graph = (
+        tf.function(lambda x: kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu))
+        .get_concrete_function(tf.TensorSpec([None, 8]))
+        .graph
+    )
     types = {op.type for op in graph.get_operations()}
     assert "Sub" in types and not types & {"BiasAdd", "AddV2"}
-    np.testing.assert_array_equal(kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu).numpy(), fused.numpy())
+    np.testing.assert_array_equal(
+        kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu).numpy(), fused.numpy()
+    )

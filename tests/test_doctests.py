@@ -16,12 +16,18 @@ MODULES = modules_with_examples(MISSING_EXTRAS)
 def test_the_library_has_examples_to_run():
     """The core modules' examples run everywhere; only a module of an optional extra
     (the CTranslate2 exporter, where ``ctranslate2`` is not installed) may be missing."""
-    assert {"keras_transformer.model", "keras_transformer.layers.attention",
-            "keras_transformer.layers.encoder", "keras_transformer.precision"} <= set(MODULES)
+    assert {
+        "keras_transformer.model",
+        "keras_transformer.layers.attention",
+        "keras_transformer.layers.encoder",
+        "keras_transformer.precision",
+    } <= set(MODULES)
     assert {name for name, _ in MISSING_EXTRAS} <= {"keras_transformer.exporters.ctranslate2"}
 
 
 @pytest.mark.parametrize("name", [name for name, needs_demo in MODULES.items() if not needs_demo])
 def test_docstring_examples_run(name, tmp_path):
     result = run_examples(name, tmp_path)
-    assert result.attempted > 0 and result.failed == 0, f"{result.failed} of {result.attempted} failed"
+    assert result.attempted > 0 and result.failed == 0, (
+        f"{result.failed} of {result.attempted} failed"
+    )

@@ -34,7 +34,9 @@ def assert_same_memory(model, src, rtol=1e-5, atol=2e-5):
     fast = tf.function(lambda ids: kernels.encode(model, ids))(src).numpy()
     real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
     # Padded positions hold values no later layer reads; compare the real tokens.
-    np.testing.assert_allclose(np.where(real, fast, 0.0), np.where(real, reference, 0.0), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(
+        np.where(real, fast, 0.0), np.where(real, reference, 0.0), rtol=rtol, atol=atol
+    )
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -74,13 +76,19 @@ def test_a_batch_of_padding_only_encodes():
 def test_encode_under_mixed_precision_matches_the_model(precision):
     model = with_precision(randomized_model(3), precision)
     src = sources(model.config, 3)
-    fast = tf.function(lambda ids: kernels.encode(model, ids))(src)  # in a graph, as the decoders run it
+    fast = tf.function(lambda ids: kernels.encode(model, ids))(
+        src
+    )  # in a graph, as the decoders run it
     assert fast.dtype == model.compute_dtype
     assert tf.function(lambda ids: greedy_decode(model, ids, max_length=4)[0])(src).shape[0] == 3
     reference = model.encode(src, training=False)
     real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
-    np.testing.assert_allclose(np.where(real, tf.cast(fast, tf.float32), 0.0),
-                               np.where(real, tf.cast(reference, tf.float32), 0.0), rtol=0.05, atol=0.1)
+    np.testing.assert_allclose(
+        np.where(real, tf.cast(fast, tf.float32), 0.0),
+        np.where(real, tf.cast(reference, tf.float32), 0.0),
+        rtol=0.05,
+        atol=0.1,
+    )
 
 
 def test_a_quantized_encoder_encodes_through_the_model():
@@ -88,7 +96,9 @@ def test_a_quantized_encoder_encodes_through_the_model():
     model.encoder.layer_stack[0].feed_forward.inner_dense.quantize("int8", type_check=False)
     assert not kernels.encoding_supported(model)
     src = sources(model.config, 4)
-    np.testing.assert_array_equal(decoding_steps(model).encode(src).numpy(), model.encode(src, training=False).numpy())
+    np.testing.assert_array_equal(
+        decoding_steps(model).encode(src).numpy(), model.encode(src, training=False).numpy()
+    )
 
 
 @pytest.mark.parametrize("variant", ["paper", "marian"])
@@ -109,8 +119,10 @@ def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
     layers = model.config.num_encoder_layers + decoder_layers
     assert model.output_projection is None  # tied: no output bias
     assert sum(int(np.prod(v.shape)) for v in frozen.frozen) == (
-        3 * layers * (d_model + 1) * d_model + 3 * decoder_layers * (d_model + 1) * d_model
-        + decoder_layers * (6 * d_model + d_ff + d_model))
+        3 * layers * (d_model + 1) * d_model
+        + 3 * decoder_layers * (d_model + 1) * d_model
+        + decoder_layers * (6 * d_model + d_ff + d_model)
+    )
     src = sources(model.config, 5)
     greedy = tf.function(lambda ids, derived: greedy_decode(model, ids, derived=derived))
     plain, plain_scores = greedy_decode(model, src)
@@ -119,24 +131,34 @@ def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
         tokens, scores = greedy(src, derived)
         np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
         np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
-        np.testing.assert_array_equal(beam_search(model, src, beam_size=3, derived=derived).tokens.numpy(),
-                                      plain_beam)
+        np.testing.assert_array_equal(
+            beam_search(model, src, beam_size=3, derived=derived).tokens.numpy(), plain_beam
+        )
 
 
 def test_frozen_weights_are_saved_and_restored_with_a_module(tmp_path):
     model = randomized_model(6)
     module = tf.Module()
     module.frozen = kernels.FrozenWeights(model)
-    module.f = tf.function(lambda: tf.nest.flatten(module.frozen.read().cross_key_value)[0], input_signature=[])
+    module.f = tf.function(
+        lambda: tf.nest.flatten(module.frozen.read().cross_key_value)[0], input_signature=[]
+    )
     tf.saved_model.save(module, str(tmp_path))
     restored = tf.saved_model.load(str(tmp_path))
-    np.testing.assert_array_equal(restored.f().numpy(), kernels.derived_weights(model).cross_key_value[0].numpy())
+    np.testing.assert_array_equal(
+        restored.f().numpy(), kernels.derived_weights(model).cross_key_value[0].numpy()
+    )
 
 
 def _encoder_ops(model) -> list[str]:
-    graph = tf.function(lambda ids: kernels.encode(model, ids)).get_concrete_function(
-        tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
-    return [node.op for node in graph.node] + [node.op for f in graph.library.function for node in f.node_def]
+    graph = (
+        tf.function(lambda ids: kernels.encode(model, ids))
+        .get_concrete_function(tf.TensorSpec([None, None], tf.int32))
+        .graph.as_graph_def()
+    )
+    return [node.op for node in graph.node] + [
+        node.op for f in graph.library.function for node in f.node_def
+    ]
 
 
 def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
@@ -145,14 +167,27 @@ def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
     assert ops.count("If") + ops.count("StatelessIf") == 0
     assert ops.count("MatMul") == 2 * 4  # 2 layers × (qkv, output, inner, outer)
     # float32 attention: two BatchMatMulV3 a layer (oneDNN rewrites BatchMatMulV2), softmax from exp.
-    assert ops.count("BatchMatMulV3") == 2 * 2 and ops.count("BatchMatMulV2") == 0 and ops.count("Softmax") == 0
+    assert (
+        ops.count("BatchMatMulV3") == 2 * 2
+        and ops.count("BatchMatMulV2") == 0
+        and ops.count("Softmax") == 0
+    )
     mixed = _encoder_ops(with_precision(randomized_model(7), "bf16"))
     assert mixed.count("BatchMatMulV2") == 2 * 2 and mixed.count("BatchMatMulV3") == 0
     keras.backend.clear_session()
 
 
-@pytest.mark.parametrize("variant", ["paper", "marian", *(pytest.param(name, marks=pytest.mark.slow)  # a decode each
-                                                      for name in ("pre_ln", "untied_with_final_bias", "bf16"))])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "paper",
+        "marian",
+        *(
+            pytest.param(name, marks=pytest.mark.slow)  # a decode each
+            for name in ("pre_ln", "untied_with_final_bias", "bf16")
+        ),
+    ],
+)
 def test_constant_steps_decode_as_the_variables(variant):
     """``ConstantSteps``: the same tokens and scores as the variables, for a
     few rows (the constant step from the start) and for more rows than
@@ -163,13 +198,19 @@ def test_constant_steps_decode_as_the_variables(variant):
         model = with_precision(model, "bf16")
     frozen = kernels.FrozenWeights(model)
     steps = ConstantSteps(model, frozen.unread())
-    assert steps.nbytes >= 4 * model.config.d_model * model.config.tgt_vocab_size // (2 if variant == "bf16" else 1)
+    assert steps.nbytes >= 4 * model.config.d_model * model.config.tgt_vocab_size // (
+        2 if variant == "bf16" else 1
+    )
     variables = dict(derived=frozen.unread())
     constants = dict(derived=frozen.unread(), constant_steps=steps)
-    greedy = {name: tf.function(lambda ids, kw=kw: greedy_decode(model, ids, **kw))
-              for name, kw in (("variables", variables), ("constants", constants))}
-    beam = {name: tf.function(lambda ids, kw=kw: beam_search(model, ids, beam_size=3, **kw))
-            for name, kw in (("variables", variables), ("constants", constants))}
+    greedy = {
+        name: tf.function(lambda ids, kw=kw: greedy_decode(model, ids, **kw))
+        for name, kw in (("variables", variables), ("constants", constants))
+    }
+    beam = {
+        name: tf.function(lambda ids, kw=kw: beam_search(model, ids, beam_size=3, **kw))
+        for name, kw in (("variables", variables), ("constants", constants))
+    }
     assert 3 * 3 <= kernels.FEW_ROWS < 20
     for src in (sources(model.config, 7), padded_sources(model.config, 20, 7, seed=7)):
         tokens, scores = greedy["variables"](src)
@@ -183,11 +224,15 @@ def test_constant_steps_decode_as_the_variables(variant):
         np.testing.assert_allclose(got_scores.numpy(), scores.numpy(), rtol=rtol)
         expected, got = beam["variables"](src), beam["constants"](src)
         compared = slice(0, 1) if variant == "bf16" else slice(None)
-        np.testing.assert_array_equal(got.tokens.numpy()[:, compared], expected.tokens.numpy()[:, compared])
+        np.testing.assert_array_equal(
+            got.tokens.numpy()[:, compared], expected.tokens.numpy()[:, compared]
+        )
         np.testing.assert_allclose(got.scores.numpy(), expected.scores.numpy(), rtol=rtol)
 
 
-@pytest.mark.parametrize("decoder, products", [("greedy", "conv"), ("beam", "conv"), ("greedy", "matmul")])
+@pytest.mark.parametrize(
+    "decoder, products", [("greedy", "conv"), ("beam", "conv"), ("greedy", "matmul")]
+)
 def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder, products):
     """The constant step holds its weights as constants and reads no
     variable; the loops that call it (a few rows' flat loop, the rounds' for
@@ -198,13 +243,22 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder,
     steps = ConstantSteps(model, frozen.unread(), products=products)
     assert steps.products == products
     if decoder == "greedy":
-        decode = tf.function(lambda ids: greedy_decode(model, ids, derived=frozen.unread(), constant_steps=steps)[0])
+        decode = tf.function(
+            lambda ids: greedy_decode(model, ids, derived=frozen.unread(), constant_steps=steps)[0]
+        )
     else:
-        decode = tf.function(lambda ids: beam_search(model, ids, beam_size=3, derived=frozen.unread(),
-                                                     constant_steps=steps).tokens)
+        decode = tf.function(
+            lambda ids: (
+                beam_search(
+                    model, ids, beam_size=3, derived=frozen.unread(), constant_steps=steps
+                ).tokens
+            )
+        )
     graph = decode.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
-    functions = {f.signature.name: collections.Counter(node.op for node in f.node_def)
-                 for f in graph.library.function}
+    functions = {
+        f.signature.name: collections.Counter(node.op for node in f.node_def)
+        for f in graph.library.function
+    }
     constant = {name: ops for name, ops in functions.items() if "constant_" in name}
     assert len(constant) == 1 and "constant_few_rows_step" in next(iter(constant)), sorted(constant)
     (step,) = constant.values()
@@ -216,8 +270,11 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder,
     assert lanes == kernels.STEP_LANES == 2
     used, unused = ("Conv2D", "MatMul") if products == "conv" else ("MatMul", "Conv2D")
     assert step[used] == 2 * 6 * lanes + kernels.OUTPUT_LANES and step[unused] == 0, step
-    calls = {name: ops for name, ops in functions.items()
-             if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]}
+    calls = {
+        name: ops
+        for name, ops in functions.items()
+        if _is_loop_body(name) and ops["PartitionedCall"] + ops["StatefulPartitionedCall"]
+    }
     assert len(calls) == 2, sorted(calls)
     for body, ops in calls.items():
         assert ops["ReadVariableOp"] == 0 and ops["MatMul"] == 0, ops

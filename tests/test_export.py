@@ -16,15 +16,29 @@ import tensorflow as tf
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 # Custom ops the stock tensorflow_model_server ships besides core TF: TF Text's SentencePiece ops.
-TF_TEXT_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
-               "SentencepieceIdToStringOp", "SentencepieceGetPieceSizeOp"}
-SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps",
-             "yesterday the hungry teacher gave an old book to the farmer quickly"]
+TF_TEXT_OPS = {
+    "SentencepieceOp",
+    "SentencepieceTokenizeOp",
+    "SentencepieceDetokenizeOp",
+    "SentencepieceIdToStringOp",
+    "SentencepieceGetPieceSizeOp",
+}
+SENTENCES = [
+    "the big dog sees 3 red cats",
+    "a boy sleeps",
+    "yesterday the hungry teacher gave an old book to the farmer quickly",
+]
 
 
 def _python(code, timeout=300):
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=CHECKOUT, env=ENV,
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=CHECKOUT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result.stdout
 
@@ -46,18 +60,27 @@ def test_layout_and_atomic_versions(workdir, export_dir):
     from keras_transformer.exporters import export_saved_model
 
     assert export_dir.name == "1"
-    for name in ("saved_model.pb", "variables", "assets/spm_shared.model",
-                 "assets.extra/tf_serving_warmup_requests"):
+    for name in (
+        "saved_model.pb",
+        "variables",
+        "assets/spm_shared.model",
+        "assets.extra/tf_serving_warmup_requests",
+    ):
         assert (export_dir / name).exists(), name
     models_config = (export_dir.parent / "models.config").read_text()
     assert 'base_path: "/models/demo"' in models_config
-    assert str(export_dir.parent.parent) not in models_config  # no path of this machine in the artifact
+    assert (
+        str(export_dir.parent.parent) not in models_config
+    )  # no path of this machine in the artifact
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".tmp")]
     with pytest.raises(FileExistsError, match="overwrite"):
         export_saved_model(workdir, export_dir.parent, version=1)
     second = export_saved_model(workdir, export_dir.parent, beam_size=1)
     assert second.name == "2"
-    assert export_saved_model(workdir, export_dir.parent, version=2, overwrite=True, beam_size=1) == second
+    assert (
+        export_saved_model(workdir, export_dir.parent, version=2, overwrite=True, beam_size=1)
+        == second
+    )
 
 
 def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
@@ -65,9 +88,16 @@ def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
     from keras_transformer.exporters import ExportedTranslator
 
     trained = Workdir(workdir).load()
-    module = ExportedTranslator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, beam_size=3,
-                                max_src_length=trained.max_src_length)
-    expected = [t.decode() for t in module.translate(tf.constant(SENTENCES))["translations"].numpy()]
+    module = ExportedTranslator(
+        trained.model,
+        trained.src_tokenizer,
+        trained.tgt_tokenizer,
+        beam_size=3,
+        max_src_length=trained.max_src_length,
+    )
+    expected = [
+        t.decode() for t in module.translate(tf.constant(SENTENCES))["translations"].numpy()
+    ]
 
     stdout = _python(f"""
         import json, sys, tensorflow as tf, tensorflow_text  # noqa: F401
@@ -108,7 +138,7 @@ def test_graph_uses_only_core_tf_and_tf_text_ops(export_dir):
         from tensorflow.core.protobuf import saved_model_pb2
         from tensorflow.python.framework import op_def_registry
         saved = saved_model_pb2.SavedModel()
-        saved.ParseFromString(open({str(export_dir / 'saved_model.pb')!r}, "rb").read())
+        saved.ParseFromString(open({str(export_dir / "saved_model.pb")!r}, "rb").read())
         graph = saved.meta_graphs[0].graph_def
         functions = {{f.signature.name for f in graph.library.function}}
         ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
@@ -121,8 +151,13 @@ def test_graph_uses_only_core_tf_and_tf_text_ops(export_dir):
 
 def test_saved_model_cli_show_and_run(export_dir):
     cli = Path(sys.executable).parent / "saved_model_cli"
-    shown = subprocess.run([str(cli), "show", "--dir", str(export_dir), "--all"], env=ENV,
-                           capture_output=True, text=True, timeout=300)
+    shown = subprocess.run(
+        [str(cli), "show", "--dir", str(export_dir), "--all"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "signature_def['serving_default']" in shown.stdout
     assert "signature_def['translate_ids']" in shown.stdout
@@ -142,7 +177,9 @@ def test_warmup_request_and_client_formats_match_the_signature(export_dir):
 
     from export.client import predict_request, rest_payload
 
-    records = list(tf.data.TFRecordDataset(str(export_dir / "assets.extra" / "tf_serving_warmup_requests")))
+    records = list(
+        tf.data.TFRecordDataset(str(export_dir / "assets.extra" / "tf_serving_warmup_requests"))
+    )
     log_entry = prediction_log_pb2.PredictionLog.FromString(records[0].numpy())
     warmup = log_entry.predict_log.request
     signature = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
@@ -152,7 +189,10 @@ def test_warmup_request_and_client_formats_match_the_signature(export_dir):
     assert warmup.inputs[input_name].dtype == tf.string.as_datatype_enum
     assert set(rest_payload(["x"])["inputs"]) == {input_name}
     request = predict_request(["x", "y"], "demo")
-    assert set(request.inputs) == {input_name} and request.model_spec.signature_name == "serving_default"
+    assert (
+        set(request.inputs) == {input_name}
+        and request.model_spec.signature_name == "serving_default"
+    )
     assert tf.make_ndarray(request.inputs[input_name]).tolist() == [b"x", b"y"]
     assert warmup.model_spec.name == "demo"  # the model folder's name, not the staging folder's
 
@@ -164,11 +204,18 @@ def test_hand_encoded_warmup_record_equals_tensorflow_serving_apis():
 
     from keras_transformer.exporters.saved_model import warmup_record
 
-    sentences = ["Hello world.", "", "é" * 300]  # a payload longer than 127 bytes: multi-byte lengths
+    sentences = [
+        "Hello world.",
+        "",
+        "é" * 300,
+    ]  # a payload longer than 127 bytes: multi-byte lengths
     request = predict_pb2.PredictRequest(
-        model_spec=model_pb2.ModelSpec(name="demo", signature_name="serving_default"))
+        model_spec=model_pb2.ModelSpec(name="demo", signature_name="serving_default")
+    )
     request.inputs["inputs"].CopyFrom(tf.make_tensor_proto(sentences, dtype=tf.string))
-    expected = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+    expected = prediction_log_pb2.PredictionLog(
+        predict_log=prediction_log_pb2.PredictLog(request=request)
+    )
     ours = warmup_record(sentences, "demo")
     assert prediction_log_pb2.PredictionLog.FromString(ours) == expected
     assert ours == expected.SerializeToString(deterministic=True)
@@ -176,8 +223,15 @@ def test_hand_encoded_warmup_record_equals_tensorflow_serving_apis():
 
 def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path):
     def run(*args, stdin=None):
-        return subprocess.run([sys.executable, "-m", "export.translate", "--model", str(export_dir), *args],
-                              cwd=CHECKOUT, env=ENV, input=stdin, capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "export.translate", "--model", str(export_dir), *args],
+            cwd=CHECKOUT,
+            env=ENV,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     lines = SENTENCES + [""]
     beam = run(stdin="\n".join(lines) + "\n")
@@ -194,7 +248,9 @@ def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path
 
 
 def test_cross_attention_signature_rows_are_distributions(export_dir):
-    out = tf.saved_model.load(str(export_dir)).signatures["cross_attention"](sentence=tf.constant(SENTENCES[1]))
+    out = tf.saved_model.load(str(export_dir)).signatures["cross_attention"](
+        sentence=tf.constant(SENTENCES[1])
+    )
     weights = out["weights"].numpy()
     assert weights.shape == (len(out["target_pieces"].numpy()), len(out["source_pieces"].numpy()))
     assert abs(weights.sum(axis=1) - 1.0).max() < 1e-4
@@ -210,11 +266,24 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
     write_parallel_files(load_corpus(config["data"])["test"][:8], tmp_path, "test")
     for beam, decoding in ((None, "beam3"), ("1", "greedy")):
         out = tmp_path / f"eval_{decoding}.json"
-        command = [sys.executable, "-m", "training.evaluate", "--saved-model", str(export_dir),
-                   "--src", str(tmp_path / "test.src"), "--ref", str(tmp_path / "test.tgt"), "--out", str(out)]
+        command = [
+            sys.executable,
+            "-m",
+            "training.evaluate",
+            "--saved-model",
+            str(export_dir),
+            "--src",
+            str(tmp_path / "test.src"),
+            "--ref",
+            str(tmp_path / "test.tgt"),
+            "--out",
+            str(out),
+        ]
         if beam:
             command += ["--beam", beam]
-        result = subprocess.run(command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=300
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         scores = json.loads(out.read_text())
         assert scores["decoding"] == decoding and scores["sentences"] == 8
@@ -223,16 +292,23 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
 def test_xla_signatures_translate_as_the_plain_ones(workdir, export_dir, tmp_path):
     from keras_transformer.exporters import export_saved_model
 
-    assert not {"translate_xla", "translate_greedy_xla"} & set(tf.saved_model.load(str(export_dir)).signatures)
+    assert not {"translate_xla", "translate_greedy_xla"} & set(
+        tf.saved_model.load(str(export_dir)).signatures
+    )
     path = export_saved_model(workdir, tmp_path / "xla", beam_size=3, xla=True)
     signatures = tf.saved_model.load(str(path)).signatures
     # 3 sentences (padded to 4 rows), then 5 (padded to 8) with one longer than the 16-token bucket.
     for batch in (SENTENCES, SENTENCES + ["the farmer sleeps", " ".join(SENTENCES * 2)]):
         inputs = tf.constant(batch)
-        for plain, compiled in (("serving_default", "translate_xla"), ("translate_greedy", "translate_greedy_xla")):
+        for plain, compiled in (
+            ("serving_default", "translate_xla"),
+            ("translate_greedy", "translate_greedy_xla"),
+        ):
             expected, got = signatures[plain](inputs=inputs), signatures[compiled](inputs=inputs)
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
-            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(
+                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4
+            )
 
 
 def _functions(export_dir) -> list:
@@ -247,7 +323,9 @@ def _function_names(export_dir) -> list[str]:
     return [f.signature.name for f in _functions(export_dir)]
 
 
-def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, export_dir, tmp_path, monkeypatch):
+def test_constant_steps_are_held_once_and_translate_as_the_variables(
+    workdir, export_dir, tmp_path, monkeypatch
+):
     """A small model's export decodes a few rows by a step with the weights
     as constants, one copy for all its signatures; above the size limit it
     reads the variables, with the same translations."""
@@ -257,21 +335,35 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(workdir, ex
     names = _function_names(export_dir)
     assert sum("_constant_few_rows_step_" in name for name in names) == 1, names
     # Each decoder once, whichever signatures and parts of a batch call it.
-    assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [1, 1], names
+    assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [
+        1,
+        1,
+    ], names
     monkeypatch.setattr(exporter, "CONSTANT_STEPS_MAX_BYTES", 0)
     plain = export_saved_model(workdir, tmp_path / "plain", beam_size=3)
     assert not [name for name in _function_names(plain) if "constant_" in name]
     constant, variables = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(plain))
-    for batch in (SENTENCES, SENTENCES[2:], SENTENCES * 7):  # a sentence or a few, and more rows than FEW_ROWS
+    for batch in (
+        SENTENCES,
+        SENTENCES[2:],
+        SENTENCES * 7,
+    ):  # a sentence or a few, and more rows than FEW_ROWS
         inputs = tf.constant(batch)
         for name in ("serving_default", "translate_greedy"):
-            expected, got = variables.signatures[name](inputs=inputs), constant.signatures[name](inputs=inputs)
+            expected, got = (
+                variables.signatures[name](inputs=inputs),
+                constant.signatures[name](inputs=inputs),
+            )
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
-            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5
+            )
 
 
 @pytest.mark.slow  # a second export; lanes against one lane: test_decoding_step.py
-def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdir, export_dir, tmp_path, capsys):
+def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(
+    workdir, export_dir, tmp_path, capsys
+):
     """The export's step for a few rows runs two lanes (each product in two
     shares of its kernel, the output layer's in ``OUTPUT_LANES``); ``step_lanes=1`` exports one, here with the other
     kind of products (``step_products``) and batches decoded whole (``decode_parts=1``), with the same
@@ -287,9 +379,18 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
         return ops["Conv2D"], ops["MatMul"]
 
     other = "conv" if kernels.step_products() == "matmul" else "matmul"
-    one = export_saved_model(workdir, tmp_path / "one_lane", beam_size=3, step_lanes=1, step_products=other,
-                             decode_parts=1)
-    (lanes_conv, lanes_matmul), (one_conv, one_matmul) = step_products(export_dir), step_products(one)
+    one = export_saved_model(
+        workdir,
+        tmp_path / "one_lane",
+        beam_size=3,
+        step_lanes=1,
+        step_products=other,
+        decode_parts=1,
+    )
+    (lanes_conv, lanes_matmul), (one_conv, one_matmul) = (
+        step_products(export_dir),
+        step_products(one),
+    )
     # Two shares of each layer's products, OUTPUT_LANES of the output layer's.
     extra = kernels.OUTPUT_LANES - 2
     if other == "matmul":  # the fixture's export has the default, convolutions here
@@ -300,17 +401,27 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(workdi
     for batch in (SENTENCES, SENTENCES[:1], SENTENCES * 3):  # 9 sentences: in parts, or whole
         inputs = tf.constant(batch)
         for name in ("serving_default", "translate_greedy"):
-            expected, got = single.signatures[name](inputs=inputs), lanes.signatures[name](inputs=inputs)
+            expected, got = (
+                single.signatures[name](inputs=inputs),
+                lanes.signatures[name](inputs=inputs),
+            )
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
-            np.testing.assert_allclose(got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5
+            )
     with pytest.raises(ValueError, match="step_lanes must be >= 1"):
         export_saved_model(workdir, tmp_path / "none", step_lanes=0)
     with pytest.raises(ValueError, match="step_products must be one of conv, matmul, got 'einsum'"):
         export_saved_model(workdir, tmp_path / "none", step_products="einsum")
     with pytest.raises(ValueError, match="decode_parts must be >= 1"):
         export_saved_model(workdir, tmp_path / "none", decode_parts=0)
-    _refused_in_one_line(workdir, tmp_path, capsys, ["--step-lanes", "0"],
-                         "step_lanes must be >= 1 (1: no lanes), got 0.")
+    _refused_in_one_line(
+        workdir,
+        tmp_path,
+        capsys,
+        ["--step-lanes", "0"],
+        "step_lanes must be >= 1 (1: no lanes), got 0.",
+    )
 
 
 def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: str) -> None:
@@ -327,5 +438,10 @@ def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: s
 
 def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
     """``--decode-parts 0``: one line naming the problem, before the model loads, and nothing written."""
-    _refused_in_one_line(workdir, tmp_path, capsys, ["--decode-parts", "0"],
-                         "decode_parts must be >= 1 (1: a batch decodes whole), got 0.")
+    _refused_in_one_line(
+        workdir,
+        tmp_path,
+        capsys,
+        ["--decode-parts", "0"],
+        "decode_parts must be >= 1 (1: a batch decodes whole), got 0.",
+    )

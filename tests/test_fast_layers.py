@@ -31,20 +31,26 @@ def _assert_same_as_keras(ours, theirs, x, atol):
     theirs.set_weights([w.numpy() for w in ours.weights])
     upstream = np.random.default_rng(1).normal(size=ours.compute_output_shape(x.shape))
     upstream = upstream.astype("float32")
-    for mine, reference in zip(_values_and_gradients(ours, x, upstream),
-                               _values_and_gradients(theirs, x, upstream)):
+    for mine, reference in zip(
+        _values_and_gradients(ours, x, upstream), _values_and_gradients(theirs, x, upstream)
+    ):
         np.testing.assert_allclose(mine, reference, rtol=1e-5, atol=atol)
 
 
-@pytest.mark.parametrize("shape,units,options", [
-    ((4, 6, 16), 8, {"activation": "relu"}),  # tall kernel: transposed gradient product
-    ((4, 6, 8), 16, {"activation": "relu"}),  # wide kernel
-    ((5, 8), 3, {}),
-    ((4, 6, 8), 5, {"activation": "gelu", "use_bias": False}),
-])
+@pytest.mark.parametrize(
+    "shape,units,options",
+    [
+        ((4, 6, 16), 8, {"activation": "relu"}),  # tall kernel: transposed gradient product
+        ((4, 6, 8), 16, {"activation": "relu"}),  # wide kernel
+        ((5, 8), 3, {}),
+        ((4, 6, 8), 5, {"activation": "gelu", "use_bias": False}),
+    ],
+)
 def test_dense_matches_keras_dense(shape, units, options):
     x = np.random.default_rng(0).normal(size=shape).astype("float32")
-    _assert_same_as_keras(Dense(units, **options), keras.layers.Dense(units, **options), x, atol=1e-5)
+    _assert_same_as_keras(
+        Dense(units, **options), keras.layers.Dense(units, **options), x, atol=1e-5
+    )
 
 
 def test_project_with_a_transposed_kernel_is_a_matmul():
@@ -58,7 +64,9 @@ def test_project_with_a_transposed_kernel_is_a_matmul():
         ours_loss, reference_loss = tf.reduce_sum(ours**2), tf.reduce_sum(reference**2)
     assert ours.shape == (2, 3, 9)
     np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
-    for mine, theirs in zip(tape.gradient(ours_loss, [x, table]), tape.gradient(reference_loss, [x, table])):
+    for mine, theirs in zip(
+        tape.gradient(ours_loss, [x, table]), tape.gradient(reference_loss, [x, table])
+    ):
         np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-5, atol=1e-4)
 
 
@@ -75,8 +83,12 @@ def test_layer_norm_matches_keras_layer_norm():
     ours.set_weights([rng.normal(size=16).astype("float32"), rng.normal(size=16).astype("float32")])
     _assert_same_as_keras(ours, theirs, x, atol=1e-5)
     # Settings a Transformer does not use take Keras' path, with Keras' results.
-    _assert_same_as_keras(LayerNormalization(center=False), keras.layers.LayerNormalization(center=False),
-                          x, atol=1e-5)
+    _assert_same_as_keras(
+        LayerNormalization(center=False),
+        keras.layers.LayerNormalization(center=False),
+        x,
+        atol=1e-5,
+    )
 
 
 def test_layer_norm_harness():

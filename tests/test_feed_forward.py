@@ -22,5 +22,9 @@ def test_unknown_activation_is_rejected():
 
 def test_feed_forward_harness():
     x = np.random.default_rng(1).normal(size=(2, 3, 8)).astype("float32")
-    run_layer_test(FeedForward, {"d_model": 8, "d_ff": 16, "dropout": 0.1}, [x],
-                   expected_output_shape=(2, 3, 8))
+    run_layer_test(
+        FeedForward,
+        {"d_model": 8, "d_ff": 16, "dropout": 0.1},
+        [x],
+        expected_output_shape=(2, 3, 8),
+    )

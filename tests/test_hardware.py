@@ -43,12 +43,15 @@ def cpuinfo(tmp_path, monkeypatch):
     hardware._cpuinfo.cache_clear()
 
 
-@pytest.mark.parametrize("text, kind, bf16, int8_dot", [
-    (AMD_AVX2, "AVX2", False, False),
-    (INTEL_AVX512_BF16, "AVX-512 + BF16", True, True),
-    (INTEL_AVX512, "AVX-512", False, False),
-    (ARM, None, True, True),
-])
+@pytest.mark.parametrize(
+    "text, kind, bf16, int8_dot",
+    [
+        (AMD_AVX2, "AVX2", False, False),
+        (INTEL_AVX512_BF16, "AVX-512 + BF16", True, True),
+        (INTEL_AVX512, "AVX-512", False, False),
+        (ARM, None, True, True),
+    ],
+)
 def test_the_kind_of_cpu_and_its_units_come_from_its_flags(cpuinfo, text, kind, bf16, int8_dot):
     cpuinfo(text)
     assert hardware.has_bf16_units() is bf16
@@ -71,15 +74,25 @@ def test_the_record_names_the_model_and_the_avx512_flags(cpuinfo):
 def test_an_avx2_cpu_is_described_by_what_it_lacks(cpuinfo):
     cpuinfo(AMD_AVX2)
     assert hardware.cpu_record()["avx512"] == []
-    assert hardware.describe_cpu().endswith(": AVX2, no AVX-512, no bf16 units, no int8 dot product")
+    assert hardware.describe_cpu().endswith(
+        ": AVX2, no AVX-512, no bf16 units, no int8 dot product"
+    )
 
 
 def test_without_cpuinfo_the_record_still_has_every_field(cpuinfo, tmp_path, monkeypatch):
     monkeypatch.setattr(hardware, "_CPUINFO", tmp_path / "missing")
     hardware._cpuinfo.cache_clear()
     record = hardware.cpu_record()
-    assert set(record) == {"model", "vendor", "cores", "kind", "avx2", "avx512", "bf16_units",
-                           "int8_dot_product"}
+    assert set(record) == {
+        "model",
+        "vendor",
+        "cores",
+        "kind",
+        "avx2",
+        "avx512",
+        "bf16_units",
+        "int8_dot_product",
+    }
     assert not record["bf16_units"] and record["avx512"] == []
 
 

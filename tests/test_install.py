@@ -19,13 +19,23 @@ pytestmark = pytest.mark.install
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 # The extras' packages, which a core install must not pull (tensorboard: TF 2.21 no longer requires it).
-NOT_IN_CORE = {"ctranslate2", "ai-edge-litert", "tensorflow-serving-api", "matplotlib", "tensorboard",
-               "tensorflow-datasets", "sacrebleu", "tqdm"}
+NOT_IN_CORE = {
+    "ctranslate2",
+    "ai-edge-litert",
+    "tensorflow-serving-api",
+    "matplotlib",
+    "tensorboard",
+    "tensorflow-datasets",
+    "sacrebleu",
+    "tqdm",
+}
 SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", ""]
 
 
 def _run(command, cwd, timeout=1200):
-    result = subprocess.run(command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run(
+        command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
     assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-5000:])
     return result
 
@@ -47,7 +57,9 @@ def clean_install(tmp_path_factory):
 
 def test_core_install_pulls_no_extra(clean_install):
     python, elsewhere = clean_install
-    listed = json.loads(_run([str(python), "-m", "pip", "list", "--format=json"], cwd=elsewhere).stdout)
+    listed = json.loads(
+        _run([str(python), "-m", "pip", "list", "--format=json"], cwd=elsewhere).stdout
+    )
     names = {package["name"].lower().replace("_", "-") for package in listed}
     assert "keras-transformer-nmt" in names and "tensorflow" in names and "tensorflow-text" in names
     assert not names & NOT_IN_CORE, sorted(names & NOT_IN_CORE)
@@ -59,17 +71,32 @@ def checkout_export(tiny_workdir, tmp_path_factory):
     """A SavedModel exported by the checkout's program from the checkout's demo workdir,
     and what the checkout's translators give for it."""
     out = tmp_path_factory.mktemp("checkout_export") / "demo"
-    _run([sys.executable, "-m", "export.saved_model", "--workdir", str(tiny_workdir), "--out", str(out),
-          "--beam", "2"], cwd=CHECKOUT)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "export.saved_model",
+            "--workdir",
+            str(tiny_workdir),
+            "--out",
+            str(out),
+            "--beam",
+            "2",
+        ],
+        cwd=CHECKOUT,
+    )
     import keras_transformer as kt
 
-    expected = {"workdir": kt.Translator.from_workdir(tiny_workdir, beam_size=2).translate(SENTENCES),
-                "saved_model": kt.Translator.from_saved_model(out).translate(SENTENCES)}
+    expected = {
+        "workdir": kt.Translator.from_workdir(tiny_workdir, beam_size=2).translate(SENTENCES),
+        "saved_model": kt.Translator.from_saved_model(out).translate(SENTENCES),
+    }
     return out, expected
 
 
-def test_installed_library_trains_exports_and_translates_outside_the_checkout(clean_install, tiny_workdir,
-                                                                              checkout_export):
+def test_installed_library_trains_exports_and_translates_outside_the_checkout(
+    clean_install, tiny_workdir, checkout_export
+):
     python, elsewhere = clean_install
     export_dir, expected = checkout_export
     script = textwrap.dedent(f"""

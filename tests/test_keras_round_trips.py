@@ -23,7 +23,9 @@ import keras_transformer as kt
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 VOCAB = 50
-SMALL = dict(vocab_size=VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=16, dropout=0.0)
+SMALL = dict(
+    vocab_size=VOCAB, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_length=16, dropout=0.0
+)
 WARMUP = 4
 STEPS_BEFORE_SAVE = 2  # one fit over two batches; the matrix then takes one more step
 
@@ -57,7 +59,9 @@ def probe_inputs():
 
 def fit_one_more_step(model):
     (source, target), labels = training_batches()
-    model.fit((source[:2], target[:2]), labels[:2], batch_size=2, epochs=1, verbose=0, shuffle=False)
+    model.fit(
+        (source[:2], target[:2]), labels[:2], batch_size=2, epochs=1, verbose=0, shuffle=False
+    )
 
 
 def optimizer_state(optimizer) -> dict:
@@ -85,9 +89,13 @@ def _metric(name):
 def _optimizer(name):
     return {
         "paper_adam": lambda: kt.paper_adam(d_model=16, warmup_steps=WARMUP),
-        "Adam+TransformerSchedule": lambda: keras.optimizers.Adam(kt.TransformerSchedule(16, WARMUP)),
+        "Adam+TransformerSchedule": lambda: keras.optimizers.Adam(
+            kt.TransformerSchedule(16, WARMUP)
+        ),
         "FusedAdam": lambda: kt.FusedAdam(1e-3),
-        "LossScaleOptimizer(Adam)": lambda: keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(1e-3)),
+        "LossScaleOptimizer(Adam)": lambda: keras.optimizers.LossScaleOptimizer(
+            keras.optimizers.Adam(1e-3)
+        ),
     }[name]()
 
 
@@ -97,8 +105,16 @@ MODELS = {
     "pre-LN": dict(norm_first=True),
     "GELU": dict(activation="gelu"),
     # Marian's options (OPUS-MT), the decoder starting from the pad id.
-    "Marian": dict(share_embeddings=True, tie_embeddings=True, activation="swish", position_encoding="halves",
-                   embedding_scale=1.0, final_logits_bias=True, layer_norm_epsilon=1e-5, bos_id=kt.PAD_ID),
+    "Marian": dict(
+        share_embeddings=True,
+        tie_embeddings=True,
+        activation="swish",
+        position_encoding="halves",
+        embedding_scale=1.0,
+        final_logits_bias=True,
+        layer_norm_epsilon=1e-5,
+        bos_id=kt.PAD_ID,
+    ),
 }
 
 
@@ -117,18 +133,35 @@ class Combination:
 
     @property
     def id(self) -> str:
-        return "-".join([f"eps{self.label_smoothing}", self.metric, self.optimizer, self.precision,
-                         self.built_by, self.model, "eager" if self.run_eagerly else "graph"])
+        return "-".join(
+            [
+                f"eps{self.label_smoothing}",
+                self.metric,
+                self.optimizer,
+                self.precision,
+                self.built_by,
+                self.model,
+                "eager" if self.run_eagerly else "graph",
+            ]
+        )
 
 
 # Every value of every axis, not their product; fp16 both with Keras'
 # automatic loss scaling and with a LossScaleOptimizer written by the user.
 MATRIX = [
-    Combination(0.1, "masked_accuracy", "paper_adam", "float32", "build()", "shared+tied", run_eagerly=False),
-    Combination(0.0, "MaskedAccuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "fit", "pre-LN"),
+    Combination(
+        0.1, "masked_accuracy", "paper_adam", "float32", "build()", "shared+tied", run_eagerly=False
+    ),
+    Combination(
+        0.0, "MaskedAccuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "fit", "pre-LN"
+    ),
     Combination(0.1, "masked_accuracy", "FusedAdam", "mixed_float16", "fit", "GELU"),
-    Combination(0.0, "MaskedAccuracy", "LossScaleOptimizer(Adam)", "mixed_float16", "build()", "untied"),
-    Combination(0.1, "masked_accuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "build()", "Marian"),
+    Combination(
+        0.0, "MaskedAccuracy", "LossScaleOptimizer(Adam)", "mixed_float16", "build()", "untied"
+    ),
+    Combination(
+        0.1, "masked_accuracy", "Adam+TransformerSchedule", "mixed_bfloat16", "build()", "Marian"
+    ),
 ]
 SCHEDULED = {"paper_adam", "Adam+TransformerSchedule"}
 
@@ -143,17 +176,27 @@ def train_and_save(combination: Combination, directory: Path) -> dict:
         model = kt.Transformer(small_config(**MODELS[combination.model]))
         if combination.built_by == "build()":
             model.build()
-        model.compile(optimizer=_optimizer(combination.optimizer),
-                      loss=kt.MaskedLabelSmoothedCrossEntropy(combination.label_smoothing),
-                      metrics=[_metric(combination.metric)], run_eagerly=combination.run_eagerly)
+        model.compile(
+            optimizer=_optimizer(combination.optimizer),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(combination.label_smoothing),
+            metrics=[_metric(combination.metric)],
+            run_eagerly=combination.run_eagerly,
+        )
         x, y = training_batches()
         model.fit(x, y, batch_size=2, epochs=1, verbose=0, shuffle=False)
         model.save(directory / f"{combination.id}.keras")
-        saved = {"logits": model(probe_inputs(), training=False).numpy(),
-                 "optimizer": optimizer_state(model.optimizer)}
+        saved = {
+            "logits": model(probe_inputs(), training=False).numpy(),
+            "optimizer": optimizer_state(model.optimizer),
+        }
         fit_one_more_step(model)
-        return {**saved, "after_step": {"weights": model.get_weights(),
-                                        "optimizer": optimizer_state(model.optimizer)}}
+        return {
+            **saved,
+            "after_step": {
+                "weights": model.get_weights(),
+                "optimizer": optimizer_state(model.optimizer),
+            },
+        }
     finally:
         keras.config.set_dtype_policy(policy)
 
@@ -172,7 +215,10 @@ def reload_and_continue(directory: Path) -> None:
             fit_one_more_step(model)
             weights = model.get_weights()
             np.savez(directory / f"{name}.reloaded.npz", *weights, logits=logits)
-            results[name] = {"optimizer": loaded, "after_step": {"optimizer": optimizer_state(model.optimizer)}}
+            results[name] = {
+                "optimizer": loaded,
+                "after_step": {"optimizer": optimizer_state(model.optimizer)},
+            }
         except Exception as error:  # reported by the tests of this combination
             results[name] = {"error": f"{type(error).__name__}: {error}"}
     (directory / "reloaded.json").write_text(json.dumps(results))
@@ -184,15 +230,27 @@ def round_trips(tmp_path_factory):
     directory = tmp_path_factory.mktemp("round_trips")
     originals = {c.id: train_and_save(c, directory) for c in MATRIX}
     result = subprocess.run(
-        [sys.executable, __file__, str(directory)], cwd=CHECKOUT, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow", "PYTHONPATH": str(CHECKOUT)})
+        [sys.executable, __file__, str(directory)],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            **os.environ,
+            "TF_CPP_MIN_LOG_LEVEL": "3",
+            "KERAS_BACKEND": "tensorflow",
+            "PYTHONPATH": str(CHECKOUT),
+        },
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     reloaded = json.loads((directory / "reloaded.json").read_text())
     for name, entry in reloaded.items():
         if "error" not in entry:
             arrays = np.load(directory / f"{name}.reloaded.npz")
             entry["logits"] = arrays["logits"]
-            entry["after_step"]["weights"] = [arrays[f"arr_{i}"] for i in range(len(arrays.files) - 1)]
+            entry["after_step"]["weights"] = [
+                arrays[f"arr_{i}"] for i in range(len(arrays.files) - 1)
+            ]
     return {name: (originals[name], reloaded[name]) for name in originals}
 
 
@@ -203,10 +261,18 @@ def _reloaded(round_trips, combination):
 
 
 def test_the_matrix_covers_every_value_of_every_axis():
-    axes = {field.name: {getattr(c, field.name) for c in MATRIX} for field in dataclasses.fields(Combination)}
+    axes = {
+        field.name: {getattr(c, field.name) for c in MATRIX}
+        for field in dataclasses.fields(Combination)
+    }
     assert axes["label_smoothing"] == {0.0, 0.1}
     assert axes["metric"] == {"masked_accuracy", "MaskedAccuracy"}
-    assert axes["optimizer"] == {"paper_adam", "Adam+TransformerSchedule", "FusedAdam", "LossScaleOptimizer(Adam)"}
+    assert axes["optimizer"] == {
+        "paper_adam",
+        "Adam+TransformerSchedule",
+        "FusedAdam",
+        "LossScaleOptimizer(Adam)",
+    }
     assert axes["precision"] == {"float32", "mixed_bfloat16", "mixed_float16"}
     assert axes["built_by"] == {"build()", "fit"}
     assert axes["model"] == set(MODELS)
@@ -220,7 +286,9 @@ def test_a_reloaded_model_gives_identical_logits(round_trips, combination):
 
 
 @pytest.mark.parametrize("combination", MATRIX, ids=lambda c: c.id)
-def test_a_reloaded_optimizer_is_at_the_same_step_with_the_same_learning_rate(round_trips, combination):
+def test_a_reloaded_optimizer_is_at_the_same_step_with_the_same_learning_rate(
+    round_trips, combination
+):
     original, reloaded = _reloaded(round_trips, combination)
     assert reloaded["optimizer"] == original["optimizer"]
     assert reloaded["optimizer"]["iterations"] == STEPS_BEFORE_SAVE
@@ -238,9 +306,15 @@ def test_one_more_fit_step_continues_rather_than_restarts(round_trips, combinati
     assert after["optimizer"] == original["after_step"]["optimizer"]
     if combination.optimizer in SCHEDULED:
         schedule = kt.TransformerSchedule(16, WARMUP)
-        assert reloaded["optimizer"]["learning_rate"] == pytest.approx(float(schedule(STEPS_BEFORE_SAVE)))
-        assert after["optimizer"]["learning_rate"] == pytest.approx(float(schedule(STEPS_BEFORE_SAVE + 1)))
-        assert after["optimizer"]["learning_rate"] > float(schedule(1))  # not a restart (warm-up rises)
+        assert reloaded["optimizer"]["learning_rate"] == pytest.approx(
+            float(schedule(STEPS_BEFORE_SAVE))
+        )
+        assert after["optimizer"]["learning_rate"] == pytest.approx(
+            float(schedule(STEPS_BEFORE_SAVE + 1))
+        )
+        assert after["optimizer"]["learning_rate"] > float(
+            schedule(1)
+        )  # not a restart (warm-up rises)
     assert len(after["weights"]) == len(original["after_step"]["weights"])
     for got, expected in zip(after["weights"], original["after_step"]["weights"]):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
@@ -250,14 +324,20 @@ def test_a_model_compiled_with_the_masked_accuracy_function_reloads(tmp_path):
     """``metrics=[kt.masked_accuracy]`` as the README lists it: the saved
     function is found again, with safe mode on, and measures the same."""
     model = kt.Transformer(small_config())
-    model.compile(optimizer=kt.paper_adam(d_model=16, warmup_steps=WARMUP),
-                  loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), metrics=[kt.masked_accuracy], run_eagerly=True)
+    model.compile(
+        optimizer=kt.paper_adam(d_model=16, warmup_steps=WARMUP),
+        loss=kt.MaskedLabelSmoothedCrossEntropy(0.1),
+        metrics=[kt.masked_accuracy],
+        run_eagerly=True,
+    )
     x, y = training_batches()
     model.fit(x, y, batch_size=4, epochs=1, verbose=0)
     model.save(tmp_path / "model.keras")
     reloaded = keras.models.load_model(tmp_path / "model.keras", safe_mode=True)
     expected = model.evaluate(x, y, batch_size=4, verbose=0, return_dict=True)
-    assert reloaded.evaluate(x, y, batch_size=4, verbose=0, return_dict=True) == pytest.approx(expected)
+    assert reloaded.evaluate(x, y, batch_size=4, verbose=0, return_dict=True) == pytest.approx(
+        expected
+    )
     assert set(expected) == {"loss", "masked_accuracy"}
 
 
@@ -281,32 +361,55 @@ def _loaded_after_a_first_call_with_a_dict(path):
     return keras.models.load_model(path / "model.keras")
 
 
-@pytest.mark.parametrize("make_model", [_built_by_build_then_a_call, _loaded_after_a_first_call_with_a_dict],
-                         ids=lambda f: f.__name__.strip("_").replace("_", " "))
-def test_model_export_serves_logits_for_ids_of_any_length_however_the_model_was_built(tmp_path, make_model):
+@pytest.mark.parametrize(
+    "make_model",
+    [_built_by_build_then_a_call, _loaded_after_a_first_call_with_a_dict],
+    ids=lambda f: f.__name__.strip("_").replace("_", " "),
+)
+def test_model_export_serves_logits_for_ids_of_any_length_however_the_model_was_built(
+    tmp_path, make_model
+):
     model = make_model(tmp_path)
     model.export(tmp_path / "export", verbose=False)
     serving = tf.saved_model.load(str(tmp_path / "export"))
     source, target = probe_inputs()  # other lengths than any call before
-    inputs = {"source_ids": source, "target_ids": target} if "dict" in make_model.__name__ else (source, target)
-    np.testing.assert_allclose(serving.serve(inputs).numpy(), model(inputs, training=False).numpy(),
-                               rtol=1e-5, atol=1e-5)
+    inputs = (
+        {"source_ids": source, "target_ids": target}
+        if "dict" in make_model.__name__
+        else (source, target)
+    )
+    np.testing.assert_allclose(
+        serving.serve(inputs).numpy(), model(inputs, training=False).numpy(), rtol=1e-5, atol=1e-5
+    )
     signature = serving.signatures["serving_default"].structured_input_signature[1]
-    assert signature == {name: tf.TensorSpec([None, None], tf.int32, name=name)
-                         for name in ("source_ids", "target_ids")}
+    assert signature == {
+        name: tf.TensorSpec([None, None], tf.int32, name=name)
+        for name in ("source_ids", "target_ids")
+    }
 
 
 # --- registration and configs ---------------------------------------------------------------
 
 
 def _layer_examples():
-    block = dict(d_model=16, num_heads=2, d_ff=32, dropout=0.2, attention_dropout=0.1, activation="gelu",
-                 norm_first=True, layer_norm_epsilon=1e-5)
+    block = dict(
+        d_model=16,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.2,
+        attention_dropout=0.1,
+        activation="gelu",
+        norm_first=True,
+        layer_norm_epsilon=1e-5,
+    )
     layers = kt.layers
     return {
-        "layers.MultiHeadAttention": lambda: layers.MultiHeadAttention(16, 2, dropout=0.1, use_bias=False),
+        "layers.MultiHeadAttention": lambda: layers.MultiHeadAttention(
+            16, 2, dropout=0.1, use_bias=False
+        ),
         "layers.PositionalEmbedding": lambda: layers.PositionalEmbedding(
-            VOCAB, 16, 32, dropout=0.1, pad_id=1, position_encoding="halves", embedding_scale=1.0),
+            VOCAB, 16, 32, dropout=0.1, pad_id=1, position_encoding="halves", embedding_scale=1.0
+        ),
         "layers.FeedForward": lambda: layers.FeedForward(16, 32, activation="swish", dropout=0.1),
         "layers.EncoderLayer": lambda: layers.EncoderLayer(**block),
         "layers.Encoder": lambda: layers.Encoder(2, **block),
@@ -321,29 +424,54 @@ def _layer_examples():
 # Public objects Keras may serialize (in a .keras file or a config), each with a
 # non-default instance; every public name is here or in NOT_KERAS_OBJECTS.
 KERAS_OBJECTS = {
-    "Transformer": lambda: kt.Transformer(small_config(norm_first=True, share_embeddings=True),
-                                          dtype="mixed_bfloat16", name="translator"),
+    "Transformer": lambda: kt.Transformer(
+        small_config(norm_first=True, share_embeddings=True),
+        dtype="mixed_bfloat16",
+        name="translator",
+    ),
     "TransformerSchedule": lambda: kt.TransformerSchedule(16, warmup_steps=WARMUP, scale=2.0),
-    "FusedAdam": lambda: kt.FusedAdam(kt.TransformerSchedule(16), beta_2=0.98, epsilon=1e-9, clipnorm=1.0),
-    "MaskedLabelSmoothedCrossEntropy": lambda: kt.MaskedLabelSmoothedCrossEntropy(0.2, pad_id=1, name="xent"),
+    "FusedAdam": lambda: kt.FusedAdam(
+        kt.TransformerSchedule(16), beta_2=0.98, epsilon=1e-9, clipnorm=1.0
+    ),
+    "MaskedLabelSmoothedCrossEntropy": lambda: kt.MaskedLabelSmoothedCrossEntropy(
+        0.2, pad_id=1, name="xent"
+    ),
     "MaskedAccuracy": lambda: kt.MaskedAccuracy(pad_id=1, name="accuracy"),
     "masked_accuracy": lambda: kt.masked_accuracy,
     **_layer_examples(),
 }
 NOT_KERAS_OBJECTS = {
-    "BOS_ID", "EOS_ID", "PAD_ID", "UNK_ID", "PRESETS",  # constants
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "UNK_ID",
+    "PRESETS",  # constants
     "TransformerConfig",  # a dataclass: a Transformer's config stores it as a dict
-    "decoding", "exporters", "kernels", "layers", "native",  # modules
-    "PRECISIONS", "with_precision",  # precision names and a function that rebuilds a model in one
+    "decoding",
+    "exporters",
+    "kernels",
+    "layers",
+    "native",  # modules
+    "PRECISIONS",
+    "with_precision",  # precision names and a function that rebuilds a model in one
     "SubwordTokenizer",  # a tf.Module: tokenizers are saved as SentencePiece model files
-    "MarianSubwordTokenizer", "load_marian_tokenizers",  # a tf.Module and its loader: Marian's own files
-    "Translator", "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
-    "TrainedModel", "Workdir", "WorkdirError",  # a run's files and a model with its tokenizers
+    "MarianSubwordTokenizer",
+    "load_marian_tokenizers",  # a tf.Module and its loader: Marian's own files
+    "Translator",
+    "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
+    "TrainedModel",
+    "Workdir",
+    "WorkdirError",  # a run's files and a model with its tokenizers
     "paper_adam",  # a factory: it returns a FusedAdam, which is what Keras saves
     # tensor functions, never handed to Keras
-    "layers.causal_mask", "layers.key_padding_mask", "layers.masked_score_value", "layers.merge_masks",
-    "layers.padding_mask", "layers.scaled_dot_product_attention",
-    "layers.sinusoidal_positions", "layers.target_padding_mask",
+    "layers.causal_mask",
+    "layers.key_padding_mask",
+    "layers.masked_score_value",
+    "layers.merge_masks",
+    "layers.padding_mask",
+    "layers.scaled_dot_product_attention",
+    "layers.sinusoidal_positions",
+    "layers.target_padding_mask",
 }
 
 

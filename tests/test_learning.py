@@ -15,7 +15,7 @@ def copy_task(num, rng, vocab=16, min_len=2, max_len=8):
         tokens = rng.integers(4, vocab, size=length)
         src[i, :length] = tokens
         tgt_in[i, 0] = kt.BOS_ID
-        tgt_in[i, 1:length + 1] = tokens
+        tgt_in[i, 1 : length + 1] = tokens
         tgt_out[i, :length] = tokens
         tgt_out[i, length] = kt.EOS_ID
     return (src, tgt_in), tgt_out
@@ -25,11 +25,14 @@ def test_tiny_transformer_fits_copy_task():
     rng = np.random.default_rng(0)
     x, y = copy_task(8192, rng)
     x_valid, y_valid = copy_task(512, rng)
-    config = kt.TransformerConfig.from_preset("tiny", vocab_size=16, dropout=0.0, d_ff=128,
-                                              max_length=16)
+    config = kt.TransformerConfig.from_preset(
+        "tiny", vocab_size=16, dropout=0.0, d_ff=128, max_length=16
+    )
     model = kt.Transformer(config)
     model.compile(
-        optimizer=kt.paper_adam(kt.TransformerSchedule(config.d_model, warmup_steps=100, scale=0.5)),
+        optimizer=kt.paper_adam(
+            kt.TransformerSchedule(config.d_model, warmup_steps=100, scale=0.5)
+        ),
         loss=kt.MaskedLabelSmoothedCrossEntropy(label_smoothing=0.0),
         metrics=[kt.MaskedAccuracy()],
         steps_per_execution=32,

@@ -10,8 +10,12 @@ import pytest
 import keras_transformer as kt
 from keras_transformer import files
 
-SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", "",
-             "yesterday the hungry teacher gave an old book to the farmer quickly"]
+SENTENCES = [
+    "the big dog sees 3 red cats",
+    "a boy sleeps",
+    "",
+    "yesterday the hungry teacher gave an old book to the farmer quickly",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +32,9 @@ def test_workdir_knows_the_layout(tiny_workdir):
     assert run.worker(1).path == tiny_workdir / "worker_1"
 
 
-def test_the_workdir_gives_the_architecture_without_loading_the_model(tiny_workdir, trained, tmp_path):
+def test_the_workdir_gives_the_architecture_without_loading_the_model(
+    tiny_workdir, trained, tmp_path
+):
     assert kt.Workdir(tiny_workdir).transformer_config() == trained.model.config
     with pytest.raises(kt.WorkdirError, match="model_config.json not found"):
         kt.Workdir(tmp_path).transformer_config()
@@ -56,20 +62,32 @@ def test_trained_model_defaults_and_checks(trained):
     assert (bare.max_src_length, bare.max_tgt_length) == (limit, limit - 1)
     assert bare.shared_vocabulary
     with pytest.raises(ValueError, match="max_src_length"):
-        kt.TrainedModel(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=limit + 1)
+        kt.TrainedModel(
+            trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=limit + 1
+        )
 
 
 def test_translator_from_workdir_is_the_translator_of_its_model(tiny_workdir, trained):
     from_workdir = kt.Translator.from_workdir(tiny_workdir, beam_size=2, alpha=0.6)
-    direct = kt.Translator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
-                           max_src_length=trained.max_src_length, beam_size=2, alpha=0.6)
+    direct = kt.Translator(
+        trained.model,
+        trained.src_tokenizer,
+        trained.tgt_tokenizer,
+        max_src_length=trained.max_src_length,
+        beam_size=2,
+        alpha=0.6,
+    )
     assert from_workdir.beam_size == 2
-    assert from_workdir.translate(SENTENCES, batch_size=3) == direct.translate(SENTENCES, batch_size=3)
+    assert from_workdir.translate(SENTENCES, batch_size=3) == direct.translate(
+        SENTENCES, batch_size=3
+    )
 
 
 def test_exports_from_a_model_and_its_tokenizers_translate_alike(trained, tmp_path):
     """What a notebook user has after ``model.fit``: no workdir, a model and two tokenizers."""
-    in_memory = kt.TrainedModel(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=64)
+    in_memory = kt.TrainedModel(
+        trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=64
+    )
     first = kt.exporters.export_saved_model(in_memory, tmp_path / "mine", beam_size=2)
     second = kt.exporters.export_saved_model(in_memory, tmp_path / "mine", beam_size=2)
     assert (first.name, second.name) == ("1", "2")
@@ -80,13 +98,17 @@ def test_exports_from_a_model_and_its_tokenizers_translate_alike(trained, tmp_pa
     expected_beam = kt.Translator.from_trained_model(in_memory, beam_size=2).translate(SENTENCES)
     assert newest.translate(SENTENCES, batch_size=3) == expected_beam
     greedy = kt.Translator.from_saved_model(first, beam_size=1)
-    assert greedy.translate(SENTENCES) == kt.Translator.from_trained_model(in_memory).translate(SENTENCES)
+    assert greedy.translate(SENTENCES) == kt.Translator.from_trained_model(in_memory).translate(
+        SENTENCES
+    )
     with pytest.raises(ValueError, match="re-export"):
         kt.Translator.from_saved_model(first, beam_size=3)
     with pytest.raises(FileNotFoundError, match="No SavedModel"):
         kt.Translator.from_saved_model(tmp_path)
 
-    tflite = kt.exporters.export_tflite(in_memory, tmp_path / "mine.tflite", max_src_length=16, max_tgt_length=12)
+    tflite = kt.exporters.export_tflite(
+        in_memory, tmp_path / "mine.tflite", max_src_length=16, max_tgt_length=12
+    )
     assert tflite.read_bytes()[4:8] == b"TFL3"
 
 
@@ -130,10 +152,14 @@ def test_replace_directory_without_a_swap_moves_the_old_version_aside_first(tmp_
     assert [p.name for p in tmp_path.iterdir()] == ["1"]  # no staging or old folder left
     umask = os.umask(0o022)
     os.umask(umask)
-    assert target.stat().st_mode & 0o777 == 0o777 & ~umask  # mkdir's mode, not mkdtemp's owner-only 0700
+    assert (
+        target.stat().st_mode & 0o777 == 0o777 & ~umask
+    )  # mkdir's mode, not mkdtemp's owner-only 0700
 
 
-def test_replace_directory_puts_the_old_version_back_when_the_new_one_cannot_go_in(tmp_path, monkeypatch):
+def test_replace_directory_puts_the_old_version_back_when_the_new_one_cannot_go_in(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(files, "_exchange", lambda first, second: False)
     target, staging = _old_version_and_new_one(tmp_path)
     real_replace = os.replace

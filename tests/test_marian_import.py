@@ -31,8 +31,14 @@ MAX_NEW_TOKENS = 60
 
 
 def _program(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", *args], cwd=CHECKOUT, env=ENV, capture_output=True,
-                            text=True, timeout=900)
+    result = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=CHECKOUT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if check:
         assert result.returncode == 0, result.stderr[-4000:]
     return result
@@ -45,14 +51,21 @@ def checkpoint(tmp_path_factory) -> dict:
     from keras_transformer.data.synthetic import generate_pairs
 
     pairs = made["pairs"][:3] + generate_pairs(SENTENCES - 3, seed=99)
-    return {"dir": directory, "vocab": made["vocab"], "pairs": pairs, "train_pairs": made["pairs"],
-            "pad": len(made["vocab"]) - 1}
+    return {
+        "dir": directory,
+        "vocab": made["vocab"],
+        "pairs": pairs,
+        "train_pairs": made["pairs"],
+        "pad": len(made["vocab"]) - 1,
+    }
 
 
 @pytest.fixture(scope="module")
 def workdir(checkpoint, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("imported") / "run"
-    result = _program("training.import_checkpoint", "marian", str(checkpoint["dir"]), "--workdir", str(path))
+    result = _program(
+        "training.import_checkpoint", "marian", str(checkpoint["dir"]), "--workdir", str(path)
+    )
     assert result.stdout.strip() == str(path)
     return path
 
@@ -65,9 +78,15 @@ def hf(checkpoint) -> dict:
     tokenizer = MarianTokenizer.from_pretrained(str(checkpoint["dir"]))
     sources = [source for source, _ in checkpoint["pairs"]]
     generated = greedy_generate(checkpoint["dir"], sources, MAX_NEW_TOKENS)
-    assert sum(row[-1] == 0 for row in generated) >= SENTENCES - 1, "the fixture's model should end with EOS"
-    return {"tokenizer": tokenizer, "sources": sources, "generated": generated,
-            "texts": [tokenizer.decode(row, skip_special_tokens=True) for row in generated]}
+    assert sum(row[-1] == 0 for row in generated) >= SENTENCES - 1, (
+        "the fixture's model should end with EOS"
+    )
+    return {
+        "tokenizer": tokenizer,
+        "sources": sources,
+        "generated": generated,
+        "texts": [tokenizer.decode(row, skip_special_tokens=True) for row in generated],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -92,12 +111,29 @@ def test_the_workdir_has_the_standard_layout_and_the_marian_options(workdir, che
 
     run = Workdir(workdir).check()
     config = run.transformer_config()
-    assert (config.pad_id, config.eos_id, config.unk_id, config.bos_id) == (checkpoint["pad"], 0, 1, checkpoint["pad"])
-    assert (config.activation, config.position_encoding, config.final_logits_bias) == ("swish", "halves", True)
-    assert config.embedding_scale is None and config.layer_norm_epsilon == 1e-5 and config.share_embeddings
+    assert (config.pad_id, config.eos_id, config.unk_id, config.bos_id) == (
+        checkpoint["pad"],
+        0,
+        1,
+        checkpoint["pad"],
+    )
+    assert (config.activation, config.position_encoding, config.final_logits_bias) == (
+        "swish",
+        "halves",
+        True,
+    )
+    assert (
+        config.embedding_scale is None
+        and config.layer_norm_epsilon == 1e-5
+        and config.share_embeddings
+    )
     assert config.src_vocab_size == config.tgt_vocab_size == len(checkpoint["vocab"])
     assert sorted(p.name for p in run.tokenizer_dir.iterdir()) == [
-        "source.spm", "target.spm", "tokenizer_config.json", "vocab.json"]
+        "source.spm",
+        "target.spm",
+        "tokenizer_config.json",
+        "vocab.json",
+    ]
     assert json.loads(run.metrics_path.read_text())["imported"]["kind"] == "marian"
 
 
@@ -115,16 +151,21 @@ def test_teacher_forced_logits_equal_pytorchs_on_a_padded_batch(trained, checkpo
     target_in = _padded([[pad] + row[:-1] for row in labels], pad)
     theirs = torch_logits(checkpoint["dir"], sources, target_in, pad)
     ours = trained.model((tf.constant(sources), tf.constant(target_in)), training=False).numpy()
-    for row, label in enumerate(labels):  # the positions that predict a label (not the padding after)
-        np.testing.assert_allclose(ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4)
+    for row, label in enumerate(
+        labels
+    ):  # the positions that predict a label (not the padding after)
+        np.testing.assert_allclose(
+            ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4
+        )
 
 
 def test_greedy_ids_equal_generates(trained, hf):
     from keras_transformer.data import encode_sources
     from keras_transformer.decoding import greedy_decode
 
-    source_ids = encode_sources(trained.src_tokenizer, tf.constant(hf["sources"]),
-                                trained.max_src_length).to_tensor(trained.model.config.pad_id)
+    source_ids = encode_sources(
+        trained.src_tokenizer, tf.constant(hf["sources"]), trained.max_src_length
+    ).to_tensor(trained.model.config.pad_id)
     tokens, _ = greedy_decode(trained.model, source_ids, max_length=MAX_NEW_TOKENS)
     assert [_until_eos(row) for row in tokens.numpy()] == hf["generated"]
 
@@ -138,12 +179,19 @@ def saved_model(workdir, tmp_path_factory) -> Path:
 
 def test_the_saved_models_greedy_signature_gives_transformers_text(saved_model, hf):
     """Loaded in a fresh process with only tensorflow and tensorflow_text, as a server would."""
-    script = ("import json, sys, tensorflow as tf, tensorflow_text\n"
-              "m = tf.saved_model.load(sys.argv[1])\n"
-              "out = m.signatures['translate_greedy'](inputs=tf.constant(json.loads(sys.argv[2])))\n"
-              "print(json.dumps([t.decode() for t in out['translations'].numpy()]))\n")
-    result = subprocess.run([sys.executable, "-c", script, str(saved_model), json.dumps(hf["sources"])],
-                            env=ENV, capture_output=True, text=True, timeout=300)
+    script = (
+        "import json, sys, tensorflow as tf, tensorflow_text\n"
+        "m = tf.saved_model.load(sys.argv[1])\n"
+        "out = m.signatures['translate_greedy'](inputs=tf.constant(json.loads(sys.argv[2])))\n"
+        "print(json.dumps([t.decode() for t in out['translations'].numpy()]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(saved_model), json.dumps(hf["sources"])],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "keras_transformer" not in result.stderr
     assert json.loads(result.stdout.strip().splitlines()[-1]) == hf["texts"]
@@ -153,7 +201,9 @@ def test_the_saved_model_stores_each_weight_once(saved_model, trained):
     """TF Serving loads the tf.Variables behind the model, each once (not a second
     copy through the Keras model's own variables)."""
     stored = tf.train.list_variables(str(saved_model / "variables" / "variables"))
-    weights = sum(int(np.prod(shape)) for name, shape in stored if name.startswith("model_variables/"))
+    weights = sum(
+        int(np.prod(shape)) for name, shape in stored if name.startswith("model_variables/")
+    )
     assert weights == sum(int(np.prod(variable.shape)) for variable in trained.model.variables)
     assert not [name for name, _ in stored if name.startswith("model/")]
 
@@ -167,17 +217,30 @@ def test_tflite_ids_equal_the_saved_models(workdir, saved_model, trained, hf, tm
     from keras_transformer.data import encode_sources
 
     out = tmp_path / "opus.tflite"
-    _program("export.tflite", "--workdir", str(workdir), "--out", str(out), "--max-src-length", "40",
-             "--max-tgt-length", str(MAX_NEW_TOKENS))
+    _program(
+        "export.tflite",
+        "--workdir",
+        str(workdir),
+        "--out",
+        str(out),
+        "--max-src-length",
+        "40",
+        "--max-tgt-length",
+        str(MAX_NEW_TOKENS),
+    )
     runner = Interpreter(model_content=out.read_bytes()).get_signature_runner()
     pad = trained.model.config.pad_id
-    ids = encode_sources(trained.src_tokenizer, tf.constant(hf["sources"]), 40).to_tensor(pad).numpy()
+    ids = (
+        encode_sources(trained.src_tokenizer, tf.constant(hf["sources"]), 40).to_tensor(pad).numpy()
+    )
     ids = np.pad(ids, [(0, 0), (0, 40 - ids.shape[1])], constant_values=pad)
     lite = [_until_eos(runner(source_ids=row[np.newaxis])["target_ids"][0]) for row in ids]
     assert lite == hf["generated"]
     served = tf.saved_model.load(str(saved_model)).signatures["translate_greedy"]
     texts = [t.decode() for t in served(inputs=tf.constant(hf["sources"]))["translations"].numpy()]
-    assert [t.decode() for t in trained.tgt_tokenizer.detokenize(_padded(lite, pad)).numpy()] == texts
+    assert [
+        t.decode() for t in trained.tgt_tokenizer.detokenize(_padded(lite, pad)).numpy()
+    ] == texts
 
 
 def test_ctranslate2_greedy_ids_equal_generates(workdir, trained, hf, tmp_path):
@@ -185,13 +248,18 @@ def test_ctranslate2_greedy_ids_equal_generates(workdir, trained, hf, tmp_path):
     out = tmp_path / "ct2"
     _program("export.ctranslate2", "--workdir", str(workdir), "--out", str(out))
     vocabulary = json.loads((out / "shared_vocabulary.json").read_text())
-    source_pieces = [trained.src_tokenizer.pieces(row) for row in trained.src_tokenizer.tokenize(
-        tf.constant(hf["sources"])).to_list()]
+    source_pieces = [
+        trained.src_tokenizer.pieces(row)
+        for row in trained.src_tokenizer.tokenize(tf.constant(hf["sources"])).to_list()
+    ]
     translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
-    results = translator.translate_batch(source_pieces, beam_size=1, max_decoding_length=MAX_NEW_TOKENS,
-                                         min_decoding_length=0)
+    results = translator.translate_batch(
+        source_pieces, beam_size=1, max_decoding_length=MAX_NEW_TOKENS, min_decoding_length=0
+    )
     ids = [[vocabulary.index(piece) for piece in r.hypotheses[0]] for r in results]
-    assert [row + [0] for row in ids] == [row if row[-1] == 0 else row + [0] for row in hf["generated"]]
+    assert [row + [0] for row in ids] == [
+        row if row[-1] == 0 else row + [0] for row in hf["generated"]
+    ]
 
 
 def test_one_epoch_of_fit_lowers_the_loss(trained, checkpoint):
@@ -204,11 +272,20 @@ def test_one_epoch_of_fit_lowers_the_loss(trained, checkpoint):
     pairs = checkpoint["train_pairs"][:256]
 
     def data():
-        return make_dataset(pairs_from_list(pairs), trained.src_tokenizer, trained.tgt_tokenizer,
-                            max_src_length=64, max_tgt_length=64, batch_size=32, shuffle_buffer=0)
+        return make_dataset(
+            pairs_from_list(pairs),
+            trained.src_tokenizer,
+            trained.tgt_tokenizer,
+            max_src_length=64,
+            max_tgt_length=64,
+            batch_size=32,
+            shuffle_buffer=0,
+        )
 
-    model.compile(optimizer=keras.optimizers.Adam(1e-3),
-                  loss=kt.MaskedLabelSmoothedCrossEntropy(0.0, pad_id=model.config.pad_id))
+    model.compile(
+        optimizer=keras.optimizers.Adam(1e-3),
+        loss=kt.MaskedLabelSmoothedCrossEntropy(0.0, pad_id=model.config.pad_id),
+    )
     before = model.evaluate(data(), verbose=0)
     model.fit(data(), epochs=1, verbose=0)
     after = model.evaluate(data(), verbose=0)
@@ -220,15 +297,37 @@ def test_fine_tuning_starts_from_the_imported_model(workdir, checkpoint, tmp_pat
     from keras_transformer import Workdir
 
     run = tmp_path / "tuned"
-    _program("training.train", "--config", "demo", "--workdir", str(run), "--set", f"model.init_from={workdir}",
-             "--set", "data.synthetic={train: 400, valid: 8, test: 8, seed: 0}", "--set", "training.epochs=1",
-             "--set", "training.steps_per_epoch=4", "--set", "training.steps_per_execution=2",
-             "--set", "training.average_last=1", "--set", "training.batch_tokens=1024",
-             "--set", "training.warmup_steps=100", "--set", "evaluation.max_sentences=4")
+    _program(
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        str(run),
+        "--set",
+        f"model.init_from={workdir}",
+        "--set",
+        "data.synthetic={train: 400, valid: 8, test: 8, seed: 0}",
+        "--set",
+        "training.epochs=1",
+        "--set",
+        "training.steps_per_epoch=4",
+        "--set",
+        "training.steps_per_execution=2",
+        "--set",
+        "training.average_last=1",
+        "--set",
+        "training.batch_tokens=1024",
+        "--set",
+        "training.warmup_steps=100",
+        "--set",
+        "evaluation.max_sentences=4",
+    )
     imported, tuned = Workdir(workdir), Workdir(run)
     assert tuned.transformer_config() == imported.transformer_config()
     for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
-        assert (tuned.tokenizer_dir / name).read_bytes() == (imported.tokenizer_dir / name).read_bytes()
+        assert (tuned.tokenizer_dir / name).read_bytes() == (
+            imported.tokenizer_dir / name
+        ).read_bytes()
     # The demo pair is what the checkpoint learned: far below a new model's loss (ln V ≈ 5.6).
     first_loss = json.loads(tuned.metrics_path.read_text())["history"]["loss"][0]
     assert first_loss < 4.0
@@ -244,15 +343,30 @@ def test_a_pickle_is_read_only_when_allowed(checkpoint, workdir, tmp_path):
 
     pickled = tmp_path / "pickled"
     shutil.copytree(checkpoint["dir"], pickled)
-    state = {name: torch.from_numpy(value) for name, value in load_file(str(pickled / "model.safetensors")).items()}
+    state = {
+        name: torch.from_numpy(value)
+        for name, value in load_file(str(pickled / "model.safetensors")).items()
+    }
     torch.save(state, pickled / "pytorch_model.bin")
     (pickled / "model.safetensors").unlink()
-    refused = _program("training.import_checkpoint", "marian", str(pickled), "--workdir", str(tmp_path / "w"),
-                       check=False)
+    refused = _program(
+        "training.import_checkpoint",
+        "marian",
+        str(pickled),
+        "--workdir",
+        str(tmp_path / "w"),
+        check=False,
+    )
     assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "--allow-pickle" in refused.stderr and not (tmp_path / "w").exists()
-    _program("training.import_checkpoint", "marian", str(pickled), "--workdir", str(tmp_path / "w"),
-             "--allow-pickle")
+    _program(
+        "training.import_checkpoint",
+        "marian",
+        str(pickled),
+        "--workdir",
+        str(tmp_path / "w"),
+        "--allow-pickle",
+    )
     ours = Workdir(tmp_path / "w").load_model()
     for mine, theirs in zip(ours.weights, Workdir(workdir).load_model().weights):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
@@ -263,19 +377,50 @@ def test_the_programs_take_the_imported_workdir(workdir, saved_model, checkpoint
     src, ref = tmp_path / "test.src", tmp_path / "test.tgt"
     src.write_text("\n".join(s for s, _ in checkpoint["pairs"]) + "\n")
     ref.write_text("\n".join(t for _, t in checkpoint["pairs"]) + "\n")
-    _program("training.evaluate", "--workdir", str(workdir), "--src", str(src), "--ref", str(ref), "--beam", "2",
-             "--out", str(tmp_path / "eval.json"))
+    _program(
+        "training.evaluate",
+        "--workdir",
+        str(workdir),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--beam",
+        "2",
+        "--out",
+        str(tmp_path / "eval.json"),
+    )
     assert json.loads((tmp_path / "eval.json").read_text())["decoding"] == "beam2"
-    _program("training.tune_decoding", "--workdir", str(workdir), "--src", str(src), "--ref", str(ref),
-             "--beams", "1", "2", "--alphas", "0.6")
-    translated = _program("export.translate", "--model", str(saved_model), "--beam", "1", hf["sources"][0])
+    _program(
+        "training.tune_decoding",
+        "--workdir",
+        str(workdir),
+        "--src",
+        str(src),
+        "--ref",
+        str(ref),
+        "--beams",
+        "1",
+        "2",
+        "--alphas",
+        "0.6",
+    )
+    translated = _program(
+        "export.translate", "--model", str(saved_model), "--beam", "1", hf["sources"][0]
+    )
     assert translated.stdout.strip() == hf["texts"][0]
 
 
 def test_an_existing_workdir_is_kept_without_overwrite(checkpoint, workdir):
     before = sorted(p.name for p in workdir.iterdir())
-    result = _program("training.import_checkpoint", "marian", str(checkpoint["dir"]), "--workdir", str(workdir),
-                      check=False)
+    result = _program(
+        "training.import_checkpoint",
+        "marian",
+        str(checkpoint["dir"]),
+        "--workdir",
+        str(workdir),
+        check=False,
+    )
     assert result.returncode == 2 and "--overwrite" in result.stderr
     assert sorted(p.name for p in workdir.iterdir()) == before
 
@@ -289,13 +434,18 @@ def test_separate_vocabularies_import(tmp_path):
     made = write_marian_checkpoint(tmp_path / "separate", steps=150, separate_vocabs=True)
     trained = import_marian(tmp_path / "separate", tmp_path / "run").load()
     config = trained.model.config
-    assert not config.share_embeddings and (config.pad_id, config.bos_id) == (made["pad"], made["pad"])
+    assert not config.share_embeddings and (config.pad_id, config.bos_id) == (
+        made["pad"],
+        made["pad"],
+    )
     assert config.tgt_vocab_size == len(made["vocab"])
     from transformers import MarianTokenizer
 
     tokenizer = MarianTokenizer.from_pretrained(str(tmp_path / "separate"))
     pairs = made["pairs"][:4]
-    sources = encode_sources(trained.src_tokenizer, tf.constant([s for s, _ in pairs]), trained.max_src_length)
+    sources = encode_sources(
+        trained.src_tokenizer, tf.constant([s for s, _ in pairs]), trained.max_src_length
+    )
     assert sources.to_list() == tokenizer([s for s, _ in pairs])["input_ids"]
     sources = sources.to_tensor(config.pad_id).numpy()
     labels = tokenizer(text_target=[t for _, t in pairs])["input_ids"]
@@ -303,7 +453,9 @@ def test_separate_vocabularies_import(tmp_path):
     theirs = torch_logits(tmp_path / "separate", sources, target_in, config.pad_id)
     ours = trained.model((tf.constant(sources), tf.constant(target_in)), training=False).numpy()
     for row, label in enumerate(labels):
-        np.testing.assert_allclose(ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(
+            ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4
+        )
     generated = greedy_generate(tmp_path / "separate", [s for s, _ in pairs], MAX_NEW_TOKENS)
     tokens, _ = greedy_decode(trained.model, sources, max_length=MAX_NEW_TOKENS)
     assert [_until_eos(row) for row in tokens.numpy()] == generated

@@ -17,16 +17,28 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer.data import (count_tokens, make_dataset, pairs_from_list, prepare_shards, sharded_dataset,
-                                    source_ids, target_ids)
+from keras_transformer.data import (
+    count_tokens,
+    make_dataset,
+    pairs_from_list,
+    prepare_shards,
+    sharded_dataset,
+    source_ids,
+    target_ids,
+)
 from keras_transformer.tokenization import MarianSubwordTokenizer, load_marian_tokenizers
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 from marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 LANGUAGE_CODES = (">>fra<<", ">>deu<<")
-TF_TEXT_OPS = {"SentencepieceOp", "SentencepieceTokenizeOp", "SentencepieceDetokenizeOp",
-               "SentencepieceIdToStringOp", "SentencepieceGetPieceSizeOp"}
+TF_TEXT_OPS = {
+    "SentencepieceOp",
+    "SentencepieceTokenizeOp",
+    "SentencepieceDetokenizeOp",
+    "SentencepieceIdToStringOp",
+    "SentencepieceGetPieceSizeOp",
+}
 
 SENTENCES = [
     "the big dog sees 3 red cats",
@@ -51,7 +63,9 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def marian_dir(tmp_path_factory) -> Path:
-    return write_marian_tokenizer(tmp_path_factory.mktemp("marian") / "tokenizer", language_codes=LANGUAGE_CODES)
+    return write_marian_tokenizer(
+        tmp_path_factory.mktemp("marian") / "tokenizer", language_codes=LANGUAGE_CODES
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +98,11 @@ def test_special_ids_follow_the_vocabulary(marian_dir, tokenizers):
         assert tokenizer.bos_id == tokenizer.pad_id  # Marian's decoder starts from the pad id
         assert tokenizer.piece(tokenizer.pad_id) == "<pad>"
         assert tokenizer.pieces([0, 1, 2]) == ["</s>", "<unk>", ">>fra<<"]
-        assert [p.decode() for p in tokenizer.id_to_piece([0, vocab["<pad>"], -5]).numpy()] == \
-            ["</s>", "<pad>", "<unk>"]
+        assert [p.decode() for p in tokenizer.id_to_piece([0, vocab["<pad>"], -5]).numpy()] == [
+            "</s>",
+            "<pad>",
+            "<unk>",
+        ]
     assert src.vocabulary == tgt.vocabulary
     assert src.model_bytes == (marian_dir / "source.spm").read_bytes()
     assert tgt.model_bytes == (marian_dir / "target.spm").read_bytes()
@@ -114,12 +131,18 @@ def test_ids_match_marian_tokenizer(tokenizers, hf_tokenizer):
     tgt_ids = _as_lists(tgt.tokenize(tf.constant(sentences)))
     expected_src = [hf_tokenizer(text)["input_ids"] for text in sentences]
     expected_tgt = [hf_tokenizer(text_target=text)["input_ids"] for text in sentences]
-    mismatched = [(text, ours + [src.eos_id], theirs) for text, ours, theirs
-                  in zip(sentences, src_ids, expected_src) if ours + [src.eos_id] != theirs]
+    mismatched = [
+        (text, ours + [src.eos_id], theirs)
+        for text, ours, theirs in zip(sentences, src_ids, expected_src)
+        if ours + [src.eos_id] != theirs
+    ]
     # A special token written out in the text is read as that token by MarianTokenizer, as text here.
     assert [text for text, _, _ in mismatched] == ["</s> written out"], mismatched
-    mismatched = [(text, ours, theirs) for text, ours, theirs in zip(sentences, tgt_ids, expected_tgt)
-                  if ours + [tgt.eos_id] != theirs and text != "</s> written out"]
+    mismatched = [
+        (text, ours, theirs)
+        for text, ours, theirs in zip(sentences, tgt_ids, expected_tgt)
+        if ours + [tgt.eos_id] != theirs and text != "</s> written out"
+    ]
     assert not mismatched, mismatched
     assert src_ids != tgt_ids  # the two SentencePiece models split differently
 
@@ -166,7 +189,9 @@ def test_graph_functions_and_tf_data(tokenizers):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def round_trip(batch):
         ids = src.tokenize(batch)
-        return ids.to_tensor(default_value=src.pad_id), tgt.detokenize(ids.to_tensor(default_value=src.pad_id))
+        return ids.to_tensor(default_value=src.pad_id), tgt.detokenize(
+            ids.to_tensor(default_value=src.pad_id)
+        )
 
     dense, text = round_trip(texts)
     assert dense.numpy().tolist() == eager.to_tensor(default_value=src.pad_id).numpy().tolist()
@@ -197,7 +222,8 @@ def test_saved_model_in_a_fresh_process_with_only_tf_and_tf_text(tokenizers, tmp
     tf.saved_model.save(_Module(src, tgt), str(path))
     expected_ids = src.tokenize(tf.constant(sentences)).to_list()
     padded = tf.ragged.constant([row + [src.eos_id] for row in expected_ids]).to_tensor(
-        default_value=src.pad_id)
+        default_value=src.pad_id
+    )
     expected_text = [t.decode() for t in tgt.detokenize(padded).numpy()]
     script = textwrap.dedent(f"""
         import json, sys
@@ -210,7 +236,7 @@ def test_saved_model_in_a_fresh_process_with_only_tf_and_tf_text(tokenizers, tmp
         ids = [row[:n] for row, n in zip(out["ids"].numpy().tolist(), out["lengths"].numpy().tolist())]
         text = [t.decode() for t in module.detokenize(tf.constant(padded, tf.int32))["text"].numpy()]
         saved = saved_model_pb2.SavedModel()
-        saved.ParseFromString(open({str(path / 'saved_model.pb')!r}, "rb").read())
+        saved.ParseFromString(open({str(path / "saved_model.pb")!r}, "rb").read())
         graph = saved.meta_graphs[0].graph_def
         functions = {{f.signature.name for f in graph.library.function}}
         ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
@@ -218,9 +244,15 @@ def test_saved_model_in_a_fresh_process_with_only_tf_and_tf_text(tokenizers, tmp
         leaked = sorted(name for name in sys.modules if name.split(".")[0] == "keras_transformer")
         print(json.dumps({{"ids": ids, "text": text, "custom": custom, "ops": sorted(ops), "leaked": leaked}}))
     """)
-    result = subprocess.run([sys.executable, "-c", script], input=json.dumps([sentences, padded.numpy().tolist()]),
-                            cwd=CHECKOUT, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps([sentences, padded.numpy().tolist()]),
+        cwd=CHECKOUT,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["ids"] == expected_ids
@@ -243,16 +275,29 @@ def test_target_ids_start_from_pad_when_bos_is_pad():
 
 
 def _pairs():
-    return [("the big dog sees 3 red cats", "a b c"), ("Hello, world!", "Hallo Welt !"),
-            ("a boy", "yesterday the hungry teacher gave an old book to the farmer"), (">>fra<< x", "y")]
+    return [
+        ("the big dog sees 3 red cats", "a b c"),
+        ("Hello, world!", "Hallo Welt !"),
+        ("a boy", "yesterday the hungry teacher gave an old book to the farmer"),
+        (">>fra<< x", "y"),
+    ]
 
 
 def test_make_dataset_pads_with_the_pad_id_and_starts_targets_with_it(tokenizers, hf_tokenizer):
     src, tgt = tokenizers
     pad, eos = src.pad_id, src.eos_id
     pairs = _pairs()
-    dataset = make_dataset(pairs_from_list(pairs), src, tgt, batch_size=len(pairs), max_src_length=64,
-                           max_tgt_length=63, bucket_boundaries=(), shuffle_buffer=0, training=False)
+    dataset = make_dataset(
+        pairs_from_list(pairs),
+        src,
+        tgt,
+        batch_size=len(pairs),
+        max_src_length=64,
+        max_tgt_length=63,
+        bucket_boundaries=(),
+        shuffle_buffer=0,
+        training=False,
+    )
     (src_ids, tgt_in), tgt_out = next(iter(dataset))
     src_ids, tgt_in, tgt_out = src_ids.numpy(), tgt_in.numpy(), tgt_out.numpy()
     for (source, target), s, i, o in zip(pairs, src_ids, tgt_in, tgt_out):
@@ -273,8 +318,17 @@ def test_make_dataset_pads_with_the_pad_id_and_starts_targets_with_it(tokenizers
 
 def test_static_shapes_pad_with_the_pad_id(tokenizers):
     src, tgt = tokenizers
-    dataset = make_dataset(pairs_from_list(_pairs()), src, tgt, batch_size=2, max_src_length=40,
-                           max_tgt_length=39, static_shapes=True, shuffle_buffer=0, training=False)
+    dataset = make_dataset(
+        pairs_from_list(_pairs()),
+        src,
+        tgt,
+        batch_size=2,
+        max_src_length=40,
+        max_tgt_length=39,
+        static_shapes=True,
+        shuffle_buffer=0,
+        training=False,
+    )
     (src_ids, tgt_in), tgt_out = next(iter(dataset))
     assert src_ids.shape == (2, 40) and tgt_in.shape == (2, 40)
     assert int(src_ids[0, -1]) == int(tgt_in[0, -1]) == int(tgt_out[0, -1]) == src.pad_id
@@ -285,24 +339,45 @@ def test_prepared_shards_read_back_the_marian_layout(tokenizers, tmp_path):
     src, tgt = tokenizers
     pairs = _pairs() * 3
     kwargs = dict(max_src_length=64, max_tgt_length=63)
-    prepared = prepare_shards(pairs_from_list(pairs), src, tgt, tmp_path / "prepared", examples_per_shard=4,
-                              **kwargs)
-    assert prepared.special_ids == {"pad_id": src.pad_id, "src_eos_id": src.eos_id,
-                                    "tgt_bos_id": tgt.bos_id, "tgt_eos_id": tgt.eos_id}
-    read = sharded_dataset(tmp_path / "prepared", batch_size=1, bucket_boundaries=(), shuffle_buffer=0,
-                           training=False)
-    direct = make_dataset(pairs_from_list(pairs), src, tgt, batch_size=1, bucket_boundaries=(),
-                          shuffle_buffer=0, training=False, **kwargs)
+    prepared = prepare_shards(
+        pairs_from_list(pairs), src, tgt, tmp_path / "prepared", examples_per_shard=4, **kwargs
+    )
+    assert prepared.special_ids == {
+        "pad_id": src.pad_id,
+        "src_eos_id": src.eos_id,
+        "tgt_bos_id": tgt.bos_id,
+        "tgt_eos_id": tgt.eos_id,
+    }
+    read = sharded_dataset(
+        tmp_path / "prepared", batch_size=1, bucket_boundaries=(), shuffle_buffer=0, training=False
+    )
+    direct = make_dataset(
+        pairs_from_list(pairs),
+        src,
+        tgt,
+        batch_size=1,
+        bucket_boundaries=(),
+        shuffle_buffer=0,
+        training=False,
+        **kwargs,
+    )
 
     def examples(dataset):
-        return sorted((tuple(s.numpy()[0]), tuple(i.numpy()[0]), tuple(o.numpy()[0]))
-                      for (s, i), o in dataset)
+        return sorted(
+            (tuple(s.numpy()[0]), tuple(i.numpy()[0]), tuple(o.numpy()[0])) for (s, i), o in dataset
+        )
 
     assert examples(read) == examples(direct)
     # Another vocabulary with the same SentencePiece models makes the preparation stale.
-    other = MarianSubwordTokenizer(src.model_bytes, tuple(reversed(src.vocabulary)), eos_id=src.vocab_size - 1,
-                                   unk_id=src.vocab_size - 2, pad_id=0)
+    other = MarianSubwordTokenizer(
+        src.model_bytes,
+        tuple(reversed(src.vocabulary)),
+        eos_id=src.vocab_size - 1,
+        unk_id=src.vocab_size - 2,
+        pad_id=0,
+    )
     from keras_transformer.data import StalePreparationError
+
     with pytest.raises(StalePreparationError, match="src_tokenizer"):
         prepared.check(other, tgt, length_filter="drop", **kwargs)
 
@@ -311,7 +386,9 @@ def test_mismatched_pad_ids_are_refused(tokenizers):
     src, tgt = tokenizers
     other = MarianSubwordTokenizer(tgt.model_bytes, tgt.vocabulary, eos_id=0, unk_id=1, pad_id=2)
     with pytest.raises(ValueError, match="pad"):
-        make_dataset(pairs_from_list(_pairs()), src, other, batch_size=2, max_src_length=8, max_tgt_length=7)
+        make_dataset(
+            pairs_from_list(_pairs()), src, other, batch_size=2, max_src_length=8, max_tgt_length=7
+        )
 
 
 def test_separate_vocabularies_match_marian_tokenizer(tmp_path):
@@ -322,11 +399,15 @@ def test_separate_vocabularies_match_marian_tokenizer(tmp_path):
     src, tgt = load_marian_tokenizers(directory)
     assert src.vocabulary != tgt.vocabulary and src.pad_id == tgt.pad_id == 2
     sentences = [s for s in _sentences() if s != "</s> written out"]
-    assert [row + [0] for row in src.tokenize(sentences).to_list()] == [hf(s)["input_ids"] for s in sentences]
+    assert [row + [0] for row in src.tokenize(sentences).to_list()] == [
+        hf(s)["input_ids"] for s in sentences
+    ]
     targets = [hf(text_target=s)["input_ids"] for s in sentences]
     assert [row + [0] for row in tgt.tokenize(sentences).to_list()] == targets
     texts = tgt.detokenize(tf.ragged.constant(targets)).numpy()
-    assert [t.decode() for t in texts] == [hf.decode(row, skip_special_tokens=True) for row in targets]
+    assert [t.decode() for t in texts] == [
+        hf.decode(row, skip_special_tokens=True) for row in targets
+    ]
 
 
 def test_clean_up_tokenization_spaces_decodes_as_marian_tokenizer(marian_dir, tmp_path):
@@ -335,11 +416,17 @@ def test_clean_up_tokenization_spaces_decodes_as_marian_tokenizer(marian_dir, tm
     transformers = pytest.importorskip("transformers")
     directory = _copy(marian_dir, tmp_path / "clean")
     config_path = directory / "tokenizer_config.json"
-    config_path.write_text(json.dumps({**json.loads(config_path.read_text()), "clean_up_tokenization_spaces": True}))
+    config_path.write_text(
+        json.dumps({**json.loads(config_path.read_text()), "clean_up_tokenization_spaces": True})
+    )
     hf = transformers.MarianTokenizer.from_pretrained(str(directory))
     _, tgt = load_marian_tokenizers(directory)
     assert tgt.clean_up_tokenization_spaces
-    sentences = ["Hello , world ! How are you ?", "it 's what they 've said , isn 't it .", "a . b ' c"]
+    sentences = [
+        "Hello , world ! How are you ?",
+        "it 's what they 've said , isn 't it .",
+        "a . b ' c",
+    ]
     sentences += [text for text in _sentences() if text != "</s> written out"]
     rows = [hf(text_target=text)["input_ids"] for text in sentences]
     expected = [hf.decode(row, skip_special_tokens=True) for row in rows]
@@ -353,15 +440,18 @@ def _copy(marian_dir: Path, destination: Path) -> Path:
     return destination
 
 
-@pytest.mark.parametrize("problem, match", [
-    ("no_vocab", "vocab.json not found"),
-    ("bad_json", "vocab.json is not valid JSON"),
-    ("gaps", "does not number its"),
-    ("no_spm", "target.spm not found"),
-    ("bad_spm", "source.spm is not a SentencePiece model"),
-    ("unknown_pad", "lacks the special token"),
-    ("separate_without_target_vocab", "target_vocab.json not found"),
-])
+@pytest.mark.parametrize(
+    "problem, match",
+    [
+        ("no_vocab", "vocab.json not found"),
+        ("bad_json", "vocab.json is not valid JSON"),
+        ("gaps", "does not number its"),
+        ("no_spm", "target.spm not found"),
+        ("bad_spm", "source.spm is not a SentencePiece model"),
+        ("unknown_pad", "lacks the special token"),
+        ("separate_without_target_vocab", "target_vocab.json not found"),
+    ],
+)
 def test_bad_checkpoint_files_are_named(marian_dir, tmp_path, problem, match):
     directory = _copy(marian_dir, tmp_path / problem)
     config_path = directory / "tokenizer_config.json"
@@ -394,7 +484,10 @@ def test_workdir_loads_the_marian_pair(marian_dir, tmp_path):
     workdir = Workdir(tmp_path / "run")
     _copy(marian_dir, workdir.tokenizer_dir)
     assert workdir.is_marian and workdir.shared_vocabulary
-    assert workdir.tokenizer_paths == (workdir.tokenizer_dir / "source.spm", workdir.tokenizer_dir / "target.spm")
+    assert workdir.tokenizer_paths == (
+        workdir.tokenizer_dir / "source.spm",
+        workdir.tokenizer_dir / "target.spm",
+    )
     src, tgt = workdir.load_tokenizers()
     assert isinstance(src, MarianSubwordTokenizer) and isinstance(tgt, MarianSubwordTokenizer)
     assert src.model_bytes == (marian_dir / "source.spm").read_bytes()
@@ -429,12 +522,21 @@ def test_saved_model_export_embeds_the_marian_tokenizer(tokenizers, tmp_path):
     keras.utils.set_random_seed(0)
     # The decoder's start id is the model's; any id not pad/unk/eos serves for the tokenizer's part here.
     config = kt.TransformerConfig.from_preset(
-        "tiny", vocab_size=src.vocab_size, dropout=0.0, max_length=32, pad_id=src.pad_id, unk_id=src.unk_id,
-        bos_id=src.vocab_size - 2, eos_id=tgt.eos_id)
+        "tiny",
+        vocab_size=src.vocab_size,
+        dropout=0.0,
+        max_length=32,
+        pad_id=src.pad_id,
+        unk_id=src.unk_id,
+        bos_id=src.vocab_size - 2,
+        eos_id=tgt.eos_id,
+    )
     model = kt.Transformer(config)
     model.build()
     trained = TrainedModel(model, src, tgt, max_src_length=16)
-    version = export_saved_model(trained, tmp_path / "marian", beam_size=1, warmup_sentences=("Hello world.",))
+    version = export_saved_model(
+        trained, tmp_path / "marian", beam_size=1, warmup_sentences=("Hello world.",)
+    )
     assets = {path.name for path in (version / "assets").iterdir()}
     assert {"source.spm", "target.spm", "vocab.json"} <= assets
     texts = ["the big dog sees 3 red cats", ">>fra<< Hello, world!"]

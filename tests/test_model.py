@@ -32,7 +32,9 @@ def test_logits_shape_and_dtype():
     src, tgt = batch()
     logits = model((src, tgt))
     assert logits.shape == (3, 6, 40) and logits.dtype == tf.float32
-    np.testing.assert_allclose(model({"source_ids": src, "target_ids": tgt}).numpy(), logits.numpy())
+    np.testing.assert_allclose(
+        model({"source_ids": src, "target_ids": tgt}).numpy(), logits.numpy()
+    )
 
 
 def test_bad_inputs_say_what_is_expected():
@@ -47,10 +49,12 @@ def test_look_ahead_mask_hides_the_future():
     logits = model((src, tgt)).numpy()
     for t in range(tgt.shape[1] - 1):
         changed = tgt.copy()
-        changed[:, t + 1:] = np.random.default_rng(t).integers(4, 40, size=changed[:, t + 1:].shape)
+        changed[:, t + 1 :] = np.random.default_rng(t).integers(
+            4, 40, size=changed[:, t + 1 :].shape
+        )
         new = model((src, changed)).numpy()
         np.testing.assert_allclose(new[:, : t + 1], logits[:, : t + 1], rtol=1e-5, atol=1e-5)
-        assert not np.allclose(new[:, t + 1:], logits[:, t + 1:])
+        assert not np.allclose(new[:, t + 1 :], logits[:, t + 1 :])
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
@@ -65,7 +69,7 @@ def test_padding_never_changes_real_positions(norm_first):
     for i in range(3):
         length = int((src[i] != 0).sum())
         tgt_length = int((tgt[i] != 0).sum())
-        alone = model((src[i:i + 1, :length], tgt[i:i + 1, :tgt_length])).numpy()
+        alone = model((src[i : i + 1, :length], tgt[i : i + 1, :tgt_length])).numpy()
         np.testing.assert_allclose(alone[0], logits[i, :tgt_length], rtol=1e-5, atol=1e-5)
 
 
@@ -81,7 +85,9 @@ def test_changing_source_tokens_changes_logits():
 @pytest.mark.parametrize("share", [False, True])
 @pytest.mark.parametrize("fixed", [False, True])
 def test_cached_step_by_step_decoding_equals_full_pass(norm_first, share, fixed):
-    model = kt.Transformer(tiny(norm_first=norm_first, share_embeddings=share, tie_embeddings=share))
+    model = kt.Transformer(
+        tiny(norm_first=norm_first, share_embeddings=share, tie_embeddings=share)
+    )
     src, tgt = batch(4)
     full = model((src, tgt)).numpy()
     memory = model.encode(src)
@@ -89,8 +95,9 @@ def test_cached_step_by_step_decoding_equals_full_pass(norm_first, share, fixed)
     source_padding = padding_mask(src)
     steps = []
     for t in range(tgt.shape[1]):
-        logits, cache = model.decode(tgt[:, t:t + 1], cache, source_padding,
-                                     cache_index=t if fixed else None)
+        logits, cache = model.decode(
+            tgt[:, t : t + 1], cache, source_padding, cache_index=t if fixed else None
+        )
         steps.append(logits.numpy())
     incremental = np.concatenate(steps, 1)
     real = tgt != 0
@@ -112,8 +119,7 @@ def test_cached_decoding_inside_a_static_shape_while_loop():
         out = tf.zeros([src.shape[0], length, 40])
 
         def body(t, cache, out):
-            logits, cache = model.decode(tf.gather(tgt, [t], axis=1),
-                                         cache, padding, cache_index=t)
+            logits, cache = model.decode(tf.gather(tgt, [t], axis=1), cache, padding, cache_index=t)
             hit = tf.one_hot(t, length)[tf.newaxis, :, tf.newaxis]
             return t + 1, cache, out + hit * logits
 
@@ -147,7 +153,9 @@ def test_tf_function_and_xla_match_eager():
     src, tgt = batch(6)
     eager = model((src, tgt), training=False).numpy()
     graph = tf.function(lambda s, t: model((s, t), training=False))(src, tgt).numpy()
-    xla = tf.function(lambda s, t: model((s, t), training=False), jit_compile=True)(src, tgt).numpy()
+    xla = tf.function(lambda s, t: model((s, t), training=False), jit_compile=True)(
+        src, tgt
+    ).numpy()
     np.testing.assert_allclose(graph, eager, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(xla, eager, rtol=1e-4, atol=1e-4)
 
@@ -155,9 +163,12 @@ def test_tf_function_and_xla_match_eager():
 def _fit_once(model, jit_compile):
     src, tgt = batch(7)
     out = np.concatenate([tgt[:, 1:], np.zeros((3, 1), "int32")], 1)
-    model.compile(optimizer=kt.paper_adam(d_model=64, warmup_steps=10),
-                  loss=kt.MaskedLabelSmoothedCrossEntropy(), metrics=[kt.MaskedAccuracy()],
-                  jit_compile=jit_compile)
+    model.compile(
+        optimizer=kt.paper_adam(d_model=64, warmup_steps=10),
+        loss=kt.MaskedLabelSmoothedCrossEntropy(),
+        metrics=[kt.MaskedAccuracy()],
+        jit_compile=jit_compile,
+    )
     history = model.fit((src, tgt), out, batch_size=3, epochs=2, verbose=0)
     return history.history["loss"]
 
@@ -178,8 +189,11 @@ def test_mixed_bfloat16_keeps_softmax_layernorm_and_logits_in_float32():
     assert layer.self_attention.compute_dtype == "bfloat16"
     assert layer.self_attention_norm.compute_dtype == "float32"
     hidden, weights = model.decoder(
-        model.target_embedding(tgt), model.encode(src),
-        memory_padding_mask=padding_mask(src), return_attention_weights=True)
+        model.target_embedding(tgt),
+        model.encode(src),
+        memory_padding_mask=padding_mask(src),
+        return_attention_weights=True,
+    )
     assert hidden.dtype == tf.bfloat16
     assert weights[0]["cross"].dtype == tf.float32
     keras.config.set_dtype_policy("float32")
@@ -216,11 +230,22 @@ def test_fused_training_step_equals_keras_step(tied):
         model = kt.Transformer(config)
         # SGD: Adam would turn rounding noise in gradients that are zero in
         # exact arithmetic (attention key biases) into full-size steps.
-        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=kt.MaskedLabelSmoothedCrossEntropy(),
-                      metrics=[kt.MaskedAccuracy()], fuse_output_and_loss=fused)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(),
+            metrics=[kt.MaskedAccuracy()],
+            fuse_output_and_loss=fused,
+        )
         assert model.fuse_output_and_loss is fused
-        history = model.fit((src, tgt), out, sample_weight=sample_weight, batch_size=3, epochs=3,
-                            verbose=0, shuffle=False)
+        history = model.fit(
+            (src, tgt),
+            out,
+            sample_weight=sample_weight,
+            batch_size=3,
+            epochs=3,
+            verbose=0,
+            shuffle=False,
+        )
         results.append((history.history, model.get_weights()))
     (fused_history, fused_weights), (keras_history, keras_weights) = results
     for name in ("loss", "masked_accuracy"):
@@ -238,8 +263,11 @@ def test_loss_weights_take_keras_training_step():
     model = kt.Transformer(tiny())
     losses = {}
     for weights in (None, 0.5):
-        model.compile(optimizer=keras.optimizers.SGD(0.0), loss=kt.MaskedLabelSmoothedCrossEntropy(),
-                      loss_weights=weights)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.0),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(),
+            loss_weights=weights,
+        )
         assert model.fuse_output_and_loss == (weights is None)
         history = model.fit((src, tgt), labels, batch_size=3, epochs=1, verbose=0, shuffle=False)
         losses[weights] = history.history["loss"][0]
@@ -251,8 +279,11 @@ def test_the_fusion_choice_is_saved_with_the_compile_config(tmp_path):
     explicit ``fuse_output_and_loss`` among them (the default is recomputed)."""
     for choice, expected in ((False, False), (None, True)):
         model = kt.Transformer(tiny())
-        model.compile(optimizer=kt.paper_adam(d_model=model.config.d_model),
-                      loss=kt.MaskedLabelSmoothedCrossEntropy(), fuse_output_and_loss=choice)
+        model.compile(
+            optimizer=kt.paper_adam(d_model=model.config.d_model),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(),
+            fuse_output_and_loss=choice,
+        )
         model.build()
         path = tmp_path / f"{choice}.keras"
         model.save(path)
@@ -263,10 +294,16 @@ def test_the_fusion_choice_is_saved_with_the_compile_config(tmp_path):
 
 def test_other_losses_take_keras_training_step():
     model = kt.Transformer(tiny())
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     assert not model.fuse_output_and_loss and not model.token_mean_loss
-    with pytest.raises(ValueError, match="fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy"):
-        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", fuse_output_and_loss=True)
+    with pytest.raises(
+        ValueError, match="fuse_output_and_loss=True needs loss=MaskedLabelSmoothedCrossEntropy"
+    ):
+        model.compile(
+            optimizer="adam", loss="sparse_categorical_crossentropy", fuse_output_and_loss=True
+        )
     src, tgt = batch(10)
     history = model.fit((src, tgt), np.roll(tgt, -1, axis=1), batch_size=3, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])

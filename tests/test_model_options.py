@@ -15,16 +15,31 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.beam_search import beam_search
 from keras_transformer.decoding import greedy_decode, never_emitted
-from keras_transformer.layers import PositionalEmbedding, padding_mask, sinusoidal_positions, target_padding_mask
+from keras_transformer.layers import (
+    PositionalEmbedding,
+    padding_mask,
+    sinusoidal_positions,
+    target_padding_mask,
+)
 
 import reference
 
 VOCAB = 40
-SMALL = dict(vocab_size=VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32, dropout=0.0)
+SMALL = dict(
+    vocab_size=VOCAB, num_layers=2, d_model=16, num_heads=2, d_ff=32, max_length=32, dropout=0.0
+)
 # OPUS-MT's layout: </s> = 0, <unk> = 1, <pad> = the last id, and the decoder starts from <pad>.
 MARIAN_IDS = dict(eos_id=0, unk_id=1, pad_id=VOCAB - 1, bos_id=VOCAB - 1)
-MARIAN = dict(share_embeddings=True, tie_embeddings=True, activation="swish", position_encoding="halves",
-              embedding_scale=1.0, final_logits_bias=True, layer_norm_epsilon=1e-5, **MARIAN_IDS)
+MARIAN = dict(
+    share_embeddings=True,
+    tie_embeddings=True,
+    activation="swish",
+    position_encoding="halves",
+    embedding_scale=1.0,
+    final_logits_bias=True,
+    layer_norm_epsilon=1e-5,
+    **MARIAN_IDS,
+)
 
 
 def config(**overrides):
@@ -73,8 +88,11 @@ def numpy_transformer(model, src, tgt):
     assert c.share_embeddings and c.tie_embeddings and not c.norm_first
     embeddings = model.source_embedding.embeddings.numpy()
     scale = math.sqrt(c.d_model) if c.embedding_scale is None else c.embedding_scale
-    table = (reference.marian_positional_table if c.position_encoding == "halves"
-             else reference.positional_table)(c.max_length, c.d_model)
+    table = (
+        reference.marian_positional_table
+        if c.position_encoding == "halves"
+        else reference.positional_table
+    )(c.max_length, c.d_model)
 
     def embed(ids):
         return embeddings[ids] * scale + table[: ids.shape[1]][np.newaxis]
@@ -119,12 +137,23 @@ def test_unknown_position_encoding_lists_the_layouts():
 @pytest.mark.parametrize("embedding_scale", [None, 1.0, 2.5])
 @pytest.mark.parametrize("position_encoding", ["interleaved", "halves"])
 def test_embedding_is_scaled_token_row_plus_position(embedding_scale, position_encoding):
-    layer = PositionalEmbedding(vocab_size=12, d_model=8, max_length=10, pad_id=11,
-                                position_encoding=position_encoding, embedding_scale=embedding_scale)
-    ids = np.array([[11, 5, 6, 11], [3, 11, 11, 11]], np.int32)  # the pad id first, as a start token
+    layer = PositionalEmbedding(
+        vocab_size=12,
+        d_model=8,
+        max_length=10,
+        pad_id=11,
+        position_encoding=position_encoding,
+        embedding_scale=embedding_scale,
+    )
+    ids = np.array(
+        [[11, 5, 6, 11], [3, 11, 11, 11]], np.int32
+    )  # the pad id first, as a start token
     out = layer(ids, start_index=2).numpy()
-    table = (reference.marian_positional_table if position_encoding == "halves"
-             else reference.positional_table)(10, 8)
+    table = (
+        reference.marian_positional_table
+        if position_encoding == "halves"
+        else reference.positional_table
+    )(10, 8)
     scale = math.sqrt(8) if embedding_scale is None else embedding_scale
     # The pad id's row is used as it is (not zeroed), like every other row.
     expected = layer.embeddings.numpy()[ids] * scale + table[2:6][np.newaxis]
@@ -146,7 +175,9 @@ def test_embedding_scale_multiplies_the_token_embeddings_exactly():
 def test_swish_feed_forward_is_x_times_sigmoid_x():
     x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype("float32")
     for name in ("swish", "silu"):
-        layer = kt.layers.FeedForward(d_model=8, d_ff=16, activation=name, bias_initializer="random_normal")
+        layer = kt.layers.FeedForward(
+            d_model=8, d_ff=16, activation=name, bias_initializer="random_normal"
+        )
         out = layer(x).numpy()
         inner = x @ layer.inner_dense.kernel.numpy() + layer.inner_dense.bias.numpy()
         hidden = inner * (1.0 / (1.0 + np.exp(-inner)))
@@ -157,10 +188,13 @@ def test_swish_feed_forward_is_x_times_sigmoid_x():
 # --- the whole model against NumPy ------------------------------------------------------
 
 
-@pytest.mark.parametrize("options", [
-    pytest.param(MARIAN, id="marian"),
-    pytest.param(dict(share_embeddings=True, tie_embeddings=True), id="paper"),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param(MARIAN, id="marian"),
+        pytest.param(dict(share_embeddings=True, tie_embeddings=True), id="paper"),
+    ],
+)
 def test_model_equals_the_numpy_transformer(options):
     """Every option at once (Marian's) and the paper's defaults, against NumPy:
     with the decoder starting from the pad id, position 0 is a real token."""
@@ -180,17 +214,27 @@ def test_model_equals_the_numpy_transformer(options):
 def test_start_from_pad_counts_position_zero_as_a_real_token():
     c = config(**MARIAN)
     tgt = np.array([[39, 5, 39], [39, 39, 39]], np.int32)
-    np.testing.assert_array_equal(target_padding_mask(tgt, c).numpy(), [[True, True, False], [True, False, False]])
+    np.testing.assert_array_equal(
+        target_padding_mask(tgt, c).numpy(), [[True, True, False], [True, False, False]]
+    )
     paper = config()
-    np.testing.assert_array_equal(target_padding_mask(np.array([[2, 0, 5]]), paper).numpy(),
-                                  padding_mask(np.array([[2, 0, 5]]), 0).numpy())
+    np.testing.assert_array_equal(
+        target_padding_mask(np.array([[2, 0, 5]]), paper).numpy(),
+        padding_mask(np.array([[2, 0, 5]]), 0).numpy(),
+    )
     # With position 0 masked its self-attention has no key at all: the logits would differ.
     model = marian_model(2)
     src, tgt = marian_batch(2)
     memory = model.encode(src)
-    states = model.decoder(model.target_embedding(tgt), memory, memory_padding_mask=padding_mask(src, 39),
-                           target_padding_mask=padding_mask(tgt, 39))
-    assert not np.allclose(model.logits(states).numpy()[:, 0], model((src, tgt)).numpy()[:, 0], atol=1e-3)
+    states = model.decoder(
+        model.target_embedding(tgt),
+        memory,
+        memory_padding_mask=padding_mask(src, 39),
+        target_padding_mask=padding_mask(tgt, 39),
+    )
+    assert not np.allclose(
+        model.logits(states).numpy()[:, 0], model((src, tgt)).numpy()[:, 0], atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("fixed", [False, True])
@@ -204,8 +248,13 @@ def test_cached_decoding_from_the_pad_id_equals_the_full_pass(fixed):
     kernel = model.output_kernel()
     steps = []
     for t in range(tgt.shape[1]):
-        logits, cache = model.decode(tgt[:, t:t + 1], cache, source_padding, cache_index=t if fixed else None,
-                                     output_kernel=kernel)
+        logits, cache = model.decode(
+            tgt[:, t : t + 1],
+            cache,
+            source_padding,
+            cache_index=t if fixed else None,
+            output_kernel=kernel,
+        )
         steps.append(logits.numpy())
     real = target_padding_mask(tgt, model.config).numpy()
     np.testing.assert_allclose(np.concatenate(steps, 1)[real], full[real], rtol=1e-4, atol=1e-5)
@@ -218,19 +267,31 @@ def test_cached_decoding_from_the_pad_id_equals_the_full_pass(fixed):
 def test_final_logits_bias_adds_exactly_to_every_logit(tied):
     model = marian_model(4, tie_embeddings=tied, share_embeddings=tied)
     assert model.final_logits_bias.shape == (VOCAB,) and model.final_logits_bias.dtype == "float32"
-    assert model.final_logits_bias.trainable and model.final_logits_bias.path.endswith("final_logits_bias")
+    assert model.final_logits_bias.trainable and model.final_logits_bias.path.endswith(
+        "final_logits_bias"
+    )
     src, tgt = marian_batch(4)
     bias = model.final_logits_bias.numpy()
     with_bias = model((src, tgt)).numpy()
     memory = model.encode(src)
     cache = model.initial_cache(memory)
-    step, _ = model.decode(tgt[:, :1], cache, padding_mask(src, 39), output_kernel=model.output_kernel())
+    step, _ = model.decode(
+        tgt[:, :1], cache, padding_mask(src, 39), output_kernel=model.output_kernel()
+    )
     model.final_logits_bias.assign(np.zeros(VOCAB, np.float32))
     without = model((src, tgt)).numpy()
-    step_without, _ = model.decode(tgt[:, :1], model.initial_cache(memory), padding_mask(src, 39),
-                                   output_kernel=model.output_kernel())
-    np.testing.assert_allclose(with_bias - without, np.broadcast_to(bias, with_bias.shape), atol=1e-5)
-    np.testing.assert_allclose(step.numpy() - step_without.numpy(), np.broadcast_to(bias, step.shape), atol=1e-5)
+    step_without, _ = model.decode(
+        tgt[:, :1],
+        model.initial_cache(memory),
+        padding_mask(src, 39),
+        output_kernel=model.output_kernel(),
+    )
+    np.testing.assert_allclose(
+        with_bias - without, np.broadcast_to(bias, with_bias.shape), atol=1e-5
+    )
+    np.testing.assert_allclose(
+        step.numpy() - step_without.numpy(), np.broadcast_to(bias, step.shape), atol=1e-5
+    )
     np.testing.assert_allclose(step.numpy()[:, 0], with_bias[:, 0], rtol=1e-5, atol=1e-5)
 
 
@@ -263,8 +324,12 @@ def test_fused_training_step_with_the_bias_equals_keras_step(tied):
     results = []
     for fused in (True, False):
         model = marian_model(6, tie_embeddings=tied, share_embeddings=tied)
-        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=kt.MaskedLabelSmoothedCrossEntropy(pad_id=pad),
-                      metrics=[kt.MaskedAccuracy(pad_id=pad)], fuse_output_and_loss=fused)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.5),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(pad_id=pad),
+            metrics=[kt.MaskedAccuracy(pad_id=pad)],
+            fuse_output_and_loss=fused,
+        )
         assert model.fuse_output_and_loss is fused
         history = model.fit((src, tgt), out, batch_size=3, epochs=3, verbose=0, shuffle=False)
         results.append((history.history, model.get_weights(), model.final_logits_bias.numpy()))
@@ -317,11 +382,17 @@ def teacher_forced(model, source, tokens):
     return float(sum(log_probs[i, token] for i, token in enumerate(tokens)))
 
 
-@pytest.mark.parametrize("ids", [
-    pytest.param(MARIAN_IDS, id="start_from_pad_at_the_end"),
-    pytest.param(dict(eos_id=0, unk_id=1, pad_id=VOCAB - 1, bos_id=VOCAB - 2), id="bos_and_pad_at_the_end"),
-    pytest.param(dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3), id="paper_ids"),
-])
+@pytest.mark.parametrize(
+    "ids",
+    [
+        pytest.param(MARIAN_IDS, id="start_from_pad_at_the_end"),
+        pytest.param(
+            dict(eos_id=0, unk_id=1, pad_id=VOCAB - 1, bos_id=VOCAB - 2),
+            id="bos_and_pad_at_the_end",
+        ),
+        pytest.param(dict(pad_id=0, unk_id=1, bos_id=2, eos_id=3), id="paper_ids"),
+    ],
+)
 def test_greedy_and_beam_never_emit_pad_or_bos(ids):
     model = pad_loving_model(**ids)
     c = model.config
@@ -337,21 +408,29 @@ def test_greedy_and_beam_never_emit_pad_or_bos(ids):
     for b, row in enumerate(greedy):
         tokens = real_tokens(row, c)
         assert not set(tokens) & {c.pad_id, c.bos_id}, row
-        assert np.all(row[len(tokens):] == c.pad_id)  # padded with pad_id after EOS
+        assert np.all(row[len(tokens) :] == c.pad_id)  # padded with pad_id after EOS
         # Scores are the model's own log-probabilities (the banned ids are not renormalised away).
-        np.testing.assert_allclose(greedy_scores.numpy()[b], teacher_forced(model, src[b], tokens), rtol=1e-4,
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+            greedy_scores.numpy()[b], teacher_forced(model, src[b], tokens), rtol=1e-4, atol=1e-4
+        )
     for b, hypotheses in enumerate(beam.tokens.numpy()):
         for j, row in enumerate(hypotheses):
             tokens = real_tokens(row, c)
             assert not set(tokens) & {c.pad_id, c.bos_id}, row
-            assert np.all(row[len(tokens):] == c.pad_id)
-            np.testing.assert_allclose(beam.log_probs.numpy()[b, j], teacher_forced(model, src[b], tokens),
-                                       rtol=1e-4, atol=1e-4)
+            assert np.all(row[len(tokens) :] == c.pad_id)
+            np.testing.assert_allclose(
+                beam.log_probs.numpy()[b, j],
+                teacher_forced(model, src[b], tokens),
+                rtol=1e-4,
+                atol=1e-4,
+            )
     # Without the ban, pad or BOS would have been chosen at the first step.
     memory = model.encode(src[:1])
-    first, _ = model.decode(np.array([[c.bos_id]], np.int32), model.initial_cache(memory),
-                            padding_mask(src[:1], c.pad_id))
+    first, _ = model.decode(
+        np.array([[c.bos_id]], np.int32),
+        model.initial_cache(memory),
+        padding_mask(src[:1], c.pad_id),
+    )
     assert int(np.argmax(first.numpy()[0, 0])) in never_emitted(c)
 
 
@@ -362,14 +441,16 @@ def test_a_sentence_decodes_the_same_alone_and_in_a_batch_padded_with_the_last_i
     batch_greedy, _ = greedy_decode(model, src, max_length=8)
     batch_beam = beam_search(model, src, beam_size=2, max_length=8)
     for b in range(len(src)):
-        alone = src[b:b + 1, : int((src[b] != c.pad_id).sum())]
+        alone = src[b : b + 1, : int((src[b] != c.pad_id).sum())]
         greedy, _ = greedy_decode(model, alone, max_length=8)
         width = greedy.shape[1]
         np.testing.assert_array_equal(batch_greedy.numpy()[b, :width], greedy.numpy()[0])
         assert np.all(batch_greedy.numpy()[b, width:] == c.pad_id)
         beam = beam_search(model, alone, beam_size=2, max_length=8)
         width = beam.tokens.shape[2]
-        np.testing.assert_array_equal(batch_beam.tokens.numpy()[b, :, :width], beam.tokens.numpy()[0])
+        np.testing.assert_array_equal(
+            batch_beam.tokens.numpy()[b, :, :width], beam.tokens.numpy()[0]
+        )
 
 
 # --- config, saving, exporters ----------------------------------------------------------
@@ -378,11 +459,17 @@ def test_a_sentence_decodes_the_same_alone_and_in_a_batch_padded_with_the_last_i
 def test_config_round_trips_and_old_configs_get_the_papers_defaults():
     c = config(**MARIAN)
     assert kt.TransformerConfig.from_dict(json.loads(c.to_json())) == c
-    old = {k: v for k, v in config().to_dict().items()
-           if k not in ("position_encoding", "embedding_scale", "final_logits_bias")}
+    old = {
+        k: v
+        for k, v in config().to_dict().items()
+        if k not in ("position_encoding", "embedding_scale", "final_logits_bias")
+    }
     loaded = kt.TransformerConfig.from_dict(old)
-    assert (loaded.position_encoding, loaded.embedding_scale, loaded.final_logits_bias) == ("interleaved", None,
-                                                                                            False)
+    assert (loaded.position_encoding, loaded.embedding_scale, loaded.final_logits_bias) == (
+        "interleaved",
+        None,
+        False,
+    )
     assert loaded == config()
 
 
@@ -396,7 +483,11 @@ def test_saved_and_loaded_model_keeps_every_option(tmp_path):
     np.testing.assert_array_equal(loaded.final_logits_bias.numpy(), model.final_logits_bias.numpy())
     np.testing.assert_array_equal(loaded((src, tgt)).numpy(), model((src, tgt)).numpy())
     embedding = loaded.get_layer("source_embedding").get_config()
-    assert (embedding["position_encoding"], embedding["embedding_scale"], embedding["pad_id"]) == ("halves", 1.0, 39)
+    assert (embedding["position_encoding"], embedding["embedding_scale"], embedding["pad_id"]) == (
+        "halves",
+        1.0,
+        39,
+    )
 
 
 def test_tflite_translator_decodes_from_the_pad_id_like_greedy():
@@ -443,33 +534,52 @@ def test_ctranslate2_equals_our_model_with_every_option(tmp_path, monkeypatch, s
     tokenizer = _Pieces(c)
     # The vocabulary of a tokenizer whose reserved pieces sit at OPUS-MT's ids (the
     # tokenizer side's `vocabulary` checks the paper's layout).
-    monkeypatch.setattr(ct2_export, "vocabulary", lambda tok, size: [tok.piece(i) for i in range(size)])
+    monkeypatch.setattr(
+        ct2_export, "vocabulary", lambda tok, size: [tok.piece(i) for i in range(size)]
+    )
     out = tmp_path / "ct2"
     ct2_export.KerasTransformerConverter(model, tokenizer, tokenizer).convert(str(out))
     ct2_config = json.loads((out / "config.json").read_text())
     assert ct2_config["decoder_start_token"] == "<pad>" and ct2_config["eos_token"] == "</s>"
 
     src = sources(model, count=4, seed=12)
-    source_pieces = [[tokenizer.piece(i) for i in real_tokens(row, c)[:-1]] for row in src]  # CT2 adds </s>
+    source_pieces = [
+        [tokenizer.piece(i) for i in real_tokens(row, c)[:-1]] for row in src
+    ]  # CT2 adds </s>
     translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
     ours, our_scores = greedy_decode(model, src, max_length=12)
-    results = translator.translate_batch(source_pieces, beam_size=1, max_decoding_length=12, min_decoding_length=0,
-                                         length_penalty=0, return_scores=True, suppress_sequences=[["<pad>"]])
+    results = translator.translate_batch(
+        source_pieces,
+        beam_size=1,
+        max_decoding_length=12,
+        min_decoding_length=0,
+        length_penalty=0,
+        return_scores=True,
+        suppress_sequences=[["<pad>"]],
+    )
     for b, (row, result) in enumerate(zip(ours.numpy(), results)):
         tokens = real_tokens(row, c)
         assert result.hypotheses[0] == [tokenizer.piece(i) for i in tokens if i != c.eos_id]
         # Ours is the model's log-probability of the tokens; CTranslate2 renormalises each step
         # over the tokens it does not suppress: log p(y) - log(1 - p(pad)).
         target_in = np.array([[c.bos_id] + tokens[:-1]], np.int32)
-        log_probs = tf.nn.log_softmax(model((src[b:b + 1], target_in))).numpy()[0].astype(np.float64)
+        log_probs = (
+            tf.nn.log_softmax(model((src[b : b + 1], target_in))).numpy()[0].astype(np.float64)
+        )
         steps = np.arange(len(tokens))
-        np.testing.assert_allclose(our_scores.numpy()[b], log_probs[steps, tokens].sum(), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(
+            our_scores.numpy()[b], log_probs[steps, tokens].sum(), rtol=1e-5, atol=1e-4
+        )
         renormalised = log_probs[steps, tokens] - np.log1p(-np.exp(log_probs[steps, c.pad_id]))
         np.testing.assert_allclose(result.scores[0], renormalised.sum(), rtol=1e-5, atol=1e-3)
     # Teacher-forced: every token's log-probability, from the pad start token, through both stacks.
-    targets = [[tokenizer.piece(i) for i in real_tokens(row, c) if i != c.eos_id] for row in ours.numpy()]
+    targets = [
+        [tokenizer.piece(i) for i in real_tokens(row, c) if i != c.eos_id] for row in ours.numpy()
+    ]
     for b, result in enumerate(translator.score_batch(source_pieces, targets)):
         tokens = [i for i in real_tokens(ours.numpy()[b], c) if i != c.eos_id] + [c.eos_id]
         target_in = np.array([[c.bos_id] + tokens[:-1]], np.int32)
-        log_probs = tf.nn.log_softmax(model((src[b:b + 1], target_in))).numpy()[0]
-        np.testing.assert_allclose(result.log_probs, log_probs[np.arange(len(tokens)), tokens], atol=1e-4)
+        log_probs = tf.nn.log_softmax(model((src[b : b + 1], target_in))).numpy()[0]
+        np.testing.assert_allclose(
+            result.log_probs, log_probs[np.arange(len(tokens)), tokens], atol=1e-4
+        )

@@ -66,7 +66,9 @@ def ops(private_cache):
         patch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
         native._load_once.cache_clear()
         module = native.load()
-        assert module is not None, "a C++ compiler is present, so the op must build (see the logged reason)"
+        assert module is not None, (
+            "a C++ compiler is present, so the op must build (see the logged reason)"
+        )
         yield module
 
 
@@ -96,7 +98,9 @@ def test_values_and_gradients_equal_tensorflow_ops(ops, shape, function):
         # Both are float32 with another summation order; inputs near 100 cost ~1e-5 in y
         # against a float64 reference for either path (2.5e-5 apart at most on AVX2).
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4, err_msg=name)
-    np.testing.assert_allclose(mine[0], reference_layer_norm(x, gamma, beta, 1e-6), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        mine[0], reference_layer_norm(x, gamma, beta, 1e-6), rtol=1e-4, atol=1e-4
+    )
     # One fixed summation order per process: the same inputs give the same bits.
     again = _values_and_gradients(x, gamma, beta, upstream, ops, function)
     for a, b in zip(mine, again):
@@ -138,7 +142,9 @@ def test_layer_trains_the_same_with_the_native_op(ops, monkeypatch):
 
     def one_step():
         keras.utils.set_random_seed(3)
-        model = keras.Sequential([keras.Input((6, 16)), keras.layers.Dense(16), LayerNormalization()])
+        model = keras.Sequential(
+            [keras.Input((6, 16)), keras.layers.Dense(16), LayerNormalization()]
+        )
         model.compile(keras.optimizers.SGD(0.1), "mse")
         loss = model.fit(x, y, epochs=1, batch_size=4, verbose=0).history["loss"][0]
         return loss, [w.numpy() for w in model.weights]
@@ -157,7 +163,10 @@ def test_built_library_is_private_and_recorded(ops, private_cache):
     assert stat.S_IMODE(os.lstat(library).st_mode) == 0o700
     record = native._hash_path(library)
     assert stat.S_IMODE(os.lstat(record).st_mode) == 0o600
-    assert record.read_text() == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    assert (
+        record.read_text()
+        == f"{hashlib.sha256(library.read_bytes()).hexdigest()}  {library.name}\n"
+    )
     assert not [p.name for p in private_cache.iterdir() if p.name.startswith(".tmp-")]
 
 
@@ -178,12 +187,18 @@ def test_failed_build_falls_back_with_the_reason(monkeypatch, fresh_loader, tmp_
     with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
         assert native.load() is None
     assert "unavailable" in caplog.text and "false failed" in caplog.text
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".lock"], "no library may be left behind"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [".lock"], (
+        "no library may be left behind"
+    )
     assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
     layer = LayerNormalization()
-    np.testing.assert_allclose(layer(tf.ones([2, 4]) * tf.range(4.0), training=True).numpy()[0],
-                               reference_layer_norm(np.arange(4.0, dtype="float32"), np.ones(4), np.zeros(4),
-                                                    layer.epsilon), atol=1e-5)
+    np.testing.assert_allclose(
+        layer(tf.ones([2, 4]) * tf.range(4.0), training=True).numpy()[0],
+        reference_layer_norm(
+            np.arange(4.0, dtype="float32"), np.ones(4), np.zeros(4), layer.epsilon
+        ),
+        atol=1e-5,
+    )
 
 
 def test_library_is_keyed_on_what_it_was_built_against(monkeypatch):
@@ -220,7 +235,9 @@ def fake(monkeypatch, fresh_loader, tmp_path):
     cache = tmp_path / "cache"
     monkeypatch.setenv("KERAS_TRANSFORMER_CACHE", str(cache))
     monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", "1")
-    state = SimpleNamespace(cache=cache, builds=0, loads=[], library=cache / native.library_path().name)
+    state = SimpleNamespace(
+        cache=cache, builds=0, loads=[], library=cache / native.library_path().name
+    )
 
     def compile_():
         state.builds += 1
@@ -257,8 +274,19 @@ def test_off_by_default_builds_and_loads_nothing(fake, monkeypatch, caplog):
     assert caplog.records == []
 
 
-@pytest.mark.parametrize("value, expected", [("1", True), ("true", True), (" YES ", True), ("on", True),
-                                             ("0", False), ("false", False), ("off", False), ("", False)])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ("1", True),
+        ("true", True),
+        (" YES ", True),
+        ("on", True),
+        ("0", False),
+        ("false", False),
+        ("off", False),
+        ("", False),
+    ],
+)
 def test_environment_variable(monkeypatch, value, expected, caplog):
     monkeypatch.setenv("KERAS_TRANSFORMER_NATIVE_OPS", value)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.kernels.native"):
@@ -293,12 +321,17 @@ def test_training_configs_leave_it_off():
 
 def test_first_load_builds_into_a_private_directory(fake, caplog):
     module = _reload(caplog)
-    assert fake.builds == 1 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    assert (
+        fake.builds == 1 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    )
     assert stat.S_IMODE(os.stat(fake.cache).st_mode) == 0o700
     assert stat.S_IMODE(os.lstat(fake.library).st_mode) == 0o700
     record = native._hash_path(fake.library)
     assert stat.S_IMODE(os.lstat(record).st_mode) == 0o600
-    assert record.read_text().split() == [hashlib.sha256(FAKE_LIBRARY + b"1").hexdigest(), fake.library.name]
+    assert record.read_text().split() == [
+        hashlib.sha256(FAKE_LIBRARY + b"1").hexdigest(),
+        fake.library.name,
+    ]
     assert _warnings(caplog) == []
     # The next process finds it, checks it, loads it without building.
     assert _reload(caplog).path == str(fake.library) and fake.builds == 1 and len(fake.loads) == 2
@@ -325,12 +358,16 @@ def _other_owner(state):
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 
 
-@pytest.mark.parametrize("tamper, reason", [
-    (_group_writable, "is writable by others (mode 0720)"),
-    (_world_writable_record, "hash record"),
-    (_symlink, "is a symbolic link"),
-    pytest.param(_other_owner, f"is owned by uid {OTHER_UID}", marks=needs_root),
-], ids=["group-writable", "world-writable-hash", "symlink", "other-owner"])
+@pytest.mark.parametrize(
+    "tamper, reason",
+    [
+        (_group_writable, "is writable by others (mode 0720)"),
+        (_world_writable_record, "hash record"),
+        (_symlink, "is a symbolic link"),
+        pytest.param(_other_owner, f"is owned by uid {OTHER_UID}", marks=needs_root),
+    ],
+    ids=["group-writable", "world-writable-hash", "symlink", "other-owner"],
+)
 def test_unsafe_library_is_refused(fake, caplog, tamper, reason):
     _reload(caplog)
     tamper(fake)
@@ -338,7 +375,9 @@ def test_unsafe_library_is_refused(fake, caplog, tamper, reason):
     assert _reload(caplog) is None
     assert fake.loads == [] and fake.builds == 1, "neither loaded nor built over"
     (warning,) = _warnings(caplog)
-    assert warning.startswith("Refusing keras_transformer's native LayerNorm op") and reason in warning
+    assert (
+        warning.startswith("Refusing keras_transformer's native LayerNorm op") and reason in warning
+    )
     assert "TensorFlow's ops" in warning
     # Training still runs, on TensorFlow's ops.
     assert not NATIVE_OPS & _op_types(LayerNormalization(), training=True)
@@ -358,9 +397,14 @@ def test_library_without_its_recorded_hash_is_rebuilt(fake, caplog, damage):
     (warning,) = _warnings(caplog)
     assert warning.startswith(f"Not loading {fake.library}") and "rebuilding it" in warning
     assert ("no sha256 recorded" if damage == "no-record" else "is not the recorded") in warning
-    assert fake.builds == 2 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    assert (
+        fake.builds == 2 and module.path == str(fake.library) and fake.loads == [str(fake.library)]
+    )
     assert fake.library.read_bytes() == FAKE_LIBRARY + b"2"
-    assert native._hash_path(fake.library).read_text().split()[0] == hashlib.sha256(FAKE_LIBRARY + b"2").hexdigest()
+    assert (
+        native._hash_path(fake.library).read_text().split()[0]
+        == hashlib.sha256(FAKE_LIBRARY + b"2").hexdigest()
+    )
     assert stat.S_IMODE(os.lstat(fake.library).st_mode) == 0o700
 
 
@@ -374,17 +418,23 @@ def _other_owner_dir(state):
     os.chown(state.cache, OTHER_UID, -1)
 
 
-@pytest.mark.parametrize("prepare, reason", [
-    (_loose_mode, "has mode 0755; it must be private"),
-    pytest.param(_other_owner_dir, f"is owned by uid {OTHER_UID}", marks=needs_root),
-], ids=["mode-0755", "other-owner"])
+@pytest.mark.parametrize(
+    "prepare, reason",
+    [
+        (_loose_mode, "has mode 0755; it must be private"),
+        pytest.param(_other_owner_dir, f"is owned by uid {OTHER_UID}", marks=needs_root),
+    ],
+    ids=["mode-0755", "other-owner"],
+)
 def test_unsafe_cache_directory_is_refused(fake, caplog, prepare, reason):
     prepare(fake)
     before = os.stat(fake.cache)
     assert _reload(caplog) is None
     assert fake.builds == 0 and fake.loads == []
     (warning,) = _warnings(caplog)
-    assert warning.startswith("Refusing") and f"the cache directory {fake.cache} {reason}" in warning
+    assert (
+        warning.startswith("Refusing") and f"the cache directory {fake.cache} {reason}" in warning
+    )
     after = os.stat(fake.cache)
     assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid), "left as it was"
     assert list(fake.cache.iterdir()) == []

@@ -29,8 +29,11 @@ def _read(name: str):
 
 
 def _parameters_index(notebook) -> int:
-    tagged = [index for index, cell in enumerate(notebook.cells)
-              if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    tagged = [
+        index
+        for index, cell in enumerate(notebook.cells)
+        if "parameters" in cell.get("metadata", {}).get("tags", [])
+    ]
     assert len(tagged) == 1, f"expected exactly one cell tagged 'parameters', found {len(tagged)}"
     assert notebook.cells[tagged[0]].cell_type == "code"
     return tagged[0]
@@ -40,30 +43,52 @@ def inject_parameters(notebook, parameters: dict):
     """Insert a cell setting ``parameters`` right after the ``parameters`` cell (papermill's convention)."""
     lines = ["# Parameters injected by tests/test_notebooks.py"]
     lines += [f"{name} = {value!r}" for name, value in parameters.items()]
-    cell = nbformat.v4.new_code_cell("\n".join(lines) + "\n" + KERNEL_CHECK, id="injected-parameters")
+    cell = nbformat.v4.new_code_cell(
+        "\n".join(lines) + "\n" + KERNEL_CHECK, id="injected-parameters"
+    )
     cell.metadata["tags"] = ["injected-parameters"]
     notebook.cells.insert(_parameters_index(notebook) + 1, cell)
     return notebook
 
 
 def execute(notebook):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow",
-           "MPLBACKEND": "module://matplotlib_inline.backend_inline", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    client = nbclient.NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3",
-                                     extra_arguments=["--InteractiveShell.colors=nocolor"],  # plain tracebacks
-                                     resources={"metadata": {"path": str(CHECKOUT)}}, allow_errors=False)
-    client.execute(env=env)  # raises CellExecutionError (with the traceback) on the first failing cell
+    env = {
+        **os.environ,
+        "TF_CPP_MIN_LOG_LEVEL": "3",
+        "KERAS_BACKEND": "tensorflow",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    }
+    client = nbclient.NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        extra_arguments=["--InteractiveShell.colors=nocolor"],  # plain tracebacks
+        resources={"metadata": {"path": str(CHECKOUT)}},
+        allow_errors=False,
+    )
+    client.execute(
+        env=env
+    )  # raises CellExecutionError (with the traceback) on the first failing cell
     return notebook
 
 
 def _text(cell) -> str:
-    return "".join(output.get("text", "") for output in cell.get("outputs", []) if output.output_type == "stream")
+    return "".join(
+        output.get("text", "")
+        for output in cell.get("outputs", [])
+        if output.output_type == "stream"
+    )
 
 
 def _images(notebook) -> list[bytes]:
-    return [base64.b64decode(output.data["image/png"])
-            for cell in notebook.cells if cell.cell_type == "code"
-            for output in cell.outputs if "image/png" in output.get("data", {})]
+    return [
+        base64.b64decode(output.data["image/png"])
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+        if "image/png" in output.get("data", {})
+    ]
 
 
 def _cell(notebook, cell_id: str):
@@ -85,7 +110,9 @@ def test_committed_notebook_is_clean(name):
     assert "SMOKE = False" in parameters.source
     for cell in notebook.cells:
         if cell.cell_type == "code":
-            assert cell.outputs == [], f"cell {cell.id} has stored outputs; clear them before committing"
+            assert cell.outputs == [], (
+                f"cell {cell.id} has stored outputs; clear them before committing"
+            )
             assert cell.execution_count is None, f"cell {cell.id} has an execution count"
             assert not [output for output in cell.outputs if output.output_type == "error"]
     ids = [cell.id for cell in notebook.cells]
@@ -94,13 +121,19 @@ def test_committed_notebook_is_clean(name):
 
 @pytest.mark.slow  # a training and an export; its library calls: test_library_api.py
 def test_train_translate_export_runs_in_smoke_mode(tmp_path):
-    notebook = inject_parameters(_read(NOTEBOOKS[0]), {
-        "SMOKE": True, "WORKDIR": str(tmp_path / "run"), "EXPORT_DIR": str(tmp_path / "export")})
+    notebook = inject_parameters(
+        _read(NOTEBOOKS[0]),
+        {"SMOKE": True, "WORKDIR": str(tmp_path / "run"), "EXPORT_DIR": str(tmp_path / "export")},
+    )
     execute(notebook)
-    nbformat.write(notebook, tmp_path / NOTEBOOKS[0])  # for a look after a failure: pytest --basetemp=DIR
+    nbformat.write(
+        notebook, tmp_path / NOTEBOOKS[0]
+    )  # for a look after a failure: pytest --basetemp=DIR
     _check_kernel(notebook)
 
-    assert "Found " in _text(_cell(notebook, "accelerator"))  # which accelerator, and the strategy for it
+    assert "Found " in _text(
+        _cell(notebook, "accelerator")
+    )  # which accelerator, and the strategy for it
     assert len(_images(notebook)) >= 3  # loss + learning rate, cross-attention (mean and per head)
     assert '"bleu":' in _text(_cell(notebook, "bleu"))
     saved = _text(_cell(notebook, "savedmodel"))
@@ -108,8 +141,14 @@ def test_train_translate_export_runs_in_smoke_mode(tmp_path):
     assert "same ids as greedy_decode" in _text(_cell(notebook, "tflite"))
     assert "docker run" in _text(_cell(notebook, "serving"))
     # The workdir has the layout of `python -m training.train`; the export is a TF Serving model version.
-    for path in ("run/config.yaml", "run/model.keras", "run/tokenizer/spm_shared.model", "run/translator.tflite",
-                 "export/1/saved_model.pb", "export/1/assets.extra/tf_serving_warmup_requests"):
+    for path in (
+        "run/config.yaml",
+        "run/model.keras",
+        "run/tokenizer/spm_shared.model",
+        "run/translator.tflite",
+        "export/1/saved_model.pb",
+        "export/1/assets.extra/tf_serving_warmup_requests",
+    ):
         assert (tmp_path / path).exists(), path
 
 

@@ -31,14 +31,27 @@ EXTRAS = PROJECT["optional-dependencies"]
 TPU_TXT = CHECKOUT / "requirements" / "tpu.txt"
 
 # Distributions that install the `tensorflow` package itself.
-TENSORFLOW_DISTRIBUTIONS = re.compile(r"^(tensorflow(-cpu|-gpu|-intel|-macos|-aarch64|-tpu)?|tf-nightly.*)$")
+TENSORFLOW_DISTRIBUTIONS = re.compile(
+    r"^(tensorflow(-cpu|-gpu|-intel|-macos|-aarch64|-tpu)?|tf-nightly.*)$"
+)
 # Known packages that require one of them (what the installed metadata shows where present).
-NEEDS_TENSORFLOW = {"tensorflow-text", "tensorflow-serving-api", "tf-keras", "keras-hub", "keras-nlp",
-                    "tensorflow-hub", "tensorflow-decision-forests", "tensorflow-io", "tensorflow-addons"}
+NEEDS_TENSORFLOW = {
+    "tensorflow-text",
+    "tensorflow-serving-api",
+    "tf-keras",
+    "keras-hub",
+    "keras-nlp",
+    "tensorflow-hub",
+    "tensorflow-decision-forests",
+    "tensorflow-io",
+    "tensorflow-addons",
+}
 # Extras allowed to pull the plain tensorflow, and why.
-EXTRAS_WITH_TENSORFLOW = {"serving": "tensorflow-serving-api requires tensorflow",
-                          "bench": "keras-hub requires tensorflow-text",
-                          "all": "includes serving"}
+EXTRAS_WITH_TENSORFLOW = {
+    "serving": "tensorflow-serving-api requires tensorflow",
+    "bench": "keras-hub requires tensorflow-text",
+    "all": "includes serving",
+}
 
 
 def requirement_lines(path: Path) -> list[str]:
@@ -51,7 +64,10 @@ def name(requirement: str) -> str:
 
 
 def is_tensorflow_related(requirement: str) -> bool:
-    return bool(TENSORFLOW_DISTRIBUTIONS.match(name(requirement))) or name(requirement) in NEEDS_TENSORFLOW
+    return (
+        bool(TENSORFLOW_DISTRIBUTIONS.match(name(requirement)))
+        or name(requirement) in NEEDS_TENSORFLOW
+    )
 
 
 def path_to_tensorflow(requirements: list[str]):
@@ -85,7 +101,9 @@ def path_to_tensorflow(requirements: list[str]):
 
 
 def test_tpu_requirements_are_the_dependencies_without_tensorflow_plus_train():
-    expected = [r for r in PROJECT["dependencies"] if name(r) not in {"tensorflow", "tensorflow-text"}]
+    expected = [
+        r for r in PROJECT["dependencies"] if name(r) not in {"tensorflow", "tensorflow-text"}
+    ]
     expected += EXTRAS["train"]
     assert requirement_lines(TPU_TXT) == expected
 
@@ -100,7 +118,9 @@ def test_tpu_install_command_takes_tf_text_for_tensorflow_tpu():
     commands = re.findall(r'pip install --no-deps "([^"]+)" \.', TPU_TXT.read_text())
     assert len(commands) == 1, "requirements/tpu.txt's header names the first command once"
     tf_text = Requirement(commands[0])
-    (project_tf_text,) = [Requirement(r) for r in PROJECT["dependencies"] if name(r) == "tensorflow-text"]
+    (project_tf_text,) = [
+        Requirement(r) for r in PROJECT["dependencies"] if name(r) == "tensorflow-text"
+    ]
     assert canonicalize_name(tf_text.name) == "tensorflow-text"
     assert tf_text.specifier.contains("2.20.1") and not tf_text.specifier.contains("2.21.0")
     assert project_tf_text.specifier.contains("2.20.1")
@@ -171,7 +191,7 @@ def test_the_quick_tier_names_library_tests_that_exist():
         assert path in suites.LIBRARY_TESTS, node
         assert not test or f"def {test}(" in (CHECKOUT / path).read_text(), f"no test {node}"
     args = suites.quick_pytest_args()
-    assert "tests/test_model.py::test_fit_with_xla" in args[args.index("--deselect") + 1:]
+    assert "tests/test_model.py::test_fit_with_xla" in args[args.index("--deselect") + 1 :]
 
 
 @pytest.mark.parametrize("path", suites.LIBRARY_TESTS)
@@ -229,8 +249,15 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
                     seen.add(target)
                     todo.append(target)
         reachable[start] = seen
-    circles = {tuple(sorted(m for m in graph if m == start or (m in reachable[start] and start in reachable[m])))
-               for start in graph if start in reachable[start]}
+    circles = {
+        tuple(
+            sorted(
+                m for m in graph if m == start or (m in reachable[start] and start in reachable[m])
+            )
+        )
+        for start in graph
+        if start in reachable[start]
+    }
     return sorted(list(circle) for circle in circles)
 
 
@@ -276,8 +303,15 @@ def test_verify_record_accepts_untouched_files(tmp_path):
 
 
 def test_verify_record_reports_tampered_and_missing_files(tmp_path):
-    _fake_dist(tmp_path, {"fake_pkg/good.py": b"x = 1\n", "fake_pkg/bad.py": b"y = 2\n",
-                          "fake_pkg/resized.py": b"z = 3\n", "fake_pkg/gone.py": b""})
+    _fake_dist(
+        tmp_path,
+        {
+            "fake_pkg/good.py": b"x = 1\n",
+            "fake_pkg/bad.py": b"y = 2\n",
+            "fake_pkg/resized.py": b"z = 3\n",
+            "fake_pkg/gone.py": b"",
+        },
+    )
     (tmp_path / "fake_pkg/bad.py").write_bytes(b"y = 3\n")  # same size, other bytes
     (tmp_path / "fake_pkg/resized.py").write_bytes(b"z = 30\n")
     (tmp_path / "fake_pkg/gone.py").unlink()

@@ -45,7 +45,10 @@ def test_start_index_continues_positions():
 def test_learned_positions_are_a_weight():
     layer = PositionalEmbedding(vocab_size=20, d_model=8, max_length=10, learned_positions=True)
     layer(tf.constant([[1, 2]]))
-    assert {w.path.split("/")[-1] for w in layer.trainable_weights} == {"embeddings", "position_embedding"}
+    assert {w.path.split("/")[-1] for w in layer.trainable_weights} == {
+        "embeddings",
+        "position_embedding",
+    }
 
 
 def test_too_long_input_raises_with_the_fix():
@@ -59,7 +62,13 @@ def test_positional_embedding_harness(learned):
     ids = np.random.default_rng(0).integers(0, 30, size=(2, 6))
     run_layer_test(
         PositionalEmbedding,
-        {"vocab_size": 30, "d_model": 8, "max_length": 16, "dropout": 0.1, "learned_positions": learned},
+        {
+            "vocab_size": 30,
+            "d_model": 8,
+            "max_length": 16,
+            "dropout": 0.1,
+            "learned_positions": learned,
+        },
         [ids],
         expected_output_shape=(2, 6, 8),
     )

@@ -5,8 +5,13 @@ import json
 import pytest
 
 from keras_transformer import Workdir
-from keras_transformer.precision import (Accelerator, PrecisionChoice, choose_precision, dtype_policy,
-                                         resolve_precision)
+from keras_transformer.precision import (
+    Accelerator,
+    PrecisionChoice,
+    choose_precision,
+    dtype_policy,
+    resolve_precision,
+)
 
 T4 = Accelerator("GPU", "Tesla T4", (7, 5))
 V100 = Accelerator("GPU", "Tesla V100-SXM2-16GB", (7, 0))
@@ -18,19 +23,22 @@ ROCM = Accelerator("GPU", "AMD Instinct MI250X", None)
 TPU = Accelerator("TPU", "/job:worker/replica:0/task:0/device:TPU:0")
 
 
-@pytest.mark.parametrize("accelerators, cpu_bf16, expected", [
-    ([TPU] * 8, False, "bf16"),
-    ([A100], False, "bf16"),
-    ([H100, H100], False, "bf16"),
-    ([T4], True, "fp16"),            # Colab's free GPU: fp16, whatever the host CPU has
-    ([V100] * 4, False, "fp16"),
-    ([A100, V100], False, "fp16"),   # the weakest GPU decides
-    ([P100], False, "fp32"),
-    ([K80], True, "fp32"),
-    ([ROCM], False, "fp32"),
-    ([], True, "bf16"),              # AVX512-BF16 / AMX CPU
-    ([], False, "fp32"),             # AVX2 CPU: bf16 would be emulated
-])
+@pytest.mark.parametrize(
+    "accelerators, cpu_bf16, expected",
+    [
+        ([TPU] * 8, False, "bf16"),
+        ([A100], False, "bf16"),
+        ([H100, H100], False, "bf16"),
+        ([T4], True, "fp16"),  # Colab's free GPU: fp16, whatever the host CPU has
+        ([V100] * 4, False, "fp16"),
+        ([A100, V100], False, "fp16"),  # the weakest GPU decides
+        ([P100], False, "fp32"),
+        ([K80], True, "fp32"),
+        ([ROCM], False, "fp32"),
+        ([], True, "bf16"),  # AVX512-BF16 / AMX CPU
+        ([], False, "fp32"),  # AVX2 CPU: bf16 would be emulated
+    ],
+)
 def test_auto_picks_what_the_hardware_does_well(accelerators, cpu_bf16, expected):
     choice = choose_precision(accelerators, cpu_has_bf16_units=cpu_bf16)
     assert isinstance(choice, PrecisionChoice) and choice.precision == expected

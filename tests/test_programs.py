@@ -11,39 +11,110 @@ from pathlib import Path
 import pytest
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-PROGRAMS = ["training.train", "training.prepare", "training.evaluate", "training.tune_decoding",
-            "export.saved_model", "export.translate", "export.tflite", "export.ctranslate2", "export.client"]
+PROGRAMS = [
+    "training.train",
+    "training.prepare",
+    "training.evaluate",
+    "training.tune_decoding",
+    "export.saved_model",
+    "export.translate",
+    "export.tflite",
+    "export.ctranslate2",
+    "export.client",
+]
 # What a user's shell has: no TF_CPP_MIN_LOG_LEVEL, so TensorFlow's start-up notices would show.
 USER_ENV = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
 
 MISSING = "/nonexistent/keras-transformer"
 BAD_INVOCATIONS = {
     "unknown config": ["training.train", "--config", "no_such_config", "--workdir", "W"],
-    "unknown --set key": ["training.train", "--config", "demo", "--workdir", "W",
-                          "--set", "training.no_such_key=1"],
-    "unknown data.prepare": ["training.train", "--config", "demo", "--workdir", "W",
-                             "--set", "data.prepare=maybe"],
-    "prepare a missing corpus": ["training.prepare", "--config", "base", "--workdir", "W",
-                                 "--set", f"data.dir={MISSING}"],
+    "unknown --set key": [
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        "W",
+        "--set",
+        "training.no_such_key=1",
+    ],
+    "unknown data.prepare": [
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        "W",
+        "--set",
+        "data.prepare=maybe",
+    ],
+    "prepare a missing corpus": [
+        "training.prepare",
+        "--config",
+        "base",
+        "--workdir",
+        "W",
+        "--set",
+        f"data.dir={MISSING}",
+    ],
     "prepare with no data.dir": ["training.prepare", "--config", "base", "--workdir", "W"],
-    "steps not a multiple of steps_per_execution": ["training.train", "--config", "demo", "--workdir", "W",
-                                                    "--set", "training.max_steps=10"],
-    "evaluate a missing workdir": ["training.evaluate", "--workdir", MISSING, "--src", f"{MISSING}.src",
-                                   "--ref", f"{MISSING}.tgt"],
+    "steps not a multiple of steps_per_execution": [
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        "W",
+        "--set",
+        "training.max_steps=10",
+    ],
+    "evaluate a missing workdir": [
+        "training.evaluate",
+        "--workdir",
+        MISSING,
+        "--src",
+        f"{MISSING}.src",
+        "--ref",
+        f"{MISSING}.tgt",
+    ],
     "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],
     "translate with a missing model": ["export.translate", "--model", MISSING, "hello"],
     "tflite from a missing workdir": ["export.tflite", "--workdir", MISSING, "--out", "m.tflite"],
-    "ctranslate2 from a missing workdir": ["export.ctranslate2", "--workdir", MISSING, "--out", "O"],
-    "client with no server": ["export.client", "--rest", "http://127.0.0.1:9", "--model", "demo", "hello"],
+    "ctranslate2 from a missing workdir": [
+        "export.ctranslate2",
+        "--workdir",
+        MISSING,
+        "--out",
+        "O",
+    ],
+    "client with no server": [
+        "export.client",
+        "--rest",
+        "http://127.0.0.1:9",
+        "--model",
+        "demo",
+        "hello",
+    ],
     "unknown option": ["export.saved_model", "--wrokdir", "W", "--out", "O"],
-    "tune on a missing validation file": ["training.tune_decoding", "--workdir", MISSING, "--src", "v.src",
-                                          "--ref", "v.tgt"],
+    "tune on a missing validation file": [
+        "training.tune_decoding",
+        "--workdir",
+        MISSING,
+        "--src",
+        "v.src",
+        "--ref",
+        "v.tgt",
+    ],
 }
 
 
 def _program(args, cwd, timeout=120):
-    return subprocess.run([sys.executable, "-m", *args], cwd=CHECKOUT if cwd is None else cwd, env=USER_ENV,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=CHECKOUT if cwd is None else cwd,
+        env=USER_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _assert_one_line_error(result, program):
@@ -67,21 +138,30 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     (unfinished / "config.yaml").write_text("tokenizer: {shared: true}\n")
-    result = _program(["export.saved_model", "--workdir", str(unfinished), "--out", str(tmp_path / "O")],
-                      cwd=None, timeout=300)
+    result = _program(
+        ["export.saved_model", "--workdir", str(unfinished), "--out", str(tmp_path / "O")],
+        cwd=None,
+        timeout=300,
+    )
     _assert_one_line_error(result, "export.saved_model")
     assert "holds no finished training run" in result.stderr and not (tmp_path / "O").exists()
-    result = _program(["export.translate", "--model", str(tmp_path), "hello"], cwd=None, timeout=300)
+    result = _program(
+        ["export.translate", "--model", str(tmp_path), "hello"], cwd=None, timeout=300
+    )
     _assert_one_line_error(result, "export.translate")
     assert "No SavedModel at" in result.stderr
 
 
 def test_errors_name_the_problem():
-    assert "use one of ['base', 'big', 'demo', 'multi30k', 'wmt14_ende']" in _program(BAD_INVOCATIONS["unknown config"],
-                                                                         None).stderr
+    assert (
+        "use one of ['base', 'big', 'demo', 'multi30k', 'wmt14_ende']"
+        in _program(BAD_INVOCATIONS["unknown config"], None).stderr
+    )
     assert "no key 'no_such_key'" in _program(BAD_INVOCATIONS["unknown --set key"], None).stderr
-    assert "cannot reach TF Serving at http://127.0.0.1:9" in _program(BAD_INVOCATIONS["client with no server"],
-                                                                       None).stderr
+    assert (
+        "cannot reach TF Serving at http://127.0.0.1:9"
+        in _program(BAD_INVOCATIONS["client with no server"], None).stderr
+    )
 
 
 def test_strategy_tpu_without_tpu_support_is_one_line(tmp_path):
@@ -89,8 +169,19 @@ def test_strategy_tpu_without_tpu_support_is_one_line(tmp_path):
 
     if importlib.util.find_spec("libtpu") is not None:
         pytest.skip("this TensorFlow has libtpu: the TPU is looked for, not refused")
-    result = _program(["training.train", "--config", "demo", "--workdir", str(tmp_path / "w"),
-                       "--strategy", "tpu"], cwd=None, timeout=300)
+    result = _program(
+        [
+            "training.train",
+            "--config",
+            "demo",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--strategy",
+            "tpu",
+        ],
+        cwd=None,
+        timeout=300,
+    )
     _assert_one_line_error(result, "training.train")
     assert "has no TPU support" in result.stderr
 
@@ -107,8 +198,14 @@ def test_help_answers_before_tensorflow_is_imported(program):
         "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules)\n"
         "print('imported:', heavy)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=CHECKOUT, env=USER_ENV, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=CHECKOUT,
+        env=USER_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: python -m " + program in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "imported: []"
@@ -117,7 +214,7 @@ def test_help_answers_before_tensorflow_is_imported(program):
 def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     names = set()
-    for node in (tree.body if top_level_only else ast.walk(tree)):
+    for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -125,14 +222,17 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("package, forbidden, top_level_only", [
-    ("export", {"training"}, False),
-    ("training", {"export"}, False),
-    ("keras_transformer", {"training", "export", "programs", "benchmarks"}, False),
-    ("benchmarks", {"training", "export"}, False),  # benchmarks measure the library
-    # programs/ imports TensorFlow and the library only inside import_library().
-    ("programs", {"training", "export", "keras_transformer", "tensorflow", "keras"}, True),
-])
+@pytest.mark.parametrize(
+    "package, forbidden, top_level_only",
+    [
+        ("export", {"training"}, False),
+        ("training", {"export"}, False),
+        ("keras_transformer", {"training", "export", "programs", "benchmarks"}, False),
+        ("benchmarks", {"training", "export"}, False),  # benchmarks measure the library
+        # programs/ imports TensorFlow and the library only inside import_library().
+        ("programs", {"training", "export", "keras_transformer", "tensorflow", "keras"}, True),
+    ],
+)
 def test_import_boundaries(package, forbidden, top_level_only):
     offenders = {}
     for path in (CHECKOUT / package).rglob("*.py"):

@@ -16,12 +16,26 @@ from training.config import load_config
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 TINY = [
-    "model.preset=tiny", "model.max_length=64", "tokenizer.vocab_size=60", "tokenizer.max_sentences=100",
-    "training.jit=false", "training.batch_tokens=128", "training.accumulate_steps=2",
-    "training.epochs=null", "training.max_steps=4", "training.steps_per_epoch=2", "training.steps_per_execution=1",
-    "training.backup_every_steps=epoch", "training.warmup_steps=4", "training.max_src_length=32",
-    "training.max_tgt_length=31", "training.shuffle_buffer=100", "training.average_last=2",
-    "data.examples_per_shard=16", "evaluation.bleu_sentences=4", "evaluation.max_sentences=8",
+    "model.preset=tiny",
+    "model.max_length=64",
+    "tokenizer.vocab_size=60",
+    "tokenizer.max_sentences=100",
+    "training.jit=false",
+    "training.batch_tokens=128",
+    "training.accumulate_steps=2",
+    "training.epochs=null",
+    "training.max_steps=4",
+    "training.steps_per_epoch=2",
+    "training.steps_per_execution=1",
+    "training.backup_every_steps=epoch",
+    "training.warmup_steps=4",
+    "training.max_src_length=32",
+    "training.max_tgt_length=31",
+    "training.shuffle_buffer=100",
+    "training.average_last=2",
+    "data.examples_per_shard=16",
+    "evaluation.bleu_sentences=4",
+    "evaluation.max_sentences=8",
 ]
 # tfds.testing.mock_data replaces the download with random strings of the builder's features.
 SCRIPT = """
@@ -38,7 +52,10 @@ def test_the_recipe_is_the_papers():
     data, training = config["data"], config["training"]
     assert data["tfds"]["name"] == "wmt14_translate/de-en"
     assert (data["tfds"]["src_key"], data["tfds"]["tgt_key"]) == ("en", "de")  # English → German
-    assert (data["tfds"]["valid"], data["tfds"]["test"]) == ("validation", "test")  # newstest2013, 2014
+    assert (data["tfds"]["valid"], data["tfds"]["test"]) == (
+        "validation",
+        "test",
+    )  # newstest2013, 2014
     assert config["tokenizer"]["vocab_size"] == 37000 and config["tokenizer"]["shared"]
     assert config["model"]["preset"] == "base"
     assert training["batch_tokens"] * training["accumulate_steps"] == 25000
@@ -53,8 +70,20 @@ def test_wmt14_recipe_end_to_end_on_tfds_mock_data(tmp_path):
     workdir = tmp_path / "wmt14"
     overrides = [arg for item in TINY for arg in ("--set", item)]
     result = subprocess.run(
-        [sys.executable, "-c", SCRIPT, "--config", "wmt14_ende", "--workdir", str(workdir), *overrides],
-        cwd=CHECKOUT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            "--config",
+            "wmt14_ende",
+            "--workdir",
+            str(workdir),
+            *overrides,
+        ],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert result.returncode == 0, result.stderr[-4000:]
@@ -63,7 +92,9 @@ def test_wmt14_recipe_end_to_end_on_tfds_mock_data(tmp_path):
     assert len(metrics["history"]["loss"]) == 2 and len(metrics["history"]["val_bleu"]) == 2
     assert len(metrics["averaged_checkpoints"]) == 2 and "bleu" in metrics["test"]
     manifest = json.loads((workdir / "prepared" / "manifest.json").read_text())
-    assert manifest["examples"] > 0 and len(list((workdir / "prepared").glob("shard-*.tfrecord"))) >= 2
+    assert (
+        manifest["examples"] > 0 and len(list((workdir / "prepared").glob("shard-*.tfrecord"))) >= 2
+    )
     assert "training on" in result.stderr and "prepared examples" in result.stderr
     run = Workdir(workdir).check()
     assert run.max_lengths == (32, 31)

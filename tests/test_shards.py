@@ -39,15 +39,23 @@ LIMITS = dict(max_src_length=16, max_tgt_length=16)  # drops the longest pairs
 
 @pytest.fixture(scope="module")
 def tokenizers(tmp_path_factory) -> tuple[SubwordTokenizer, SubwordTokenizer]:
-    src_path, tgt_path = train_tokenizers([s for s, _ in PAIRS], [t for _, t in PAIRS],
-                                          tmp_path_factory.mktemp("spm"), vocab_size=300)
+    src_path, tgt_path = train_tokenizers(
+        [s for s, _ in PAIRS], [t for _, t in PAIRS], tmp_path_factory.mktemp("spm"), vocab_size=300
+    )
     return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
 
 
 @pytest.fixture(scope="module")
 def prepared(tokenizers, tmp_path_factory) -> PreparedShards:
-    return prepare_shards(pairs_from_list(PAIRS), *tokenizers, tmp_path_factory.mktemp("p") / "prepared",
-                          **LIMITS, examples_per_shard=60, seed=5, source={"corpus": "demo"})
+    return prepare_shards(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        tmp_path_factory.mktemp("p") / "prepared",
+        **LIMITS,
+        examples_per_shard=60,
+        seed=5,
+        source={"corpus": "demo"},
+    )
 
 
 def example_rows(dataset) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -72,7 +80,9 @@ def tokenized_rows(tokenizers) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 def test_make_dataset_is_tokenize_pairs_then_batch_examples(tokenizers):
     batching = dict(batch_tokens=128, shuffle_buffer=64, seed=2, **LIMITS)
     whole = make_dataset(pairs_from_list(PAIRS), *tokenizers, **batching)
-    staged = batch_examples(tokenize_pairs(pairs_from_list(PAIRS), *tokenizers, **LIMITS), **batching)
+    staged = batch_examples(
+        tokenize_pairs(pairs_from_list(PAIRS), *tokenizers, **LIMITS), **batching
+    )
     assert example_rows(whole) == example_rows(staged)
     assert whole.element_spec == staged.element_spec
     with pytest.raises(ValueError, match="tokenize_pairs or sharded_dataset"):
@@ -95,27 +105,48 @@ def test_prepared_shards_hold_the_tokenized_corpus_once(prepared, tokenizers):
     assert prepared.src_tokens == sum(len(s) for s, _ in expected)
     assert prepared.tgt_tokens == sum(len(t) for _, t in expected)
     assert prepared.longest_src == max(len(s) for s, _ in expected) <= 16
-    assert sorted(p.name for p in prepared.directory.iterdir()) == sorted([*prepared.files, "manifest.json"])
-    assert not [p for p in prepared.directory.parent.iterdir() if p.name.startswith(".")]  # no staging left
+    assert sorted(p.name for p in prepared.directory.iterdir()) == sorted(
+        [*prepared.files, "manifest.json"]
+    )
+    assert not [
+        p for p in prepared.directory.parent.iterdir() if p.name.startswith(".")
+    ]  # no staging left
 
     read = example_rows(sharded_dataset(prepared.directory, batch_size=16, training=False))
     assert sorted(read) == sorted(expected)
     assert read != expected  # shuffled, not in corpus order
     loaded = PreparedShards.load(prepared.directory)
-    assert loaded == prepared and json.loads((prepared.directory / "manifest.json").read_text()) == \
-        prepared.to_json()
+    assert (
+        loaded == prepared
+        and json.loads((prepared.directory / "manifest.json").read_text()) == prepared.to_json()
+    )
 
 
 def test_same_seed_same_bytes_other_seed_other_order(prepared, tokenizers, tmp_path):
     def shard_bytes(directory):
         return [path.read_bytes() for path in sorted(Path(directory).glob("shard-*"))]
 
-    again = prepare_shards(pairs_from_list(PAIRS), *tokenizers, tmp_path / "again", **LIMITS,
-                           examples_per_shard=60, seed=5, source={"corpus": "demo"})
+    again = prepare_shards(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        tmp_path / "again",
+        **LIMITS,
+        examples_per_shard=60,
+        seed=5,
+        source={"corpus": "demo"},
+    )
     assert shard_bytes(again.directory) == shard_bytes(prepared.directory)
-    assert (again.directory / "manifest.json").read_text() == (prepared.directory / "manifest.json").read_text()
-    other = prepare_shards(pairs_from_list(PAIRS), *tokenizers, tmp_path / "other", **LIMITS,
-                           examples_per_shard=60, seed=6)
+    assert (again.directory / "manifest.json").read_text() == (
+        prepared.directory / "manifest.json"
+    ).read_text()
+    other = prepare_shards(
+        pairs_from_list(PAIRS),
+        *tokenizers,
+        tmp_path / "other",
+        **LIMITS,
+        examples_per_shard=60,
+        seed=6,
+    )
     assert shard_bytes(other.directory) != shard_bytes(prepared.directory)
     assert other.examples == prepared.examples
 
@@ -126,8 +157,9 @@ def test_more_shards_than_open_files_and_int32_ids(tokenizers, tmp_path, monkeyp
     monkeypatch.setattr(shards_module, "MAX_OPEN_FILES", 2)
     monkeypatch.setattr(shards_module, "_id_dtype", lambda *args: np.dtype("<i4"))
     unknown_length = pairs_from_list(PAIRS).filter(lambda source, target: True)  # counted first
-    prepared = prepare_shards(unknown_length, *tokenizers, tmp_path / "p", **LIMITS, examples_per_shard=60,
-                              seed=1)
+    prepared = prepare_shards(
+        unknown_length, *tokenizers, tmp_path / "p", **LIMITS, examples_per_shard=60, seed=1
+    )
     assert prepared.pairs_read == len(PAIRS)
     assert len(prepared.files) == 5 and prepared.id_dtype == "int32"
     assert max(prepared.examples_per_file) - min(prepared.examples_per_file) < 30
@@ -137,7 +169,9 @@ def test_more_shards_than_open_files_and_int32_ids(tokenizers, tmp_path, monkeyp
 
 def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_path, monkeypatch):
     target = tmp_path / "p"
-    first = prepare_shards(pairs_from_list(PAIRS[:100]), *tokenizers, target, **LIMITS, examples_per_shard=60)
+    first = prepare_shards(
+        pairs_from_list(PAIRS[:100]), *tokenizers, target, **LIMITS, examples_per_shard=60
+    )
     before = {path.name: path.read_bytes() for path in target.iterdir()}
 
     def dies(path, *args):
@@ -157,9 +191,13 @@ def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_
     with pytest.raises(FileExistsError, match="holds no prepared corpus"):
         prepare_shards(pairs_from_list(PAIRS), *tokenizers, elsewhere, **LIMITS)
     with pytest.raises(ValueError, match="examples_per_shard must be an integer >= 1"):
-        prepare_shards(pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", **LIMITS, examples_per_shard=0)
+        prepare_shards(
+            pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", **LIMITS, examples_per_shard=0
+        )
     with pytest.raises(ValueError, match="nothing to prepare"):
-        prepare_shards(pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", max_src_length=2, max_tgt_length=1)
+        prepare_shards(
+            pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", max_src_length=2, max_tgt_length=1
+        )
     assert not (tmp_path / "q").exists()
 
 
@@ -187,8 +225,16 @@ def test_stale_or_damaged_preparations_are_named(prepared, tokenizers, tmp_path)
 
 def test_input_pipelines_split_the_files(prepared):
     def read(pipelines, index, **kwargs):
-        return example_rows(sharded_dataset(prepared, batch_size=8, num_input_pipelines=pipelines,
-                                            input_pipeline_index=index, seed=0, **kwargs))
+        return example_rows(
+            sharded_dataset(
+                prepared,
+                batch_size=8,
+                num_input_pipelines=pipelines,
+                input_pipeline_index=index,
+                seed=0,
+                **kwargs,
+            )
+        )
 
     everything = sorted(read(1, 0))
     parts = [read(2, 0), read(2, 1)]
@@ -197,23 +243,35 @@ def test_input_pipelines_split_the_files(prepared):
 
     dataset = sharded_dataset(prepared, batch_size=8, num_input_pipelines=2, input_pipeline_index=1)
     policy = dataset.options().experimental_distribute.auto_shard_policy
-    assert policy == tf.data.experimental.AutoShardPolicy.OFF  # sharded here, not again by tf.distribute
-    with pytest.raises(ValueError, match="fewer than the 6 input pipelines.*examples_per_shard <= "):
+    assert (
+        policy == tf.data.experimental.AutoShardPolicy.OFF
+    )  # sharded here, not again by tf.distribute
+    with pytest.raises(
+        ValueError, match="fewer than the 6 input pipelines.*examples_per_shard <= "
+    ):
         sharded_dataset(prepared, batch_size=8, num_input_pipelines=6)
     with pytest.raises(ValueError, match="must be below"):
         sharded_dataset(prepared, batch_size=8, num_input_pipelines=2, input_pipeline_index=2)
 
 
 def test_each_pass_reads_the_files_in_a_new_order(prepared):
-    dataset = sharded_dataset(prepared, batch_size=1, bucket_boundaries=(), shuffle_buffer=0, seed=3)
+    dataset = sharded_dataset(
+        prepared, batch_size=1, bucket_boundaries=(), shuffle_buffer=0, seed=3
+    )
     first, second = example_rows(dataset), example_rows(dataset)
     assert sorted(first) == sorted(second) and first != second
     repeated = sharded_dataset(prepared, batch_size=1, bucket_boundaries=(), seed=3, repeat=True)
     assert repeated.cardinality() == tf.data.INFINITE_CARDINALITY
     passes = example_rows(repeated.take(2 * prepared.examples))
-    assert sorted(passes[:prepared.examples]) == sorted(passes[prepared.examples:]) == sorted(first)
+    assert (
+        sorted(passes[: prepared.examples]) == sorted(passes[prepared.examples :]) == sorted(first)
+    )
     static = sharded_dataset(prepared, batch_tokens=160, static_shapes=True)
-    assert [s.shape.as_list() for s in tf.nest.flatten(static.element_spec)] == [[9, 16], [9, 17], [9, 17]]
+    assert [s.shape.as_list() for s in tf.nest.flatten(static.element_spec)] == [
+        [9, 16],
+        [9, 17],
+        [9, 17],
+    ]
 
 
 WORKER = """
@@ -246,23 +304,43 @@ def test_two_workers_on_loopback_see_disjoint_parts_that_make_the_corpus(prepare
     ports = free_ports(2)
     workers = []
     for index in range(2):
-        tf_config = {"cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-                     "task": {"type": "worker", "index": index}}
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": index},
+        }
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
-        workers.append(subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(prepared.directory), str(tmp_path / f"worker{index}.json")],
-            cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        workers.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    WORKER,
+                    str(prepared.directory),
+                    str(tmp_path / f"worker{index}.json"),
+                ],
+                cwd=CHECKOUT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [worker.communicate(timeout=300)[0] for worker in workers]
     for worker, output in zip(workers, outputs):
         assert worker.returncode == 0, output[-4000:]
     seen = [json.loads((tmp_path / f"worker{index}.json").read_text()) for index in range(2)]
 
     def fingerprints(rows):
-        return [hashlib.sha256(np.array(s, np.int32).tobytes() + b"|" + np.array(o, np.int32).tobytes())
-                .hexdigest() for s, o in rows]
+        return [
+            hashlib.sha256(
+                np.array(s, np.int32).tobytes() + b"|" + np.array(o, np.int32).tobytes()
+            ).hexdigest()
+            for s, o in rows
+        ]
 
-    corpus = collections.Counter(fingerprints(example_rows(sharded_dataset(prepared, batch_size=8,
-                                                                           training=False))))
+    corpus = collections.Counter(
+        fingerprints(example_rows(sharded_dataset(prepared, batch_size=8, training=False)))
+    )
     assert sum(corpus.values()) == prepared.examples == len(corpus)
     for way in ("from_function", "distribute_dataset"):
         first, second = (collections.Counter(worker[way]) for worker in seen)
@@ -270,6 +348,15 @@ def test_two_workers_on_loopback_see_disjoint_parts_that_make_the_corpus(prepare
         assert first + second == corpus, way  # the whole corpus, once
     # By file: worker i read exactly shard files i, i + 2, ...
     for index, worker in enumerate(seen):
-        files = example_rows(sharded_dataset(prepared, batch_size=8, training=False, num_input_pipelines=2,
-                                             input_pipeline_index=index))
-        assert collections.Counter(worker["from_function"]) == collections.Counter(fingerprints(files))
+        files = example_rows(
+            sharded_dataset(
+                prepared,
+                batch_size=8,
+                training=False,
+                num_input_pipelines=2,
+                input_pipeline_index=index,
+            )
+        )
+        assert collections.Counter(worker["from_function"]) == collections.Counter(
+            fingerprints(files)
+        )

@@ -7,7 +7,14 @@ import re
 
 import pytest
 
-from keras_transformer.data import Clause, NounPhrase, Pronoun, Sentence, demo_splits, generate_pairs
+from keras_transformer.data import (
+    Clause,
+    NounPhrase,
+    Pronoun,
+    Sentence,
+    demo_splits,
+    generate_pairs,
+)
 from keras_transformer.data import synthetic, write_parallel_files
 
 PERSON_SUFFIXES = ("m", "s", "t", "mos", "tis", "nt")
@@ -16,7 +23,9 @@ TARGET_VERB_FORMS = {
     for verb in synthetic.VERBS.values()
     for negation, infix, suffix in itertools.product(("", "ne"), ("", "ra", "sa"), PERSON_SUFFIXES)
 }
-SOURCE_VERB_FORMS = {form for verb in synthetic.VERBS.values() for form in (verb.base, verb.third, verb.past)}
+SOURCE_VERB_FORMS = {
+    form for verb in synthetic.VERBS.values() for form in (verb.base, verb.third, verb.past)
+}
 
 
 @pytest.fixture(scope="module")
@@ -42,13 +51,29 @@ def test_lengths_and_structures_vary(pairs):
     lengths = [len(source.split()) for source, _ in pairs]
     assert min(lengths) == 4 and max(lengths) == 20
     words = {word for source, _ in pairs for word in source.split()}
-    assert {"to", "that", "and", "but", "because", "not", "will", "yesterday", "quickly", "you", "all"} <= words
+    assert {
+        "to",
+        "that",
+        "and",
+        "but",
+        "because",
+        "not",
+        "will",
+        "yesterday",
+        "quickly",
+        "you",
+        "all",
+    } <= words
     assert sum(any(w.isdigit() for w in s.split()) for s, _ in pairs) > len(pairs) // 10
 
 
 def test_splits_are_disjoint_and_sized():
     splits = demo_splits(train=2_000, valid=300, test=300, seed=1)
-    assert {name: len(split) for name, split in splits.items()} == {"train": 2_000, "valid": 300, "test": 300}
+    assert {name: len(split) for name, split in splits.items()} == {
+        "train": 2_000,
+        "valid": 300,
+        "test": 300,
+    }
     sources = {name: [source for source, _ in split] for name, split in splits.items()}
     for name, split in sources.items():
         assert len(set(split)) == len(split), f"duplicate sources in {name}"
@@ -65,13 +90,20 @@ def test_target_is_a_function_of_the_source(pairs):
 
 def test_reference_pair():
     clause = Clause(
-        subject=NounPhrase("cat", plural=True, adjectives=("big", "red"), number=3,
-                           relative=("sleep", "present")),
-        verb="give", tense="past",
+        subject=NounPhrase(
+            "cat", plural=True, adjectives=("big", "red"), number=3, relative=("sleep", "present")
+        ),
+        verb="give",
+        tense="past",
         obj=NounPhrase("book", adjectives=("old",), article="a"),
-        indirect=NounPhrase("teacher"), time="yesterday", manner="quickly",
+        indirect=NounPhrase("teacher"),
+        time="yesterday",
+        manner="quickly",
     )
-    assert clause.source() == "yesterday the 3 big red cats that sleep gave an old book to the teacher quickly"
+    assert (
+        clause.source()
+        == "yesterday the 3 big red cats that sleep gave an old book to the teacher quickly"
+    )
     # SOV; dative before accusative; adjectives mirrored after the noun, then the number.
     assert clause.target() == "hieru dormik mirki ruso grando 3 lerkal libran vetren raspu donarant"
 
@@ -81,8 +113,10 @@ def test_object_moves_before_the_verb(pairs):
     assert all(target.split()[-1] in TARGET_VERB_FORMS for _, target in simple)
     moved = [s for s, _ in simple if s.split()[-1] not in SOURCE_VERB_FORMS]
     assert len(moved) > 0.6 * len(simple)  # in the source something follows the verb
-    sentence = Sentence((Clause(Pronoun("1sg"), "sleep"), Clause(NounPhrase("dog"), "see", obj=Pronoun("3pl"))),
-                        conjunction="because")
+    sentence = Sentence(
+        (Clause(Pronoun("1sg"), "sleep"), Clause(NounPhrase("dog"), "see", obj=Pronoun("3pl"))),
+        conjunction="because",
+    )
     assert sentence.source() == "i sleep because the dog sees them"
     assert sentence.target() == "vasta sen videt kos mi dormim"
 
@@ -96,15 +130,18 @@ def test_numbers_are_copied(pairs):
     assert numbered > 1_000
 
 
-@pytest.mark.parametrize("subject, tense, negated, source, target", [
-    (Pronoun("1sg"), "present", False, "i sleep", "mi dormim"),
-    (Pronoun("2sg"), "past", False, "you slept", "tu dormiras"),
-    (Pronoun("3sg.f"), "present", True, "she does not sleep", "ra nedormit"),
-    (Pronoun("1pl"), "future", False, "we will sleep", "nu dormisamos"),
-    (Pronoun("2pl"), "past", True, "you all did not sleep", "vu nedormiratis"),
-    (NounPhrase("cat", plural=True), "present", False, "the cats sleep", "mirki dormint"),
-    (NounPhrase("child"), "present", False, "the child sleeps", "tolka dormit"),
-])
+@pytest.mark.parametrize(
+    "subject, tense, negated, source, target",
+    [
+        (Pronoun("1sg"), "present", False, "i sleep", "mi dormim"),
+        (Pronoun("2sg"), "past", False, "you slept", "tu dormiras"),
+        (Pronoun("3sg.f"), "present", True, "she does not sleep", "ra nedormit"),
+        (Pronoun("1pl"), "future", False, "we will sleep", "nu dormisamos"),
+        (Pronoun("2pl"), "past", True, "you all did not sleep", "vu nedormiratis"),
+        (NounPhrase("cat", plural=True), "present", False, "the cats sleep", "mirki dormint"),
+        (NounPhrase("child"), "present", False, "the child sleeps", "tolka dormit"),
+    ],
+)
 def test_verb_agrees_with_subject(subject, tense, negated, source, target):
     clause = Clause(subject, "sleep", tense, negated)
     assert (clause.source(), clause.target()) == (source, target)

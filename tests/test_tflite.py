@@ -13,8 +13,13 @@ import tensorflow as tf
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 MAX_SRC, MAX_TGT = 32, 24
-SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", "the teacher gave a book to the farmer",
-             "yesterday the hungry children visited the tiny birds", "today the horse sells the students"]
+SENTENCES = [
+    "the big dog sees 3 red cats",
+    "a boy sleeps",
+    "the teacher gave a book to the farmer",
+    "yesterday the hungry children visited the tiny birds",
+    "today the horse sells the students",
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,9 @@ def trained(tiny_workdir):
     model, src_tok = loaded.model, loaded.src_tokenizer
     from keras_transformer.data import encode_sources
 
-    ids = encode_sources(src_tok, tf.constant(SENTENCES), MAX_SRC).to_tensor(shape=[len(SENTENCES), MAX_SRC])
+    ids = encode_sources(src_tok, tf.constant(SENTENCES), MAX_SRC).to_tensor(
+        shape=[len(SENTENCES), MAX_SRC]
+    )
     return path, model, tf.cast(ids, tf.int32).numpy()
 
 
@@ -39,7 +46,9 @@ def _op_names(flatbuffer: bytes) -> tuple[set, set]:
     builtins, customs = set(), set()
     for code in model.operatorCodes:
         if code.customCode:
-            customs.add(code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode)
+            customs.add(
+                code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
+            )
         else:
             builtins.add(builtin_names[max(code.builtinCode, code.deprecatedBuiltinCode)])
     return builtins, customs
@@ -84,7 +93,9 @@ def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_m
 
     path, _, ids = trained
     exported = export_saved_model(path, tmp_path / "exports", beam_size=1)
-    served = tf.saved_model.load(str(exported)).signatures["translate_ids"](source_ids=tf.constant(ids))
+    served = tf.saved_model.load(str(exported)).signatures["translate_ids"](
+        source_ids=tf.constant(ids)
+    )
     served_ids = served["target_ids"].numpy()
     lite = _run(float_model, ids)
     for row_lite, row_served in zip(lite, served_ids):
@@ -116,16 +127,41 @@ def test_dynamic_range_quantization_differs_only_at_near_ties(trained, float_mod
             continue
         t = differ[0]
         prefix = np.concatenate([[kt.BOS_ID], want[:t]])[np.newaxis].astype("int32")
-        log_probs = tf.nn.log_softmax(model((source[np.newaxis], prefix), training=False)[0, -1]).numpy()
-        assert log_probs[want[t]] - log_probs[got[t]] <= 0.05, (t, want[t], got[t], log_probs[want[t]], log_probs[got[t]])
+        log_probs = tf.nn.log_softmax(
+            model((source[np.newaxis], prefix), training=False)[0, -1]
+        ).numpy()
+        assert log_probs[want[t]] - log_probs[got[t]] <= 0.05, (
+            t,
+            want[t],
+            got[t],
+            log_probs[want[t]],
+            log_probs[got[t]],
+        )
 
 
 def test_cli_writes_the_file(trained, tmp_path):
     path, _, _ = trained
     out = tmp_path / "model.tflite"
-    result = subprocess.run([sys.executable, "-m", "export.tflite", "--workdir", str(path), "--out", str(out),
-                             "--max-src-length", str(MAX_SRC), "--max-tgt-length", str(MAX_TGT)],
-                            cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "export.tflite",
+            "--workdir",
+            str(path),
+            "--out",
+            str(out),
+            "--max-src-length",
+            str(MAX_SRC),
+            "--max-tgt-length",
+            str(MAX_TGT),
+        ],
+        cwd=CHECKOUT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
 
@@ -140,7 +176,9 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
 
     path, model, ids = trained
     bf16_workdir = tmp_path / "bf16"
-    shutil.copytree(path, bf16_workdir, ignore=shutil.ignore_patterns("model.keras", "export*", "*.tflite"))
+    shutil.copytree(
+        path, bf16_workdir, ignore=shutil.ignore_patterns("model.keras", "export*", "*.tflite")
+    )
     bf16_model = with_precision(model, "bf16")
     assert bf16_model.dtype_policy.name == "mixed_bfloat16"
     bf16_model.save(bf16_workdir / "model.keras")
@@ -151,6 +189,8 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
     assert loaded.dtype_policy.name == "float32"
     for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
-    np.testing.assert_array_equal(_run(convert(loaded, MAX_SRC, MAX_TGT), ids), _reference(model, ids))
+    np.testing.assert_array_equal(
+        _run(convert(loaded, MAX_SRC, MAX_TGT), ids), _reference(model, ids)
+    )
     with pytest.raises(ValueError, match="precision 'fp8'"):
         with_precision(model, "fp8")

@@ -11,8 +11,13 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data import PairSource, generate_pairs
-from keras_transformer.tokenization import (SubwordTokenizer, _sample_batches, sample_sentences,
-                                            train_sentencepiece, train_tokenizers)
+from keras_transformer.tokenization import (
+    SubwordTokenizer,
+    _sample_batches,
+    sample_sentences,
+    train_sentencepiece,
+    train_tokenizers,
+)
 
 PAIRS = generate_pairs(200, seed=0)
 SOURCES = [source for source, _ in PAIRS]
@@ -23,7 +28,9 @@ HELD_OUT = [s for pair in generate_pairs(20, seed=1) for s in pair]
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory):
-    return train_sentencepiece(SOURCES + TARGETS, tmp_path_factory.mktemp("spm") / "joint", vocab_size=400)
+    return train_sentencepiece(
+        SOURCES + TARGETS, tmp_path_factory.mktemp("spm") / "joint", vocab_size=400
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +45,22 @@ def as_text(tensor) -> list[str]:
 def test_reserved_ids(model_path, tokenizer):
     processor = spm.SentencePieceProcessor(model_file=str(model_path))
     assert (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id()) == (
-        PAD_ID, UNK_ID, BOS_ID, EOS_ID)
+        PAD_ID,
+        UNK_ID,
+        BOS_ID,
+        EOS_ID,
+    )
     assert [processor.id_to_piece(i) for i in range(4)] == ["<pad>", "<unk>", "<s>", "</s>"]
     assert tokenizer.pieces([0, 1, 2, 3]) == ["<pad>", "<unk>", "<s>", "</s>"]
     assert as_text(tokenizer.id_to_piece(tf.constant([0, 3]))) == ["<pad>", "</s>"]
     assert tokenizer.vocab_size == processor.get_piece_size() <= 400
     assert tokenizer.model_bytes == model_path.read_bytes()
-    assert model_path.with_suffix(".vocab").read_text(encoding="utf-8").splitlines()[3].startswith("</s>\t")
+    assert (
+        model_path.with_suffix(".vocab")
+        .read_text(encoding="utf-8")
+        .splitlines()[3]
+        .startswith("</s>\t")
+    )
 
 
 def test_round_trip(tokenizer):
@@ -53,7 +69,9 @@ def test_round_trip(tokenizer):
     assert int(tf.reduce_min(ids.flat_values)) > EOS_ID  # no specials, no unknowns
     assert as_text(tokenizer.detokenize(ids)) == [" ".join(s.split()) for s in HELD_OUT]
     # NFKC + whitespace normalization: full-width digits and extra spaces read back plain.
-    assert tokenizer.detokenize(tokenizer.tokenize("the  ３  cats ")).numpy().decode() == "the 3 cats"
+    assert (
+        tokenizer.detokenize(tokenizer.tokenize("the  ３  cats ")).numpy().decode() == "the 3 cats"
+    )
     # Digits are split, so any number can be copied piece by piece.
     pieces = [p.strip("▁") for p in tokenizer.pieces(tokenizer.tokenize("407"))]
     assert [p for p in pieces if p] == ["4", "0", "7"]
@@ -63,9 +81,9 @@ def test_detokenize_dense_batches_stops_at_eos(tokenizer):
     a, b = (tokenizer.tokenize(s).numpy().tolist() for s in HELD_OUT[:2])
     width = max(len(a), len(b)) + 4
     rows = [
-        [BOS_ID] + a + [EOS_ID] + b[:2],          # junk after EOS is ignored
+        [BOS_ID] + a + [EOS_ID] + b[:2],  # junk after EOS is ignored
         [BOS_ID] + b + [EOS_ID, EOS_ID],
-        [BOS_ID] + a,                              # no EOS: read to the end
+        [BOS_ID] + a,  # no EOS: read to the end
     ]
     dense = np.array([row + [PAD_ID] * (width - len(row)) for row in rows], dtype=np.int64)
     expected = [HELD_OUT[0], HELD_OUT[1], HELD_OUT[0]]
@@ -140,7 +158,9 @@ def test_files_and_bpe_with_a_tiny_corpus(tmp_path):
 def test_shared_and_separate_vocabularies(tmp_path):
     src, tgt = train_tokenizers(SOURCES, TARGETS, tmp_path / "shared", vocab_size=300, shared=True)
     assert src == tgt == tmp_path / "shared" / "spm_shared.model"
-    src, tgt = train_tokenizers(SOURCES, TARGETS, tmp_path / "separate", vocab_size=300, shared=False)
+    src, tgt = train_tokenizers(
+        SOURCES, TARGETS, tmp_path / "separate", vocab_size=300, shared=False
+    )
     assert (src.name, tgt.name) == ("spm_src.model", "spm_tgt.model")
     src_tokenizer, tgt_tokenizer = SubwordTokenizer.from_file(src), SubwordTokenizer.from_file(tgt)
     assert "▁the" in src_tokenizer.pieces(range(src_tokenizer.vocab_size))
@@ -165,26 +185,35 @@ def test_a_corpus_within_max_sentences_gives_the_unlimited_model_byte_for_byte(t
     (tmp_path / "a.src").write_text("".join(s + "\n" for s in SOURCES), encoding="utf-8")
     (tmp_path / "a.tgt").write_text("".join(t + "\n" for t in TARGETS), encoding="utf-8")
     streamed = PairSource.from_text_files(tmp_path / "a.src", tmp_path / "a.tgt")
-    for name, texts, limit in (("lists", (SOURCES, TARGETS), len(PAIRS) * 2),  # exactly fits
-                               ("stream", (streamed.sentences("source"), streamed.sentences("target")), 10**6),
-                               ("none", (SOURCES, TARGETS), None)):
-        src, tgt = train_tokenizers(*texts, tmp_path / name, vocab_size=300, shared=True, max_sentences=limit)
+    for name, texts, limit in (
+        ("lists", (SOURCES, TARGETS), len(PAIRS) * 2),  # exactly fits
+        ("stream", (streamed.sentences("source"), streamed.sentences("target")), 10**6),
+        ("none", (SOURCES, TARGETS), None),
+    ):
+        src, tgt = train_tokenizers(
+            *texts, tmp_path / name, vocab_size=300, shared=True, max_sentences=limit
+        )
         assert src == tgt and src.read_bytes() == old.read_bytes(), name
         assert src.with_suffix(".vocab").read_bytes() == old.with_suffix(".vocab").read_bytes()
 
 
 def test_max_sentences_trains_on_a_seeded_sample(tmp_path):
     def train(name, texts=(SOURCES, TARGETS), **options):
-        return train_tokenizers(*texts, tmp_path / name, vocab_size=200, **{"max_sentences": 150, **options})[0]
+        return train_tokenizers(
+            *texts, tmp_path / name, vocab_size=200, **{"max_sentences": 150, **options}
+        )[0]
 
     sampled, again, other_seed = train("a"), train("b"), train("c", seed=1)
     assert sampled.read_bytes() == again.read_bytes()  # deterministic
     assert pieces_and_scores(sampled) != pieces_and_scores(other_seed)
-    assert model_proto(sampled).trainer_spec.input_sentence_size == 0  # sampled here, not by SentencePiece
+    assert (
+        model_proto(sampled).trainer_spec.input_sentence_size == 0
+    )  # sampled here, not by SentencePiece
     full = train("full", max_sentences=None)
     assert pieces_and_scores(sampled) != pieces_and_scores(full)
-    expected = SubwordTokenizer.from_file(train_sentencepiece(
-        sample_sentences(SOURCES, 150), tmp_path / "direct", vocab_size=200)).model_bytes
+    expected = SubwordTokenizer.from_file(
+        train_sentencepiece(sample_sentences(SOURCES, 150), tmp_path / "direct", vocab_size=200)
+    ).model_bytes
     assert sampled.read_bytes() == expected  # exactly the sample's model
     # A stream of unknown length is sampled while read; one that fits is used whole, in order.
     streamed = train("iterators", texts=(iter(SOURCES), iter(TARGETS)), max_sentences=200)
@@ -208,7 +237,7 @@ def test_sample_sentences_is_uniform_ordered_and_bounded():
     assert sample_sentences(iter(items), 10, seed=3) == sample_sentences(iter(items), 10, seed=3)
     # A list at a time (PairSource.sentences) draws the same sample as one sentence at a time.
     for seed in range(20):
-        batches = [items[i:i + 7] for i in range(0, 50, 7)]
+        batches = [items[i : i + 7] for i in range(0, 50, 7)]
         assert _sample_batches(batches, 10, seed) == sample_sentences(iter(items), 10, seed)
 
 
@@ -229,7 +258,12 @@ def test_errors_name_the_fix(tmp_path):
         SubwordTokenizer.from_file(tmp_path / "missing.model")
     # A model with SentencePiece's default ids (unk=0, bos=1, eos=2, no pad) is refused.
     buffer = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(SOURCES), model_writer=buffer, vocab_size=100,
-                                   hard_vocab_limit=False, minloglevel=2)
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(SOURCES),
+        model_writer=buffer,
+        vocab_size=100,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     with pytest.raises(ValueError, match="retrain it with train_sentencepiece"):
         SubwordTokenizer(buffer.getvalue())

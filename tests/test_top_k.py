@@ -16,8 +16,10 @@ def _same_as_tf(values, k, block=BLOCK):
     np.testing.assert_array_equal(got_indices.numpy(), expected_indices.numpy())
 
 
-@pytest.mark.parametrize("rows, n, k", [(1, 32000, 16), (5, 32000, 8), (3, 4 * 6 * 64, 6), (2, 24001, 16),
-                                        (4, 8000 * 4 + 37, 3)])
+@pytest.mark.parametrize(
+    "rows, n, k",
+    [(1, 32000, 16), (5, 32000, 8), (3, 4 * 6 * 64, 6), (2, 24001, 16), (4, 8000 * 4 + 37, 3)],
+)
 def test_equals_tf_top_k_on_random_scores(rows, n, k):
     rng = np.random.default_rng(n + k)
     _same_as_tf(rng.standard_normal([rows, n]).astype(np.float32), k)

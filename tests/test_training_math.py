@@ -57,12 +57,22 @@ def test_fused_adam_updates_like_keras_adam():
     sparse (embedding-style) gradients alike, and a config round trip."""
     rng = np.random.default_rng(0)
     init = [rng.normal(size=(5, 3)).astype("float32"), rng.normal(size=(7, 2)).astype("float32")]
-    grads = [[tf.constant(rng.normal(size=(5, 3)).astype("float32") * (i + 1)),
-              tf.IndexedSlices(tf.constant(rng.normal(size=(2, 2)).astype("float32")),
-                               tf.constant([1, 4]), tf.constant([7, 2]))] for i in range(4)]
+    grads = [
+        [
+            tf.constant(rng.normal(size=(5, 3)).astype("float32") * (i + 1)),
+            tf.IndexedSlices(
+                tf.constant(rng.normal(size=(2, 2)).astype("float32")),
+                tf.constant([1, 4]),
+                tf.constant([7, 2]),
+            ),
+        ]
+        for i in range(4)
+    ]
     results = []
-    for optimizer in (keras.optimizers.Adam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
-                      FusedAdam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9)):
+    for optimizer in (
+        keras.optimizers.Adam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+        FusedAdam(1e-2, beta_1=0.9, beta_2=0.98, epsilon=1e-9),
+    ):
         variables = [keras.Variable(value) for value in init]
         step = tf.function(lambda step_grads: optimizer.apply(step_grads, variables))
         for step_grads in grads:
@@ -70,8 +80,9 @@ def test_fused_adam_updates_like_keras_adam():
         results.append([v.numpy() for v in variables + list(optimizer.variables)])
     for keras_value, fused_value in zip(*results):
         np.testing.assert_allclose(fused_value, keras_value, rtol=1e-5, atol=1e-7)
-    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(
-        paper_adam(d_model=64)))
+    clone = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(paper_adam(d_model=64))
+    )
     assert isinstance(clone, FusedAdam) and clone.beta_2 == 0.98
 
 
@@ -94,13 +105,15 @@ def test_label_smoothed_loss_matches_numpy_and_ignores_padding(eps):
     labels[0, 4:] = 0
     labels[2, 1:] = 0
     loss = MaskedLabelSmoothedCrossEntropy(label_smoothing=eps)
-    np.testing.assert_allclose(float(loss(labels, logits)), _numpy_smoothed_loss(labels, logits, eps),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        float(loss(labels, logits)), _numpy_smoothed_loss(labels, logits, eps), rtol=1e-5
+    )
     # Average over tokens, not the padded batch: more padding changes nothing.
     padded_labels = np.pad(labels, [(0, 0), (0, 4)])
     padded_logits = np.pad(logits, [(0, 0), (0, 4), (0, 0)], constant_values=5.0)
-    np.testing.assert_allclose(float(loss(padded_labels, padded_logits)), float(loss(labels, logits)),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        float(loss(padded_labels, padded_logits)), float(loss(labels, logits)), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("spread", [1.0, 300.0])
@@ -173,7 +186,11 @@ def test_projected_loss_equals_projection_then_loss(vocab_major, with_bias, eps,
     """The fused output projection + loss gives the values and gradients
     (hidden, kernel, bias) of ``project`` followed by the loss, also where
     label probabilities underflow (spread 60: logits hundreds apart)."""
-    from keras_transformer.kernels import project, projected_smoothed_cross_entropy, smoothed_cross_entropy
+    from keras_transformer.kernels import (
+        project,
+        projected_smoothed_cross_entropy,
+        smoothed_cross_entropy,
+    )
 
     rng = np.random.default_rng(3)
     hidden = tf.constant(rng.normal(size=(2, 5, 8)).astype("float32") * spread)
@@ -190,7 +207,8 @@ def test_projected_loss_equals_projection_then_loss(vocab_major, with_bias, eps,
         logits = tf.cast(project(hidden, kernel, bias, transpose_kernel=vocab_major), tf.float32)
         unfused = tf.reduce_sum(smoothed_cross_entropy(labels, logits, eps) * weight)
         token_losses, fused_logits = projected_smoothed_cross_entropy(
-            hidden, kernel, labels, eps, bias=bias, vocab_major=vocab_major)
+            hidden, kernel, labels, eps, bias=bias, vocab_major=vocab_major
+        )
         fused = tf.reduce_sum(token_losses * weight)
     assert np.isfinite(float(fused))
     np.testing.assert_allclose(float(fused), float(unfused), rtol=1e-5)
@@ -204,13 +222,22 @@ def _tiny_transformer(accumulate=None):
     from keras_transformer import Transformer, TransformerConfig
 
     keras.utils.set_random_seed(0)
-    model = Transformer(TransformerConfig.from_preset("tiny", vocab_size=40, d_model=16, d_ff=32, num_layers=1,
-                                                      dropout=0.0))
+    model = Transformer(
+        TransformerConfig.from_preset(
+            "tiny", vocab_size=40, d_model=16, d_ff=32, num_layers=1, dropout=0.0
+        )
+    )
     model.build()
     # epsilon 1: Adam's first updates are not sign(gradient), which float rounding could flip.
-    model.compile(optimizer=paper_adam(TransformerSchedule(16, warmup_steps=5), epsilon=1.0,
-                                       gradient_accumulation_steps=accumulate),
-                  loss=MaskedLabelSmoothedCrossEntropy(0.1), metrics=[MaskedAccuracy()])
+    model.compile(
+        optimizer=paper_adam(
+            TransformerSchedule(16, warmup_steps=5),
+            epsilon=1.0,
+            gradient_accumulation_steps=accumulate,
+        ),
+        loss=MaskedLabelSmoothedCrossEntropy(0.1),
+        metrics=[MaskedAccuracy()],
+    )
     return model
 
 
@@ -243,7 +270,10 @@ def test_validation_loss_is_the_mean_over_target_tokens_whatever_the_batching():
     (Keras' sentence weighting would not), all-pad rows changing nothing."""
     rng = np.random.default_rng(1)
     model = _tiny_transformer()
-    src, tgt_in = rng.integers(3, 40, size=(6, 7)).astype("int32"), rng.integers(3, 40, size=(6, 5)).astype("int32")
+    src, tgt_in = (
+        rng.integers(3, 40, size=(6, 7)).astype("int32"),
+        rng.integers(3, 40, size=(6, 5)).astype("int32"),
+    )
     tgt_out = rng.integers(3, 40, size=(6, 5)).astype("int32")
     for row, length in enumerate([5, 1, 3, 2, 5, 4]):
         tgt_out[row, length:] = 0
@@ -254,7 +284,12 @@ def test_validation_loss_is_the_mean_over_target_tokens_whatever_the_batching():
         scores = model.evaluate(data.batch(size), return_dict=True, verbose=0)
         assert scores["loss"] == pytest.approx(expected, rel=1e-5), size
     padded = np.zeros((2, 5), "int32")
-    with_pad_rows = tf.data.Dataset.from_tensors(((np.concatenate([src, np.zeros((2, 7), "int32")]),
-                                                   np.concatenate([tgt_in, padded])),
-                                                  np.concatenate([tgt_out, padded])))
-    assert model.evaluate(with_pad_rows, return_dict=True, verbose=0)["loss"] == pytest.approx(expected, rel=1e-5)
+    with_pad_rows = tf.data.Dataset.from_tensors(
+        (
+            (np.concatenate([src, np.zeros((2, 7), "int32")]), np.concatenate([tgt_in, padded])),
+            np.concatenate([tgt_out, padded]),
+        )
+    )
+    assert model.evaluate(with_pad_rows, return_dict=True, verbose=0)["loss"] == pytest.approx(
+        expected, rel=1e-5
+    )

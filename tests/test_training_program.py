@@ -18,17 +18,35 @@ from training.strategy import make_strategy
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 MICRO = [
-    "--set", "data.synthetic={train: 300, valid: 20, test: 20, seed: 1}",
-    "--set", "tokenizer.vocab_size=200",
-    "--set", "model.d_model=32", "--set", "model.d_ff=64",
-    "--set", "training.epochs=2", "--set", "training.steps_per_epoch=3",
-    "--set", "training.steps_per_execution=1", "--set", "training.batch_tokens=256",
+    "--set",
+    "data.synthetic={train: 300, valid: 20, test: 20, seed: 1}",
+    "--set",
+    "tokenizer.vocab_size=200",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.d_ff=64",
+    "--set",
+    "training.epochs=2",
+    "--set",
+    "training.steps_per_epoch=3",
+    "--set",
+    "training.steps_per_execution=1",
+    "--set",
+    "training.batch_tokens=256",
 ]
 
 
 def test_configs_load_and_overrides_are_typed(tmp_path):
-    config = load_config("demo", ["training.epochs=3", "training.jit=true", "model.norm_first=true",
-                                  "training.label_smoothing=0.2"])
+    config = load_config(
+        "demo",
+        [
+            "training.epochs=3",
+            "training.jit=true",
+            "model.norm_first=true",
+            "training.label_smoothing=0.2",
+        ],
+    )
     assert config["training"]["epochs"] == 3 and config["training"]["jit"] is True
     assert config["model"]["norm_first"] is True
     assert config["training"]["label_smoothing"] == 0.2
@@ -37,11 +55,14 @@ def test_configs_load_and_overrides_are_typed(tmp_path):
     assert config_path(str(tmp_path / "config.yaml")) == tmp_path / "config.yaml"
 
 
-@pytest.mark.parametrize("override, message", [
-    ("training.epocs=3", "no key 'epocs'"),
-    ("nosuch.key=1", "not a config section"),
-    ("training.epochs", "section.key=value"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("training.epocs=3", "no key 'epocs'"),
+        ("nosuch.key=1", "not a config section"),
+        ("training.epochs", "section.key=value"),
+    ],
+)
 def test_bad_overrides_say_what_is_wrong(override, message):
     config = load_config("demo")
     with pytest.raises(ValueError, match=message):
@@ -60,7 +81,10 @@ def test_every_config_resolves_every_schema_key_and_each_can_be_set():
     for name in sorted(path.stem for path in Path(config_path("demo")).parent.glob("*.yaml")):
         config = load_config(name)
         for section, schema in SECTIONS.items():
-            assert set(config[section]) == {field.name for field in dataclasses.fields(schema)}, (name, section)
+            assert set(config[section]) == {field.name for field in dataclasses.fields(schema)}, (
+                name,
+                section,
+            )
     base = load_config("base", ["training.shuffle_buffer=5", "evaluation.max_sentences=null"])
     assert base["training"]["shuffle_buffer"] == 5 and base["evaluation"]["max_sentences"] is None
 
@@ -69,22 +93,39 @@ def test_a_config_file_gets_the_defaults_and_its_mistakes_named(tmp_path):
     from training.config import section_defaults
 
     path = tmp_path / "mine.yaml"
-    path.write_text("data: {kind: text, dir: corpus}\ntraining: {max_src_length: 50, max_tgt_length: 60}\n")
+    path.write_text(
+        "data: {kind: text, dir: corpus}\ntraining: {max_src_length: 50, max_tgt_length: 60}\n"
+    )
     config = load_config(str(path), ["training.jit=true"])
-    assert config["training"] == {**section_defaults("training"), "max_src_length": 50, "max_tgt_length": 60,
-                                  "jit": True}
+    assert config["training"] == {
+        **section_defaults("training"),
+        "max_src_length": 50,
+        "max_tgt_length": 60,
+        "jit": True,
+    }
     assert config["tokenizer"] == section_defaults("tokenizer") and config["model"] == {}
     for text, message in [
-        ("training: {max_src_length: 5, max_tgt_length: 5, epocs: 3}", r"no key\(s\) \['epocs'\] in section 'training'"),
+        (
+            "training: {max_src_length: 5, max_tgt_length: 5, epocs: 3}",
+            r"no key\(s\) \['epocs'\] in section 'training'",
+        ),
         ("training: {max_src_length: 5}", "training.max_tgt_length is required"),
-        ("training: {max_src_length: 5, max_tgt_length: 5, jit: 'yes'}", "training.jit='yes': use true or false"),
-        ("training: {max_src_length: 5, max_tgt_length: 5, cache: 3}", "use auto, true or false or a string"),
+        (
+            "training: {max_src_length: 5, max_tgt_length: 5, jit: 'yes'}",
+            "training.jit='yes': use true or false",
+        ),
+        (
+            "training: {max_src_length: 5, max_tgt_length: 5, cache: 3}",
+            "use auto, true or false or a string",
+        ),
         ("trainer: {}", r"unknown section\(s\) \['trainer'\]"),
     ]:
         path.write_text(text + "\n")
         with pytest.raises(ValueError, match=message):
             load_config(str(path))
-    with pytest.raises(ValueError, match="training.mixed_precision='fp8': use auto, fp32, bf16 or fp16"):
+    with pytest.raises(
+        ValueError, match="training.mixed_precision='fp8': use auto, fp32, bf16 or fp16"
+    ):
         load_config("demo", ["training.mixed_precision=fp8"])
 
 
@@ -104,19 +145,45 @@ def test_strategy_names_are_checked(monkeypatch):
 
 def _run(args, timeout=600):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run([sys.executable, *args], cwd=CHECKOUT, capture_output=True, text=True,
-                            env=env, timeout=timeout)
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-4000:])
     return result
 
 
 def test_train_then_evaluate_end_to_end(tmp_path):
     workdir = tmp_path / "run"
-    trained = _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
-                    "--set", "training.average_last=2", "--set", "evaluation.bleu_sentences=5"])
-    assert "ran out of data" not in trained.stderr  # Keras' warning for a validation set of unknown length
-    for name in ("config.yaml", "model_config.json", "model.keras", "metrics.json",
-                 "tokenizer/spm_shared.model"):
+    trained = _run(
+        [
+            "-m",
+            "training.train",
+            "--config",
+            "demo",
+            "--workdir",
+            str(workdir),
+            *MICRO,
+            "--set",
+            "training.average_last=2",
+            "--set",
+            "evaluation.bleu_sentences=5",
+        ]
+    )
+    assert (
+        "ran out of data" not in trained.stderr
+    )  # Keras' warning for a validation set of unknown length
+    for name in (
+        "config.yaml",
+        "model_config.json",
+        "model.keras",
+        "metrics.json",
+        "tokenizer/spm_shared.model",
+    ):
         assert (workdir / name).exists(), name
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert len(metrics["history"]["loss"]) == 2
@@ -132,29 +199,88 @@ def test_train_then_evaluate_end_to_end(tmp_path):
 
     pairs = demo_splits(train=300, valid=20, test=20, seed=1)["test"]
     write_parallel_files(pairs, tmp_path, "test")
-    _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
-          "--ref", str(tmp_path / "test.tgt")])
+    _run(
+        [
+            "-m",
+            "training.evaluate",
+            "--workdir",
+            str(workdir),
+            "--src",
+            str(tmp_path / "test.src"),
+            "--ref",
+            str(tmp_path / "test.tgt"),
+        ]
+    )
     scores = json.loads((workdir / "eval.json").read_text())
     assert scores["sentences"] == 20 and scores["decoding"] == "greedy" and scores["cpu"]["model"]
-    _run(["-m", "training.evaluate", "--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
-          "--ref", str(tmp_path / "test.tgt"), "--beam", "3", "--out", str(tmp_path / "beam.json")])
+    _run(
+        [
+            "-m",
+            "training.evaluate",
+            "--workdir",
+            str(workdir),
+            "--src",
+            str(tmp_path / "test.src"),
+            "--ref",
+            str(tmp_path / "test.tgt"),
+            "--beam",
+            "3",
+            "--out",
+            str(tmp_path / "beam.json"),
+        ]
+    )
     assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
 
     from training import tune_decoding
 
-    tune_decoding.main(["--workdir", str(workdir), "--src", str(tmp_path / "test.src"),
-                        "--ref", str(tmp_path / "test.tgt"), "--beams", "1", "2", "--alphas", "0.6", "1.0"])
+    tune_decoding.main(
+        [
+            "--workdir",
+            str(workdir),
+            "--src",
+            str(tmp_path / "test.src"),
+            "--ref",
+            str(tmp_path / "test.tgt"),
+            "--beams",
+            "1",
+            "2",
+            "--alphas",
+            "0.6",
+            "1.0",
+        ]
+    )
     grid = json.loads((workdir / "decoding_grid.json").read_text())
-    assert [(row["beam"], row["alpha"]) for row in grid["grid"]].count((1, 0.0)) == 1 and len(grid["grid"]) == 3
-    assert grid["best"] == grid["grid"][0] and grid["best"]["bleu"] == max(row["bleu"] for row in grid["grid"])
+    assert [(row["beam"], row["alpha"]) for row in grid["grid"]].count((1, 0.0)) == 1 and len(
+        grid["grid"]
+    ) == 3
+    assert grid["best"] == grid["grid"][0] and grid["best"]["bleu"] == max(
+        row["bleu"] for row in grid["grid"]
+    )
 
 
 @pytest.mark.slow  # two trainings; bf16 and XLA steps: test_precision.py, test_model.py's test_fit_with_xla
 def test_mixed_precision_and_xla_switches(tmp_path):
     workdir = tmp_path / "bf16"
-    _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
-          "--mixed-precision", "bf16", "--jit", "--set", "training.static_shapes=true",
-          "--set", "training.max_src_length=48", "--set", "training.max_tgt_length=48"])
+    _run(
+        [
+            "-m",
+            "training.train",
+            "--config",
+            "demo",
+            "--workdir",
+            str(workdir),
+            *MICRO,
+            "--mixed-precision",
+            "bf16",
+            "--jit",
+            "--set",
+            "training.static_shapes=true",
+            "--set",
+            "training.max_src_length=48",
+            "--set",
+            "training.max_tgt_length=48",
+        ]
+    )
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     assert config["training"]["mixed_precision"] == "bf16" and config["training"]["jit"] is True
     metrics = json.loads((workdir / "metrics.json").read_text())
@@ -255,7 +381,9 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
     expected = out["one_device"]
     for history in (out["fit_history"], out["custom_history"], out["split_history"]):
         assert history["val_loss"] == [pytest.approx(expected["loss"], rel=1e-5)]
-        assert history["val_masked_accuracy"] == [pytest.approx(expected["masked_accuracy"], rel=1e-5)]
+        assert history["val_masked_accuracy"] == [
+            pytest.approx(expected["masked_accuracy"], rel=1e-5)
+        ]
     for scores in (out["keras_evaluate"], out["custom_evaluate"]):
         assert scores["loss"] == pytest.approx(expected["loss"], rel=1e-5)
         assert scores["masked_accuracy"] == pytest.approx(expected["masked_accuracy"], rel=1e-5)
@@ -268,14 +396,27 @@ def test_static_batch_sizes_are_rounded_to_the_replicas():
     assert batching_for_replicas(config, 2)["training"]["batch_size"] == 6
     assert batching_for_replicas(config, 8)["training"]["batch_size"] == 8  # at least one row each
     assert config["training"]["batch_size"] == 7  # the saved config is the one asked for
-    static = load_config("demo", ["training.static_shapes=true", "training.batch_tokens=650"])  # 10 rows of 65
+    static = load_config(
+        "demo", ["training.static_shapes=true", "training.batch_tokens=650"]
+    )  # 10 rows of 65
     assert batching_for_replicas(static, 4)["training"]["batch_tokens"] == 8 * 65
-    assert batching_for_replicas(load_config("demo"), 4) == load_config("demo")  # buckets: padded instead
+    assert batching_for_replicas(load_config("demo"), 4) == load_config(
+        "demo"
+    )  # buckets: padded instead
 
 
 def _train_command(workdir, *extra):
-    return [sys.executable, "-m", "training.train", "--config", "demo", "--workdir", str(workdir),
-            *MICRO, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        str(workdir),
+        *MICRO,
+        *extra,
+    ]
 
 
 @pytest.mark.slow  # two processes; the replicas' math: the two-replicas test
@@ -291,25 +432,51 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
     ports = free_ports(2)
     workers = []
     for index in range(2):
-        tf_config = {"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                     "task": {"type": "worker", "index": index}}
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
-        workers.append(subprocess.Popen(
-            _train_command(tmp_path / "run", "--strategy", "multi_worker", "--set", "evaluation.max_sentences=4",
-                           "--set", "evaluation.bleu_sentences=3", "--set", "data.prepare=true",
-                           "--set", "data.examples_per_shard=75"),
-            cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        workers.append(
+            subprocess.Popen(
+                _train_command(
+                    tmp_path / "run",
+                    "--strategy",
+                    "multi_worker",
+                    "--set",
+                    "evaluation.max_sentences=4",
+                    "--set",
+                    "evaluation.bleu_sentences=3",
+                    "--set",
+                    "data.prepare=true",
+                    "--set",
+                    "data.examples_per_shard=75",
+                ),
+                cwd=CHECKOUT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     for worker, output in zip(workers, outputs):
         assert worker.returncode == 0, output[-4000:]
     # Each worker's pipeline reads its own files of the (identical) preparations: disjoint, all of them.
     manifest = json.loads((tmp_path / "run" / "prepared" / "manifest.json").read_text())
-    other_manifest = json.loads((tmp_path / "run" / "worker_1" / "prepared" / "manifest.json").read_text())
-    assert (manifest["shards"], manifest["fingerprint"]) == (other_manifest["shards"], other_manifest["fingerprint"])
+    other_manifest = json.loads(
+        (tmp_path / "run" / "worker_1" / "prepared" / "manifest.json").read_text()
+    )
+    assert (manifest["shards"], manifest["fingerprint"]) == (
+        other_manifest["shards"],
+        other_manifest["fingerprint"],
+    )
     files = [shard["file"] for shard in manifest["shards"]]
     read = []
     for index, output in enumerate(outputs):
-        line = next(line for line in output.splitlines() if f"input pipeline {index + 1} of 2 reads" in line)
+        line = next(
+            line for line in output.splitlines() if f"input pipeline {index + 1} of 2 reads" in line
+        )
         read.append(line.split(": ")[-1].split(", "))
     assert len(files) >= 3 and sorted(read[0] + read[1]) == sorted(files)
     assert not set(read[0]) & set(read[1])
@@ -319,7 +486,9 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
     assert chief_metrics["optimizer_steps"] == other_metrics["optimizer_steps"] == 6
     assert chief_metrics["history"]["loss"] == other_metrics["history"]["loss"]  # global metrics
     # Validation with 2 replicas: loss and BLEU after each epoch, the same on both workers.
-    assert len(chief_metrics["history"]["val_loss"]) == len(chief_metrics["history"]["val_bleu"]) == 2
+    assert (
+        len(chief_metrics["history"]["val_loss"]) == len(chief_metrics["history"]["val_bleu"]) == 2
+    )
     assert chief_metrics["history"]["val_loss"] == other_metrics["history"]["val_loss"]
     chief_weights = keras.models.load_model(chief / "model.keras").get_weights()
     other_weights = keras.models.load_model(other / "model.keras").get_weights()
@@ -327,19 +496,32 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("loop", ["fit", pytest.param("custom", marks=pytest.mark.slow)])  # a training each
+@pytest.mark.parametrize(
+    "loop", ["fit", pytest.param("custom", marks=pytest.mark.slow)]
+)  # a training each
 def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     import signal
     import time
 
     workdir = tmp_path / "run"
-    command = _train_command(workdir, "--set", f"training.loop={loop}", "--set", "training.epochs=10",
-                             "--set", "training.steps_per_epoch=4", "--set", "training.backup_every_steps=2",
-                             "--set", "evaluation.max_sentences=4")
+    command = _train_command(
+        workdir,
+        "--set",
+        f"training.loop={loop}",
+        "--set",
+        "training.epochs=10",
+        "--set",
+        "training.steps_per_epoch=4",
+        "--set",
+        "training.backup_every_steps=2",
+        "--set",
+        "evaluation.max_sentences=4",
+    )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     backup = workdir / "backup" / "training_metadata.json"
-    process = subprocess.Popen(command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     deadline = time.time() + 300
     while not backup.exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
@@ -353,7 +535,9 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     assert f"at step {resumed_at}" in result.stderr  # the programs log to stderr
     if loop == "fit":
         first_epoch = next(line for line in result.stdout.splitlines() if line.startswith("Epoch "))
-        assert first_epoch == f"Epoch {resumed_at // 4 + 1}/10", first_epoch  # the epoch of the backup's step
+        assert first_epoch == f"Epoch {resumed_at // 4 + 1}/10", (
+            first_epoch
+        )  # the epoch of the backup's step
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["optimizer_steps"] == 40
     # Only the epochs after the restart ran (the interrupted one, if mid-epoch, counted once).
@@ -368,8 +552,11 @@ def _tiny_model(**optimizer_options):
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
-    model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3), **optimizer_options),
-                  loss="mse", steps_per_execution=optimizer_options.get("gradient_accumulation_steps") or 1)
+    model.compile(
+        optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3), **optimizer_options),
+        loss="mse",
+        steps_per_execution=optimizer_options.get("gradient_accumulation_steps") or 1,
+    )
     return model
 
 
@@ -416,17 +603,21 @@ def test_backup_killed_while_written_still_restores(tmp_path):
 def test_step_plan_counts_updates_and_ends_short_epochs():
     from training.loop import StepPlan
 
-    plan = StepPlan.from_options({"steps_per_epoch": 4, "epochs": 5, "max_steps": 10, "backup_every_steps": 3})
+    plan = StepPlan.from_options(
+        {"steps_per_epoch": 4, "epochs": 5, "max_steps": 10, "backup_every_steps": 3}
+    )
     assert (plan.total, plan.epochs_in_total) == (10, 3)  # the first bound reached ends the run
     assert [step for step in range(1, 11) if plan.is_epoch_end(step)] == [4, 8, 10]
     assert [step for step in range(1, 11) if plan.backs_up_at(step)] == [3, 6, 9, 10]
     assert StepPlan(steps_per_epoch=4, epochs=2, max_steps=100).total == 8
     epochs_only = StepPlan.from_options({"steps_per_epoch": 4, "epochs": 2})
     assert [step for step in range(1, 9) if epochs_only.backs_up_at(step)] == [4, 8]
-    for options, message in [({"steps_per_epoch": 4, "epochs": None}, "epochs or training.max_steps"),
-                             ({"steps_per_epoch": 4, "max_steps": 10, "steps_per_execution": 4}, "max_steps=10"),
-                             ({"steps_per_epoch": 4, "epochs": 1, "backup_every_steps": "often"}, "'epoch'"),
-                             ({"steps_per_epoch": 4, "epochs": 1, "accumulate_steps": 0}, "accumulate_steps")]:
+    for options, message in [
+        ({"steps_per_epoch": 4, "epochs": None}, "epochs or training.max_steps"),
+        ({"steps_per_epoch": 4, "max_steps": 10, "steps_per_execution": 4}, "max_steps=10"),
+        ({"steps_per_epoch": 4, "epochs": 1, "backup_every_steps": "often"}, "'epoch'"),
+        ({"steps_per_epoch": 4, "epochs": 1, "accumulate_steps": 0}, "accumulate_steps"),
+    ]:
         with pytest.raises(ValueError, match=message):
             StepPlan.from_options(options)
 
@@ -461,13 +652,26 @@ def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop)
 
         keras.utils.set_random_seed(0)
         model = Fingerprinting([keras.Input((3,)), keras.layers.Dense(1)])
-        model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3),
-                                              gradient_accumulation_steps=2),
-                      loss="mse", steps_per_execution=plan.steps_per_execution * plan.accumulate_steps)
+        model.compile(
+            optimizer=kt.paper_adam(
+                kt.TransformerSchedule(4, warmup_steps=3), gradient_accumulation_steps=2
+            ),
+            loss="mse",
+            steps_per_execution=plan.steps_per_execution * plan.accumulate_steps,
+        )
+
         def data():  # reshuffled on each pass, as make_dataset's are
-            rows = tf.data.Dataset.range(1000).map(lambda i: tf.cast(i, tf.float32)).map(
-                lambda i: tf.stack([tf.sin(i), tf.cos(0.7 * i), 1.0]))
-            return rows.shuffle(64, seed=5).repeat().batch(2).map(lambda x: (x, tf.reduce_sum(x, 1, keepdims=True)))
+            rows = (
+                tf.data.Dataset.range(1000)
+                .map(lambda i: tf.cast(i, tf.float32))
+                .map(lambda i: tf.stack([tf.sin(i), tf.cos(0.7 * i), 1.0]))
+            )
+            return (
+                rows.shuffle(64, seed=5)
+                .repeat()
+                .batch(2)
+                .map(lambda x: (x, tf.reduce_sum(x, 1, keepdims=True)))
+            )
 
         backup = TrainingBackup(backup_dir)
         if loop == "fit":
@@ -502,8 +706,10 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
     from training.callbacks import average_weights
 
     rng = np.random.default_rng(0)
-    sets = [[rng.normal(size=(3, 4)).astype("float32"), rng.normal(size=5).astype("float32")]
-            for _ in range(3)]
+    sets = [
+        [rng.normal(size=(3, 4)).astype("float32"), rng.normal(size=5).astype("float32")]
+        for _ in range(3)
+    ]
     paths = []
     for i, weights in enumerate(sets):
         buffer = io.BytesIO()
@@ -552,9 +758,16 @@ def test_custom_loop_honours_stop_training():
     strategy = tf.distribute.get_strategy()
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
-    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 3), "float32"), np.ones((8, 1), "float32")))
-    history = custom_fit(model, strategy, data.batch(2).repeat(), StepPlan(steps_per_epoch=2, epochs=5),
-                         callbacks=[StopAfterSecondEpoch()])
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.ones((8, 3), "float32"), np.ones((8, 1), "float32"))
+    )
+    history = custom_fit(
+        model,
+        strategy,
+        data.batch(2).repeat(),
+        StepPlan(steps_per_epoch=2, epochs=5),
+        callbacks=[StopAfterSecondEpoch()],
+    )
     assert len(history["loss"]) == 2 and int(model.optimizer.iterations.numpy()) == 4
 
 
@@ -577,9 +790,15 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
 
     from keras_transformer.data import PairSource
 
-    config = load_config("demo", ["data.synthetic={train: 600, valid: 10, test: 10, seed: 1}",
-                                  "tokenizer.vocab_size=200", "training.batch_tokens=256",
-                                  "training.shuffle_buffer=null"])
+    config = load_config(
+        "demo",
+        [
+            "data.synthetic={train: 600, valid: 10, test: 10, seed: 1}",
+            "tokenizer.vocab_size=200",
+            "training.batch_tokens=256",
+            "training.shuffle_buffer=null",
+        ],
+    )
     corpus = load_corpus(config["data"])
     corpus["train"] = PairSource.from_pairs(sorted(corpus["train"], key=lambda pair: len(pair[0])))
     src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path)
@@ -587,14 +806,21 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     def longest_source_in_first_batches(shuffle_buffer):
         config["training"]["shuffle_buffer"] = shuffle_buffer
         train, _ = datasets(config, corpus, src_tok, tgt_tok)
-        return max(int((src.numpy() != 0).sum(axis=1).max())
-                   for (src, _), _ in itertools.islice(train, 4))
+        return max(
+            int((src.numpy() != 0).sum(axis=1).max()) for (src, _), _ in itertools.islice(train, 4)
+        )
 
     whole = longest_source_in_first_batches(None)
     window = longest_source_in_first_batches(8)
-    lengths = sorted(len(src_tok.tokenize([s]).flat_values) + 1 for s, _ in corpus["train"])  # + EOS
+    lengths = sorted(
+        len(src_tok.tokenize([s]).flat_values) + 1 for s, _ in corpus["train"]
+    )  # + EOS
     # A small window yields the shortest pairs first; the whole split reaches the long tail at once.
-    assert whole >= lengths[3 * len(lengths) // 4] and whole > 1.5 * window, (window, whole, lengths[::60])
+    assert whole >= lengths[3 * len(lengths) // 4] and whole > 1.5 * window, (
+        window,
+        whole,
+        lengths[::60],
+    )
 
 
 def test_corpus_from_tsv_and_text_files(tmp_path):
@@ -603,11 +829,18 @@ def test_corpus_from_tsv_and_text_files(tmp_path):
     from keras_transformer.data import PairSource
     from training.corpus import load_corpus
 
-    (tmp_path / "train.tsv").write_text("ein Haus\ta house\nzwei\ttwo\n\tempty source\n", encoding="utf-8")
+    (tmp_path / "train.tsv").write_text(
+        "ein Haus\ta house\nzwei\ttwo\n\tempty source\n", encoding="utf-8"
+    )
     (tmp_path / "valid.tsv").write_text("drei\tthree\n", encoding="utf-8")
-    corpus = load_corpus({"kind": "tsv", "tsv": {"train": "train.tsv", "valid": "valid.tsv"}}, base_dir=tmp_path)
+    corpus = load_corpus(
+        {"kind": "tsv", "tsv": {"train": "train.tsv", "valid": "valid.tsv"}}, base_dir=tmp_path
+    )
     assert isinstance(corpus["train"], PairSource)  # streamed; valid/test are lists
-    assert list(corpus["train"]) == [("ein Haus", "a house"), ("zwei", "two")] and len(corpus["train"]) == 2
+    assert (
+        list(corpus["train"]) == [("ein Haus", "a house"), ("zwei", "two")]
+        and len(corpus["train"]) == 2
+    )
     assert corpus["valid"] == [("drei", "three")] and corpus["test"] == []
     (tmp_path / "train.src").write_text("ein  Haus \n", encoding="utf-8")
     (tmp_path / "train.tgt").write_text("a house\n", encoding="utf-8")
@@ -615,11 +848,17 @@ def test_corpus_from_tsv_and_text_files(tmp_path):
     assert list(corpus["train"]) == [("ein Haus", "a house")] and corpus["valid"] == []
     packed = tmp_path / "gz"
     packed.mkdir()
-    for name, text in (("train.src.gz", "eins\nzwei\n"), ("train.tgt.gz", "one\ntwo\n"),
-                       ("test.src.gz", "drei\n"), ("test.tgt.gz", "three\n")):
+    for name, text in (
+        ("train.src.gz", "eins\nzwei\n"),
+        ("train.tgt.gz", "one\ntwo\n"),
+        ("test.src.gz", "drei\n"),
+        ("test.tgt.gz", "three\n"),
+    ):
         (packed / name).write_bytes(gzip.compress(text.encode()))
     corpus = load_corpus({"kind": "text", "dir": str(packed)})
-    assert list(corpus["train"]) == [("eins", "one"), ("zwei", "two")] and corpus["test"] == [("drei", "three")]
+    assert list(corpus["train"]) == [("eins", "one"), ("zwei", "two")] and corpus["test"] == [
+        ("drei", "three")
+    ]
     (packed / "train.tgt.gz").write_bytes(gzip.compress(b"one\n"))
     with pytest.raises(ValueError, match="not aligned"):
         load_corpus({"kind": "text", "dir": str(packed)})
@@ -635,9 +874,17 @@ def test_corpus_from_tfds_offline():
     from training.corpus import load_corpus
 
     with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
-        corpus = load_corpus({"kind": "tfds", "tfds": {"name": "ted_hrlr_translate/pt_to_en",
-                                                        "train": "train", "valid": "validation",
-                                                        "test": None}})
+        corpus = load_corpus(
+            {
+                "kind": "tfds",
+                "tfds": {
+                    "name": "ted_hrlr_translate/pt_to_en",
+                    "train": "train",
+                    "valid": "validation",
+                    "test": None,
+                },
+            }
+        )
     assert 0 < len(corpus["train"]) <= 6 and corpus["test"] == []
     assert all(isinstance(s, str) and isinstance(t, str) for s, t in corpus["train"])
 
@@ -646,25 +893,43 @@ def test_large_training_splits_are_neither_cached_nor_shuffled_whole():
     from training.trainer import IN_MEMORY_PAIRS, training_input
 
     small, large = IN_MEMORY_PAIRS, IN_MEMORY_PAIRS + 1
-    assert training_input({"cache": "auto", "shuffle_buffer": None}, small) == {"cache": True, "shuffle_buffer": small}
+    assert training_input({"cache": "auto", "shuffle_buffer": None}, small) == {
+        "cache": True,
+        "shuffle_buffer": small,
+    }
     assert training_input({"shuffle_buffer": 50}, large) == {"cache": False, "shuffle_buffer": 50}
     assert training_input({"cache": "/tmp/x", "shuffle_buffer": 5}, large)["cache"] == "/tmp/x"
     assert training_input({"cache": False, "shuffle_buffer": None}, 10)["cache"] is False
-    with pytest.raises(ValueError, match=r"training.shuffle_buffer=null .* 1,000,001 pairs.*shuffle_buffer=200000"):
+    with pytest.raises(
+        ValueError, match=r"training.shuffle_buffer=null .* 1,000,001 pairs.*shuffle_buffer=200000"
+    ):
         training_input({"shuffle_buffer": None}, large)
     with pytest.raises(ValueError, match="training.cache must be"):
         training_input({"cache": 3, "shuffle_buffer": 5}, 10)
     for name in ("demo", "multi30k", "base", "big", "wmt14_ende"):  # every key can be --set
-        config = load_config(name, ["training.shuffle_buffer=7", "training.cache=false",
-                                    "tokenizer.max_sentences=null"])
-        assert config["training"]["shuffle_buffer"] == 7 and config["tokenizer"]["max_sentences"] is None
-    assert load_config("base")["training"]["shuffle_buffer"] == load_config("big")["training"]["shuffle_buffer"]
+        config = load_config(
+            name,
+            ["training.shuffle_buffer=7", "training.cache=false", "tokenizer.max_sentences=null"],
+        )
+        assert (
+            config["training"]["shuffle_buffer"] == 7
+            and config["tokenizer"]["max_sentences"] is None
+        )
+    assert (
+        load_config("base")["training"]["shuffle_buffer"]
+        == load_config("big")["training"]["shuffle_buffer"]
+    )
 
 
 def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
     """A text corpus goes from files to batches without a list of its pairs: tokenizers from
     the stream (the same model as from the in-memory pairs), batches from dataset()."""
-    from keras_transformer.data import demo_splits, make_dataset, read_text_file_pairs, write_parallel_files
+    from keras_transformer.data import (
+        demo_splits,
+        make_dataset,
+        read_text_file_pairs,
+        write_parallel_files,
+    )
     from keras_transformer.tokenization import train_sentencepiece
     from training import trainer
     from training.corpus import load_corpus
@@ -672,12 +937,21 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
     splits = demo_splits(train=300, valid=10, test=0, seed=2)
     for split in ("train", "valid"):
         write_parallel_files(splits[split], tmp_path / "data", split)
-    config = load_config("demo", [f"data={{kind: text, dir: {tmp_path / 'data'}}}", "tokenizer.vocab_size=200",
-                                  "training.batch_tokens=256", "training.shuffle_buffer=32"])
+    config = load_config(
+        "demo",
+        [
+            f"data={{kind: text, dir: {tmp_path / 'data'}}}",
+            "tokenizer.vocab_size=200",
+            "training.batch_tokens=256",
+            "training.shuffle_buffer=32",
+        ],
+    )
     corpus = load_corpus(config["data"])
     src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path / "run")
     text = read_text_file_pairs(tmp_path / "data" / "train.src", tmp_path / "data" / "train.tgt")
-    unlimited = train_sentencepiece(text.sources + text.targets, tmp_path / "old" / "spm", vocab_size=200)
+    unlimited = train_sentencepiece(
+        text.sources + text.targets, tmp_path / "old" / "spm", vocab_size=200
+    )
     assert src_tok.model_bytes == unlimited.read_bytes()  # the sample is the whole (small) corpus
     monkeypatch.setattr(trainer, "IN_MEMORY_PAIRS", 100)  # 300 pairs are now "large": no cache
     calls = []
@@ -716,8 +990,21 @@ def test_auto_precision_says_what_it_picked_and_why(tmp_path):
     from keras_transformer.hardware import has_bf16_units
 
     workdir = tmp_path / "auto"
-    result = _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
-                   "--set", "training.epochs=1", "--mixed-precision", "auto"])
+    result = _run(
+        [
+            "-m",
+            "training.train",
+            "--config",
+            "demo",
+            "--workdir",
+            str(workdir),
+            *MICRO,
+            "--set",
+            "training.epochs=1",
+            "--mixed-precision",
+            "auto",
+        ]
+    )
     expected = "bf16" if has_bf16_units() else "fp32"  # no GPU or TPU on the test machines
     assert f"mixed precision: {expected} (no GPU or TPU; the CPU has" in result.stderr
     metrics = json.loads((workdir / "metrics.json").read_text())
@@ -733,10 +1020,29 @@ def test_fp16_scales_the_loss_and_the_demo_task_learns_as_fp32_does(tmp_path):
     runs = {}
     for precision in ("fp16", "fp32"):
         workdir = tmp_path / precision
-        _run(["-m", "training.train", "--config", "demo", "--workdir", str(workdir), *MICRO,
-              "--mixed-precision", precision, "--set", "training.epochs=3", "--set", "training.steps_per_epoch=30",
-              "--set", "training.steps_per_execution=15", "--set", "training.warmup_steps=30",
-              "--set", "evaluation.max_sentences=5"])
+        _run(
+            [
+                "-m",
+                "training.train",
+                "--config",
+                "demo",
+                "--workdir",
+                str(workdir),
+                *MICRO,
+                "--mixed-precision",
+                precision,
+                "--set",
+                "training.epochs=3",
+                "--set",
+                "training.steps_per_epoch=30",
+                "--set",
+                "training.steps_per_execution=15",
+                "--set",
+                "training.warmup_steps=30",
+                "--set",
+                "evaluation.max_sentences=5",
+            ]
+        )
         runs[precision] = json.loads((workdir / "metrics.json").read_text())
     fp16, fp32 = runs["fp16"], runs["fp32"]
     assert fp16["precision"]["used"] == "fp16" and "loss_scale" not in fp32
@@ -744,7 +1050,14 @@ def test_fp16_scales_the_loss_and_the_demo_task_learns_as_fp32_does(tmp_path):
     assert fp16["loss_scale"] > 1 and math.log2(fp16["loss_scale"]).is_integer()
     assert fp16["optimizer_steps"] >= 80  # of 90: at most the first steps' overflows skipped
     losses, accuracy = fp16["history"]["loss"], fp16["history"]["masked_accuracy"]
-    assert all(math.isfinite(loss) for loss in losses)  # an epoch's mean: every step in it was finite
-    assert losses == sorted(losses, reverse=True) and accuracy[-1] > accuracy[0] + 0.01, (losses, accuracy)
+    assert all(
+        math.isfinite(loss) for loss in losses
+    )  # an epoch's mean: every step in it was finite
+    assert losses == sorted(losses, reverse=True) and accuracy[-1] > accuracy[0] + 0.01, (
+        losses,
+        accuracy,
+    )
     assert abs(losses[-1] - fp32["history"]["loss"][-1]) < 0.03 * fp32["history"]["loss"][-1], (
-        losses, fp32["history"]["loss"])
+        losses,
+        fp32["history"]["loss"],
+    )

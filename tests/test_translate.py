@@ -3,23 +3,33 @@
 import pytest
 
 
-@pytest.mark.parametrize("beam_size", [1, pytest.param(3, marks=pytest.mark.slow)])  # XLA compiles are slow
+@pytest.mark.parametrize(
+    "beam_size", [1, pytest.param(3, marks=pytest.mark.slow)]
+)  # XLA compiles are slow
 def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
     from keras_transformer.translate import Translator
     from keras_transformer import Workdir
 
     trained = Workdir(tiny_workdir).load()
     model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
-    sentences = ["the hungry boy sees 3 red cats", "a dog sleeps",
-                 "yesterday a sad teacher gave an old book to the farmer because the farmer was happy", ""]
+    sentences = [
+        "the hungry boy sees 3 red cats",
+        "a dog sleeps",
+        "yesterday a sad teacher gave an old book to the farmer because the farmer was happy",
+        "",
+    ]
     options = dict(max_src_length=64, beam_size=beam_size, alpha=0.6)
     plain = Translator(model, src_tok, tgt_tok, **options).translate(sentences, batch_size=3)
     xla = Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=16, **options)
     assert xla.translate(sentences, batch_size=3) == plain
     compiled = dict(xla._compiled)
-    assert compiled and all(length % 16 == 0 for length in compiled)  # one function per length bucket
+    assert compiled and all(
+        length % 16 == 0 for length in compiled
+    )  # one function per length bucket
     assert xla.translate(sentences[2:3], batch_size=3) == plain[2:3]
-    assert xla._compiled == compiled  # a one-sentence batch is padded to the same shape: no new compilation
+    assert (
+        xla._compiled == compiled
+    )  # a one-sentence batch is padded to the same shape: no new compilation
     with pytest.raises(ValueError, match="length_bucket"):
         Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=0)
 
@@ -38,8 +48,13 @@ def test_beam_stopping_rules_and_a_bad_rule(tiny_workdir):
     with pytest.raises(ValueError, match="stopping rule"):
         Translator.from_trained_model(trained, beam_size=3, stopping="patience")
     with pytest.raises(ValueError, match="stopping rule"):
-        ExportedTranslator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer, max_src_length=64,
-                           stopping="patience")
+        ExportedTranslator(
+            trained.model,
+            trained.src_tokenizer,
+            trained.tgt_tokenizer,
+            max_src_length=64,
+            stopping="patience",
+        )
 
 
 def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
@@ -50,8 +65,13 @@ def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
     from keras_transformer.translate import PARTS_MIN_ROWS, Translator
 
     trained = Workdir(tiny_workdir).load()
-    sentences = ["the hungry boy sees 3 red cats", "a dog sleeps", "", "the farmer was happy",
-                 "yesterday a sad teacher gave an old book to the farmer because the farmer was happy"] * 2
+    sentences = [
+        "the hungry boy sees 3 red cats",
+        "a dog sleeps",
+        "",
+        "the farmer was happy",
+        "yesterday a sad teacher gave an old book to the farmer because the farmer was happy",
+    ] * 2
     assert len(sentences) >= PARTS_MIN_ROWS
     parts = Translator.from_trained_model(trained).translate(sentences)
     assert parts == Translator.from_trained_model(trained, decode_parts=1).translate(sentences)

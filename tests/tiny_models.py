@@ -14,8 +14,9 @@ def peaked_tiny_model(seed: int, kernel_scale: float, eos_bias: float = 0.0) -> 
     its output kernel scaled by ``kernel_scale`` (fairly peaked predictions) and
     ``eos_bias`` added to EOS's logit (EOS now and then)."""
     keras.utils.set_random_seed(seed)
-    config = kt.TransformerConfig.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, max_length=64,
-                                              tie_embeddings=False)
+    config = kt.TransformerConfig.from_preset(
+        "tiny", vocab_size=VOCAB, dropout=0.0, max_length=64, tie_embeddings=False
+    )
     model = kt.Transformer(config)
     model.build()
     kernel = model.output_projection.kernel

@@ -52,8 +52,9 @@ class TrainingBackup:
     def exists(self) -> bool:
         return (self.directory / self.WEIGHTS).exists()
 
-    def save(self, model: keras.Model, *, step: int, epoch: int, accumulate_steps: int = 1,
-             iterator=None) -> None:
+    def save(
+        self, model: keras.Model, *, step: int, epoch: int, accumulate_steps: int = 1, iterator=None
+    ) -> None:
         for stale in self.directory.parent.glob(f".{self.directory.name}.backup-*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a run killed while it saved
         staging = staging_directory(self.directory, "backup")
@@ -61,14 +62,23 @@ class TrainingBackup:
             model.save_weights(str(staging / self.WEIGHTS))
             if iterator is not None and self.iterator_checkpoints:
                 try:
-                    tf.train.Checkpoint(iterator=iterator).write(str(staging / self.ITERATOR / "state"))
+                    tf.train.Checkpoint(iterator=iterator).write(
+                        str(staging / self.ITERATOR / "state")
+                    )
                 except (tf.errors.OpError, ValueError) as error:  # e.g. a from_generator stage
                     self.iterator_checkpoints = False
                     shutil.rmtree(staging / self.ITERATOR, ignore_errors=True)
-                    log.warning("the input iterator cannot be saved (%s); a resumed run will skip the batches "
-                                "already used instead", str(error).strip().splitlines()[0])
-            metadata = {"step": step, "epoch": epoch, "batches": step * accumulate_steps,
-                        "accumulate_steps": accumulate_steps}
+                    log.warning(
+                        "the input iterator cannot be saved (%s); a resumed run will skip the batches "
+                        "already used instead",
+                        str(error).strip().splitlines()[0],
+                    )
+            metadata = {
+                "step": step,
+                "epoch": epoch,
+                "batches": step * accumulate_steps,
+                "accumulate_steps": accumulate_steps,
+            }
             (staging / self.METADATA).write_text(json.dumps(metadata), encoding="utf-8")
             replace_directory(staging, self.directory)
         finally:
@@ -86,15 +96,18 @@ class TrainingBackup:
         if saved != accumulate_steps:
             raise BackupError(
                 f"The backup in {self.directory} was written with training.accumulate_steps={saved}, this run "
-                f"has {accumulate_steps}: resume with the same value, or delete the folder to start afresh.")
+                f"has {accumulate_steps}: resume with the same value, or delete the folder to start afresh."
+            )
         with model.distribute_strategy.scope():
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
             model.load_weights(self.directory / self.WEIGHTS)
         step = optimizer_step(model)
         if metadata.get("step", step) != step:
-            raise BackupError(f"The backup in {self.directory} says step {metadata['step']} but its optimizer "
-                             f"state is at step {step}; delete the folder to start afresh.")
+            raise BackupError(
+                f"The backup in {self.directory} says step {metadata['step']} but its optimizer "
+                f"state is at step {step}; delete the folder to start afresh."
+            )
         return {**metadata, "step": step}
 
     def restore_iterator(self, iterator) -> bool:
@@ -115,7 +128,9 @@ class ValidationBleu(keras.callbacks.Callback):
     ``val_bleu``/``val_chrf`` (sacrebleu, detokenized, cased) to the logs and
     to TensorBoard."""
 
-    def __init__(self, translator, pairs: Sequence[tuple[str, str]], summary_dir: Path | None = None):
+    def __init__(
+        self, translator, pairs: Sequence[tuple[str, str]], summary_dir: Path | None = None
+    ):
         super().__init__()
         self.translator = translator
         self.sources = [source for source, _ in pairs]
@@ -129,8 +144,14 @@ class ValidationBleu(keras.callbacks.Callback):
         if logs is not None:
             logs["val_bleu"] = scores["bleu"]
             logs["val_chrf"] = scores["chrf"]
-        log.info("epoch %d: validation BLEU %.2f chrF %.2f (%d sentences, greedy, %.1fs)", epoch + 1,
-                 scores["bleu"], scores["chrf"], len(self.references), time.time() - started)
+        log.info(
+            "epoch %d: validation BLEU %.2f chrF %.2f (%d sentences, greedy, %.1fs)",
+            epoch + 1,
+            scores["bleu"],
+            scores["chrf"],
+            len(self.references),
+            time.time() - started,
+        )
         if self.writer is not None:
             with self.writer.as_default():
                 tf.summary.scalar("val_bleu", scores["bleu"], step=epoch + 1)
@@ -186,7 +207,9 @@ class TimeBudget(keras.callbacks.Callback):
     def __init__(self, minutes: float):
         super().__init__()
         if minutes <= 0:
-            raise ValueError(f"training.max_minutes must be > 0 (or null for no limit), got {minutes}.")
+            raise ValueError(
+                f"training.max_minutes must be > 0 (or null for no limit), got {minutes}."
+            )
         self.budget = 60.0 * minutes
         self.started = self.last_end = time.time()
 
@@ -197,6 +220,10 @@ class TimeBudget(keras.callbacks.Callback):
             logs["epoch_seconds"] = round(seconds, 1)
         elapsed = now - self.started
         if elapsed + seconds > self.budget:
-            log.info("time budget: %.1f of %.1f min used, another epoch would not fit; stopping after epoch %d",
-                     elapsed / 60, self.budget / 60, epoch + 1)
+            log.info(
+                "time budget: %.1f of %.1f min used, another epoch would not fit; stopping after epoch %d",
+                elapsed / 60,
+                self.budget / 60,
+                epoch + 1,
+            )
             self.model.stop_training = True

@@ -31,10 +31,16 @@ class DataSection:
     """``data``: where the corpus comes from."""
 
     kind: Literal["synthetic", "text", "tsv", "tfds"] = "text"
-    dir: Optional[str] = None  # text: {dir}/{split}.src|.tgt (or .gz); a relative path from the checkout
-    prepare: Literal["auto", True, False] = "auto"  # train on W/prepared shards: when present | make them | never
+    dir: Optional[str] = (
+        None  # text: {dir}/{split}.src|.tgt (or .gz); a relative path from the checkout
+    )
+    prepare: Literal["auto", True, False] = (
+        "auto"  # train on W/prepared shards: when present | make them | never
+    )
     examples_per_shard: int = 100_000  # per prepared shard file; one file per worker at least
-    synthetic: Optional[dict] = None  # kind synthetic: {train, valid, test, seed} sizes of the demo pair
+    synthetic: Optional[dict] = (
+        None  # kind synthetic: {train, valid, test, seed} sizes of the demo pair
+    )
     tsv: Optional[dict] = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
     tfds: Optional[dict] = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
 
@@ -46,7 +52,9 @@ class TokenizerSection:
     vocab_size: int = 8000
     shared: bool = True  # one model for both languages
     model_type: Literal["unigram", "bpe"] = "unigram"
-    max_sentences: Optional[int] = 500_000  # a random sample a model (= tokenization.DEFAULT_MAX_SENTENCES)
+    max_sentences: Optional[int] = (
+        500_000  # a random sample a model (= tokenization.DEFAULT_MAX_SENTENCES)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,15 +73,21 @@ class TrainingSection:
     batch_size: Optional[int] = None  # sentences a batch
     accumulate_steps: int = 1  # micro-batches an update
     shuffle_buffer: Optional[int] = None  # examples; null: the whole split (small corpora only)
-    cache: Union[Literal["auto"], bool, str] = "auto"  # tokenized train split in memory (auto: up to 1M pairs)
+    cache: Union[Literal["auto"], bool, str] = (
+        "auto"  # tokenized train split in memory (auto: up to 1M pairs)
+    )
     static_shapes: bool = False  # pad every batch to the length limits (TPU / XLA)
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0  # times the paper's d_model^-0.5 schedule
     label_smoothing: float = 0.1
-    epochs: Optional[int] = None  # with steps_per_epoch; the first of epochs and max_steps reached ends the run
+    epochs: Optional[int] = (
+        None  # with steps_per_epoch; the first of epochs and max_steps reached ends the run
+    )
     max_steps: Optional[int] = None
     max_minutes: Optional[float] = None  # stop after the last epoch that fits
-    steps_per_epoch: Optional[int] = None  # validation, BLEU, logs and averaging checkpoints at each epoch end
+    steps_per_epoch: Optional[int] = (
+        None  # validation, BLEU, logs and averaging checkpoints at each epoch end
+    )
     steps_per_execution: int = 1
     average_last: int = 1  # epochs averaged at the end
     backup_every_steps: Union[Literal["epoch"], int] = "epoch"
@@ -88,14 +102,21 @@ class EvaluationSection:
     max_sentences: Optional[int] = None  # test sentences scored at the end; null: all
 
 
-SECTIONS = {"data": DataSection, "tokenizer": TokenizerSection, "training": TrainingSection,
-            "evaluation": EvaluationSection}
+SECTIONS = {
+    "data": DataSection,
+    "tokenizer": TokenizerSection,
+    "training": TrainingSection,
+    "evaluation": EvaluationSection,
+}
 
 
 def section_defaults(section: str) -> dict[str, Any]:
     """The schema's default of every key of ``section`` that has one."""
-    return {field.name: field.default for field in dataclasses.fields(SECTIONS[section])
-            if field.default is not dataclasses.MISSING}
+    return {
+        field.name: field.default
+        for field in dataclasses.fields(SECTIONS[section])
+        if field.default is not dataclasses.MISSING
+    }
 
 
 def with_defaults(section: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -134,12 +155,25 @@ def _admits(allowed: list, value) -> bool:
 
 def _describe(allowed: list) -> str:
     def literal(value) -> str:
-        return {True: "true", False: "false", None: "null"}.get(value, value) if not isinstance(value, str) else value
+        return (
+            {True: "true", False: "false", None: "null"}.get(value, value)
+            if not isinstance(value, str)
+            else value
+        )
 
-    names = [literal(item[1]) if isinstance(item, tuple) else
-             {type(None): "null", int: "an integer", float: "a number", bool: "true or false",
-              str: "a string", dict: "a mapping"}.get(item, getattr(item, "__name__", str(item)))
-             for item in allowed]
+    names = [
+        literal(item[1])
+        if isinstance(item, tuple)
+        else {
+            type(None): "null",
+            int: "an integer",
+            float: "a number",
+            bool: "true or false",
+            str: "a string",
+            dict: "a mapping",
+        }.get(item, getattr(item, "__name__", str(item)))
+        for item in allowed
+    ]
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 
@@ -148,8 +182,10 @@ def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[st
     naming the first unknown key, missing required key or value of the wrong type."""
     unknown = sorted(set(config) - set(SECTIONS) - {"model"})
     if unknown:
-        raise ValueError(f"{where}: unknown section(s) {unknown}; the sections are "
-                         f"{sorted([*SECTIONS, 'model'])}.")
+        raise ValueError(
+            f"{where}: unknown section(s) {unknown}; the sections are "
+            f"{sorted([*SECTIONS, 'model'])}."
+        )
     resolved = dict(config)
     resolved["model"] = dict(config.get("model") or {})
     for section, schema in SECTIONS.items():
@@ -159,7 +195,9 @@ def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[st
         fields = {field.name: field for field in dataclasses.fields(schema)}
         unknown = sorted(set(options) - set(fields))
         if unknown:
-            raise ValueError(f"{where}: no key(s) {unknown} in section {section!r}; known keys: {sorted(fields)}.")
+            raise ValueError(
+                f"{where}: no key(s) {unknown} in section {section!r}; known keys: {sorted(fields)}."
+            )
         hints = typing.get_type_hints(schema)
         values = with_defaults(section, options)
         for name in fields:
@@ -167,7 +205,9 @@ def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[st
                 raise ValueError(f"{where}: {section}.{name} is required (no default).")
             allowed = _allowed(hints[name])
             if not _admits(allowed, values[name]):
-                raise ValueError(f"{where}: {section}.{name}={values[name]!r}: use {_describe(allowed)}.")
+                raise ValueError(
+                    f"{where}: {section}.{name}={values[name]!r}: use {_describe(allowed)}."
+                )
         resolved[section] = values
     return resolved
 
@@ -204,7 +244,9 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
     except yaml.YAMLError as error:
         raise ValueError(f"{path} is not valid YAML: {error}") from error
     if not isinstance(config, dict):
-        raise ValueError(f"{path} must hold a mapping of sections (data, tokenizer, model, training, ...).")
+        raise ValueError(
+            f"{path} must hold a mapping of sections (data, tokenizer, model, training, ...)."
+        )
     config = resolve_config(config, str(path))
     for override in overrides:
         apply_override(config, override)
@@ -219,7 +261,9 @@ def apply_override(config: dict[str, Any], override: str) -> None:
     node = config
     for depth, key in enumerate(keys[:-1]):
         if not isinstance(node.get(key), dict):
-            raise ValueError(f"Override {override!r}: {'.'.join(keys[:depth + 1])!r} is not a config section.")
+            raise ValueError(
+                f"Override {override!r}: {'.'.join(keys[: depth + 1])!r} is not a config section."
+            )
         node = node[key]
     last = keys[-1]
     if last not in node and keys[0] != "model":
@@ -230,12 +274,16 @@ def apply_override(config: dict[str, Any], override: str) -> None:
     try:
         node[last] = yaml.safe_load(raw)
     except yaml.YAMLError as error:
-        raise ValueError(f"Override {override!r}: the value is not valid YAML ({error}).") from error
+        raise ValueError(
+            f"Override {override!r}: the value is not valid YAML ({error})."
+        ) from error
 
 
 def check_prepare_mode(config: dict[str, Any]) -> None:
     """Raise ``ValueError`` unless ``data.prepare`` is one of ``PREPARE_MODES``."""
     mode = with_defaults("data", config.get("data") or {})["prepare"]
     if not (mode == "auto" or mode is True or mode is False):
-        raise ValueError(f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
-                         "true (prepare them on the first run) or false.")
+        raise ValueError(
+            f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
+            "true (prepare them on the first run) or false."
+        )

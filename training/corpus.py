@@ -31,40 +31,71 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
     kind = data.get("kind")
     if kind == "synthetic":
         sizes = data["synthetic"]
-        splits = demo_splits(train=sizes["train"], valid=sizes["valid"], test=sizes["test"],
-                             seed=sizes.get("seed", 0))
-        return {"train": PairSource.from_pairs(splits["train"]), "valid": splits["valid"], "test": splits["test"]}
+        splits = demo_splits(
+            train=sizes["train"],
+            valid=sizes["valid"],
+            test=sizes["test"],
+            seed=sizes.get("seed", 0),
+        )
+        return {
+            "train": PairSource.from_pairs(splits["train"]),
+            "valid": splits["valid"],
+            "test": splits["test"],
+        }
     if kind == "text":
         if not data.get("dir"):
-            raise ValueError("data.kind=text needs data.dir (a folder with train.src/train.tgt, ...).")
+            raise ValueError(
+                "data.kind=text needs data.dir (a folder with train.src/train.tgt, ...)."
+            )
         directory = _resolve(data["dir"], base_dir)
         sources = {}
         for split in SPLITS:
             src, tgt = _text_files(directory, split)
             if src is None:
                 if split == "train":
-                    raise ValueError(f"No training data: {directory / 'train.src'} does not exist "
-                                     "(check data.dir).")
+                    raise ValueError(
+                        f"No training data: {directory / 'train.src'} does not exist "
+                        "(check data.dir)."
+                    )
                 continue
             sources[split] = PairSource.from_text_files(src, tgt)
         return _splits(sources)
     if kind == "tsv":
         paths = data.get("tsv") or {}
         if not paths.get("train"):
-            raise ValueError("data.kind=tsv needs data.tsv.train (a TSV file of source<TAB>target).")
-        return _splits({split: PairSource.from_tsv(_resolve(paths[split], base_dir))
-                        for split in SPLITS if paths.get(split)})
+            raise ValueError(
+                "data.kind=tsv needs data.tsv.train (a TSV file of source<TAB>target)."
+            )
+        return _splits(
+            {
+                split: PairSource.from_tsv(_resolve(paths[split], base_dir))
+                for split in SPLITS
+                if paths.get(split)
+            }
+        )
     if kind == "tfds":
         options = data.get("tfds") or {}
         if not options.get("name"):
-            raise ValueError("data.kind=tfds needs data.tfds.name, e.g. ted_hrlr_translate/pt_to_en.")
+            raise ValueError(
+                "data.kind=tfds needs data.tfds.name, e.g. ted_hrlr_translate/pt_to_en."
+            )
         if not options.get("train"):
-            raise ValueError("data.kind=tfds needs data.tfds.train, the training split's name (e.g. train).")
-        return _splits({split: PairSource.from_tfds(options["name"], options[split],
-                                                    src_key=options.get("src_key"),
-                                                    tgt_key=options.get("tgt_key"),
-                                                    data_dir=options.get("data_dir"))
-                        for split in SPLITS if options.get(split)})
+            raise ValueError(
+                "data.kind=tfds needs data.tfds.train, the training split's name (e.g. train)."
+            )
+        return _splits(
+            {
+                split: PairSource.from_tfds(
+                    options["name"],
+                    options[split],
+                    src_key=options.get("src_key"),
+                    tgt_key=options.get("tgt_key"),
+                    data_dir=options.get("data_dir"),
+                )
+                for split in SPLITS
+                if options.get(split)
+            }
+        )
     raise ValueError(f"data.kind must be one of synthetic, text, tsv, tfds; got {kind!r}.")
 
 

@@ -9,7 +9,9 @@ from typing import Mapping, Sequence
 from keras_transformer.files import write_atomically
 
 
-def plot_learning_curves(history: Mapping[str, Sequence[float]], path: Path, title: str = "") -> Path:
+def plot_learning_curves(
+    history: Mapping[str, Sequence[float]], path: Path, title: str = ""
+) -> Path:
     """Loss curves on the left, validation BLEU/chrF on the right (if recorded)."""
     import io
 
@@ -22,7 +24,9 @@ def plot_learning_curves(history: Mapping[str, Sequence[float]], path: Path, tit
         raise ValueError("history has no 'loss': nothing to plot.")
     epochs = range(1, len(history["loss"]) + 1)
     has_bleu = bool(history.get("val_bleu"))
-    figure, axes = plt.subplots(1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False)
+    figure, axes = plt.subplots(
+        1, 2 if has_bleu else 1, figsize=(11 if has_bleu else 6, 4), squeeze=False
+    )
     loss_axis = axes[0][0]
     for key, label in (("loss", "train loss (label-smoothed)"), ("val_loss", "validation loss")):
         if history.get(key):

@@ -15,8 +15,15 @@ import json
 import sys
 from pathlib import Path
 
-from programs import (PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_file, existing_path, run,
-                      setup_logging)
+from programs import (
+    PRECISION_NAMES,
+    WORKDIR_HINT,
+    ArgumentParser,
+    existing_file,
+    existing_path,
+    run,
+    setup_logging,
+)
 
 PROG = "python -m training.evaluate"
 
@@ -25,20 +32,41 @@ def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     model_source = parser.add_mutually_exclusive_group(required=True)
     model_source.add_argument("--workdir", type=Path, help="a training.train workdir")
-    model_source.add_argument("--saved-model", type=Path,
-                              help="an export version folder (exports/NAME/1) or the folder above it")
+    model_source.add_argument(
+        "--saved-model",
+        type=Path,
+        help="an export version folder (exports/NAME/1) or the folder above it",
+    )
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, type=Path, help="reference translations, aligned")
-    parser.add_argument("--beam", type=int, default=None,
-                        help="beam size (workdir: default 1 = greedy; SavedModel: default the exported beam)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty exponent for beam search")
-    parser.add_argument("--stopping", choices=("heuristic", "exact"), default="heuristic",
-                        help="workdir: beam search's stopping rule (the SavedModel has its own)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)")
+    parser.add_argument(
+        "--beam",
+        type=int,
+        default=None,
+        help="beam size (workdir: default 1 = greedy; SavedModel: default the exported beam)",
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.6, help="length penalty exponent for beam search"
+    )
+    parser.add_argument(
+        "--stopping",
+        choices=("heuristic", "exact"),
+        default="heuristic",
+        help="workdir: beam search's stopping rule (the SavedModel has its own)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)",
+    )
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
-                        help="workdir: compute precision of the model (the SavedModel has its own)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISION_NAMES,
+        default="fp32",
+        help="workdir: compute precision of the model (the SavedModel has its own)",
+    )
     args = parser.parse_args(argv)
     if args.beam is not None and args.beam < 1:
         parser.error(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
@@ -69,13 +97,22 @@ def main(argv=None) -> int:
             translator = Translator.from_saved_model(args.saved_model, beam_size=args.beam)
             out = args.out or translator.path.parent / "eval.json"
         else:
-            translator = Translator.from_workdir(args.workdir, beam_size=args.beam or 1, alpha=args.alpha,
-                                                 stopping=args.stopping, precision=args.precision)
+            translator = Translator.from_workdir(
+                args.workdir,
+                beam_size=args.beam or 1,
+                alpha=args.alpha,
+                stopping=args.stopping,
+                precision=args.precision,
+            )
             out = args.out or args.workdir / "eval.json"
-        hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size, progress=True)
+        hypotheses = translator.translate(
+            list(text.sources), batch_size=args.batch_size, progress=True
+        )
         scores = score_translations(hypotheses, list(text.targets))
         decoding = "greedy" if translator.beam_size == 1 else f"beam{translator.beam_size}"
-        scores.update({"src": str(args.src), "ref": str(args.ref), "decoding": decoding, "cpu": cpu_record()})
+        scores.update(
+            {"src": str(args.src), "ref": str(args.ref), "decoding": decoding, "cpu": cpu_record()}
+        )
         write_text_atomically(out, json.dumps(scores, indent=2))
         print(json.dumps(scores, indent=2))
         return 0

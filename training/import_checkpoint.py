@@ -28,13 +28,24 @@ def parse_args(argv=None):
     parser.add_argument("kind", choices=KINDS, help="the checkpoint's architecture")
     parser.add_argument("checkpoint", type=Path, help="the checkpoint directory")
     parser.add_argument("--workdir", required=True, type=Path, help="the workdir to write")
-    parser.add_argument("--max-src-length", type=int, default=None,
-                        help="sources are truncated to this many subwords (default 512 or the model's limit)")
-    parser.add_argument("--max-tgt-length", type=int, default=None,
-                        help="translations stop at this many subwords (default one less than the source limit)")
-    parser.add_argument("--allow-pickle", action="store_true",
-                        help="read pytorch_model.bin when there is no model.safetensors (a pickle runs code "
-                             "when read: only for files you trust; needs torch)")
+    parser.add_argument(
+        "--max-src-length",
+        type=int,
+        default=None,
+        help="sources are truncated to this many subwords (default 512 or the model's limit)",
+    )
+    parser.add_argument(
+        "--max-tgt-length",
+        type=int,
+        default=None,
+        help="translations stop at this many subwords (default one less than the source limit)",
+    )
+    parser.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="read pytorch_model.bin when there is no model.safetensors (a pickle runs code "
+        "when read: only for files you trust; needs torch)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing workdir")
     args = parser.parse_args(argv)
     existing_path(PROG, args.checkpoint, "checkpoint directory")
@@ -54,13 +65,23 @@ def main(argv=None) -> int:
 
         from keras_transformer.marian import import_marian
 
-        run_dir = import_marian(args.checkpoint, args.workdir, max_src_length=args.max_src_length,
-                                max_tgt_length=args.max_tgt_length, allow_pickle=args.allow_pickle,
-                                overwrite=args.overwrite)
+        run_dir = import_marian(
+            args.checkpoint,
+            args.workdir,
+            max_src_length=args.max_src_length,
+            max_tgt_length=args.max_tgt_length,
+            allow_pickle=args.allow_pickle,
+            overwrite=args.overwrite,
+        )
         config = run_dir.transformer_config()
         logging.getLogger("training.import_checkpoint").info(
-            "imported %s: %d+%d layers, d_model %d, vocabulary %d", args.checkpoint, config.num_encoder_layers,
-            config.num_decoder_layers, config.d_model, config.tgt_vocab_size)
+            "imported %s: %d+%d layers, d_model %d, vocabulary %d",
+            args.checkpoint,
+            config.num_encoder_layers,
+            config.num_decoder_layers,
+            config.d_model,
+            config.tgt_vocab_size,
+        )
         print(run_dir.path)
         return 0
 

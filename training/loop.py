@@ -83,8 +83,9 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     if resolver is None or not resolver.cluster_spec().as_dict():
         return True
     task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type == "chief" or (task_type == "worker" and task_id == 0 and
-                                    "chief" not in resolver.cluster_spec().as_dict())
+    return task_type == "chief" or (
+        task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
+    )
 
 
 def optimizer_step(model: keras.Model) -> int:
@@ -98,8 +99,11 @@ def optimizer_step(model: keras.Model) -> int:
 def _pad_rows(tensor: tf.Tensor, replicas: int, pad_id: int = PAD_ID) -> tf.Tensor:
     """``tensor`` with rows of ``pad_id`` added up to a multiple of ``replicas``."""
     extra = (-tf.shape(tensor)[0]) % replicas
-    return tf.pad(tensor, [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1),
-                  constant_values=tf.cast(pad_id, tensor.dtype))
+    return tf.pad(
+        tensor,
+        [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1),
+        constant_values=tf.cast(pad_id, tensor.dtype),
+    )
 
 
 def replica_rows(batch, replica: int | tf.Tensor, replicas: int, pad_id: int = PAD_ID):
@@ -112,12 +116,14 @@ def replica_rows(batch, replica: int | tf.Tensor, replicas: int, pad_id: int = P
     def rows(tensor):
         padded = _pad_rows(tensor, replicas, pad_id)
         size = tf.shape(padded)[0] // replicas
-        return padded[replica * size:(replica + 1) * size]
+        return padded[replica * size : (replica + 1) * size]
 
     return tf.nest.map_structure(rows, batch)
 
 
-def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int, pad_id: int = PAD_ID) -> tf.data.Dataset:
+def pad_batches_for_replicas(
+    dataset: tf.data.Dataset, replicas: int, pad_id: int = PAD_ID
+) -> tf.data.Dataset:
     """``dataset`` with each batch padded with ``pad_id`` rows (the model's pad id) to a multiple of
     ``replicas``, so that ``tf.distribute`` splits it evenly (Keras 3.15's
     ``fit``/``evaluate`` fail on a first batch split unevenly: "AddN of [3, T]
@@ -127,8 +133,10 @@ def pad_batches_for_replicas(dataset: tf.data.Dataset, replicas: int, pad_id: in
         return dataset
 
     def pad(*batch):
-        return tf.nest.map_structure(lambda tensor: _pad_rows(tensor, replicas, pad_id),
-                                     batch[0] if len(batch) == 1 else batch)
+        return tf.nest.map_structure(
+            lambda tensor: _pad_rows(tensor, replicas, pad_id),
+            batch[0] if len(batch) == 1 else batch,
+        )
 
     return dataset.map(pad, deterministic=True)
 
@@ -153,7 +161,9 @@ class StopAtStep(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         reached = optimizer_step(self.model) >= self.step
         # At the step, a stop at the batch end was this callback's own.
-        self.stopped_by_others = bool(self.model.stop_training) and not (self.at_batch_end and reached)
+        self.stopped_by_others = bool(self.model.stop_training) and not (
+            self.at_batch_end and reached
+        )
         if reached:
             self.model.stop_training = True
 
@@ -190,8 +200,12 @@ def fit_in_steps(
     done = 0
     if backup is not None and backup.exists():
         done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
-        log.info("resumed from %s at step %d: skipping the %d batches already used", backup.directory, done,
-                 done * plan.accumulate_steps)
+        log.info(
+            "resumed from %s at step %d: skipping the %d batches already used",
+            backup.directory,
+            done,
+            done * plan.accumulate_steps,
+        )
     callbacks = list(callbacks)
     if backup is not None:
         callbacks.append(StepBackup(backup, plan))
@@ -210,9 +224,16 @@ def fit_in_steps(
         data = make_dataset()
         if done:
             data = data.skip(done * micro)
-        result = model.fit(data, validation_data=validation_data, callbacks=[*callbacks, stop], shuffle=False,
-                           verbose=verbose, initial_epoch=epoch, epochs=plan.epochs_in_total,
-                           steps_per_epoch=steps * micro)
+        result = model.fit(
+            data,
+            validation_data=validation_data,
+            callbacks=[*callbacks, stop],
+            shuffle=False,
+            verbose=verbose,
+            initial_epoch=epoch,
+            epochs=plan.epochs_in_total,
+            steps_per_epoch=steps * micro,
+        )
         for name, values in result.history.items():
             history.setdefault(name, []).extend(values)
         done = optimizer_step(model)
@@ -247,8 +268,12 @@ class StepBackup(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if step == self.saved or (loss is not None and not math.isfinite(float(loss))):
             return
-        self.backup.save(self.model, step=step, epoch=step // self.plan.steps_per_epoch,
-                         accumulate_steps=self.plan.accumulate_steps)
+        self.backup.save(
+            self.model,
+            step=step,
+            epoch=step // self.plan.steps_per_epoch,
+            accumulate_steps=self.plan.accumulate_steps,
+        )
         self.saved = step
 
     def on_train_batch_end(self, batch, logs=None):
@@ -270,10 +295,14 @@ def _pad_id(model: keras.Model) -> int:
 def _own_rows(batch, pad_id: int):
     """This replica's rows of a global batch (in a replica context)."""
     context = tf.distribute.get_replica_context()
-    return replica_rows(batch, context.replica_id_in_sync_group, context.num_replicas_in_sync, pad_id)
+    return replica_rows(
+        batch, context.replica_id_in_sync_group, context.num_replicas_in_sync, pad_id
+    )
 
 
-def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[[tf.data.Dataset], dict]:
+def evaluator(
+    model: keras.Model, strategy: tf.distribute.Strategy
+) -> Callable[[tf.data.Dataset], dict]:
     """A function that evaluates ``model`` (compiled under ``strategy``) on a
     finite dataset of global batches with ``model.test_step``, each replica on
     its rows of each batch (``replica_rows``), and returns the metrics. It
@@ -282,7 +311,9 @@ def evaluator(model: keras.Model, strategy: tf.distribute.Strategy) -> Callable[
     @tf.function
     def run(iterator):
         for batch in iterator:
-            strategy.run(lambda batch: model.test_step(_own_rows(batch, _pad_id(model))), args=(batch,))
+            strategy.run(
+                lambda batch: model.test_step(_own_rows(batch, _pad_id(model))), args=(batch,)
+            )
 
     def evaluate(dataset: tf.data.Dataset) -> dict:
         model.reset_metrics()
@@ -376,19 +407,32 @@ def custom_fit(
     if per_pipeline:  # per-replica batches, each pipeline its own files
         iterator = iter(dataset.distribute(strategy, skip=done * plan.accumulate_steps))
         if done:
-            log.info("resumed from %s at step %d: each replica skips the %d batches it used", backup.directory,
-                     done, done * plan.accumulate_steps)
+            log.info(
+                "resumed from %s at step %d: each replica skips the %d batches it used",
+                backup.directory,
+                done,
+                done * plan.accumulate_steps,
+            )
     else:
         iterator = iter(dataset)
         if done and backup.restore_iterator(iterator):
             log.info("resumed from %s at step %d", backup.directory, done)
         elif done:
-            log.info("resumed from %s at step %d: the backup has no input position; skipping the %d batches "
-                     "already used", backup.directory, done, done * plan.accumulate_steps)
+            log.info(
+                "resumed from %s at step %d: the backup has no input position; skipping the %d batches "
+                "already used",
+                backup.directory,
+                done,
+                done * plan.accumulate_steps,
+            )
             iterator = iter(dataset.skip(done * plan.accumulate_steps))
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
     pad_id = _pad_id(model)
-    train_step = model.train_step if per_pipeline else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
+    train_step = (
+        model.train_step
+        if per_pipeline
+        else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
+    )
 
     @tf.function
     def run_steps(iterator):
@@ -407,7 +451,10 @@ def custom_fit(
     while done < plan.total:
         run_steps(iterator)
         done += plan.steps_per_execution
-        epoch_end, at_backup = plan.is_epoch_end(done), backup is not None and plan.backs_up_at(done)
+        epoch_end, at_backup = (
+            plan.is_epoch_end(done),
+            backup is not None and plan.backs_up_at(done),
+        )
         if not (epoch_end or at_backup):
             continue
         results = {name: float(value) for name, value in model.get_metrics_result().items()}
@@ -418,13 +465,21 @@ def custom_fit(
         if epoch_end:
             epoch = plan.epoch_number(done)
             if evaluate is not None:
-                results.update({f"val_{name}": value for name, value in evaluate(validation_data).items()})
+                results.update(
+                    {f"val_{name}": value for name, value in evaluate(validation_data).items()}
+                )
             seconds = time.time() - epoch_started
             for callback in callbacks:
                 callback.on_epoch_end(epoch - 1, results)
             stop = bool(getattr(model, "stop_training", False))
-            log.info("epoch %d/%d - step %d - %.0fs - %s", epoch, plan.epochs_in_total, done, seconds,
-                     " - ".join(f"{k}: {v:.4f}" for k, v in results.items()))
+            log.info(
+                "epoch %d/%d - step %d - %.0fs - %s",
+                epoch,
+                plan.epochs_in_total,
+                done,
+                seconds,
+                " - ".join(f"{k}: {v:.4f}" for k, v in results.items()),
+            )
             for name, value in results.items():
                 history.setdefault(name, []).append(value)
                 if writer is not None:
@@ -433,8 +488,13 @@ def custom_fit(
             model.reset_metrics()
             epoch_started = time.time()
         if at_backup:
-            backup.save(model, step=done, epoch=done // plan.steps_per_epoch,
-                        accumulate_steps=plan.accumulate_steps, iterator=None if per_pipeline else iterator)
+            backup.save(
+                model,
+                step=done,
+                epoch=done // plan.steps_per_epoch,
+                accumulate_steps=plan.accumulate_steps,
+                iterator=None if per_pipeline else iterator,
+            )
         if stop:
             log.info("stopped by a callback after epoch %d", plan.epoch_number(done))
             break

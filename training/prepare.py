@@ -26,12 +26,20 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--config", required=True, help="config name in training/configs or a YAML path")
+    parser.add_argument(
+        "--config", required=True, help="config name in training/configs or a YAML path"
+    )
     parser.add_argument("--workdir", required=True, type=Path, help="the training run's folder")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable), as for training.train")
-    parser.add_argument("--force", action="store_true",
-                        help="prepare again even if a matching preparation exists")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable), as for training.train",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="prepare again even if a matching preparation exists"
+    )
     return parser.parse_args(argv)
 
 
@@ -52,8 +60,11 @@ def checked_config(args) -> dict:
 
     if data.get("kind") == "text":
         if not data.get("dir"):
-            fail(PROG, "data.kind=text needs data.dir (a folder with train.src/train.tgt, ...): "
-                       "add --set data.dir=PATH.")
+            fail(
+                PROG,
+                "data.kind=text needs data.dir (a folder with train.src/train.tgt, ...): "
+                "add --set data.dir=PATH.",
+            )
         existing_path(PROG, resolved(data["dir"]) / "train.src", "training file")
     elif data.get("kind") == "tsv" and (data.get("tsv") or {}).get("train"):
         existing_path(PROG, resolved(data["tsv"]["train"]), "training file")
@@ -72,7 +83,9 @@ def main(argv=None) -> int:
         started = time.perf_counter()
         corpus = load_corpus(config["data"], base_dir=CHECKOUT)
         src_tok, tgt_tok = build_tokenizers(config, corpus, args.workdir)
-        prepared = prepared_train_split(config, args.workdir, corpus, src_tok, tgt_tok, rebuild=args.force)
+        prepared = prepared_train_split(
+            config, args.workdir, corpus, src_tok, tgt_tok, rebuild=args.force
+        )
         summary = {
             "directory": str(prepared.directory),
             "shards": len(prepared.files),

@@ -58,13 +58,17 @@ class StepPlan:
         _positive_int("steps_per_execution", self.steps_per_execution)
         _positive_int("backup_every_steps", self.backup_every_steps, allow_none=True)
         if self.epochs is None and self.max_steps is None:
-            raise ValueError("Set training.epochs or training.max_steps (or both: the run ends at the first).")
+            raise ValueError(
+                "Set training.epochs or training.max_steps (or both: the run ends at the first)."
+            )
         execution = self.steps_per_execution
         for name in ("steps_per_epoch", "max_steps", "backup_every_steps"):
             value = getattr(self, name)
             if value is not None and value % execution:
-                raise ValueError(f"training.{name}={value} must be a multiple of "
-                                 f"training.steps_per_execution={execution}.")
+                raise ValueError(
+                    f"training.{name}={value} must be a multiple of "
+                    f"training.steps_per_execution={execution}."
+                )
 
     @classmethod
     def from_options(cls, options: dict) -> "StepPlan":
@@ -73,7 +77,9 @@ class StepPlan:
         options = with_defaults("training", options)
         every = options["backup_every_steps"]
         if every != "epoch" and (not isinstance(every, int) or isinstance(every, bool)):
-            raise ValueError(f"training.backup_every_steps must be 'epoch' or a number of steps, got {every!r}.")
+            raise ValueError(
+                f"training.backup_every_steps must be 'epoch' or a number of steps, got {every!r}."
+            )
         return cls(
             steps_per_epoch=options["steps_per_epoch"],
             epochs=options["epochs"],

@@ -23,14 +23,17 @@ def tpu_runtime_available() -> bool:
     (installed with ``tensorflow-tpu``) is importable, or ``TPU_LIBRARY_PATH`` names one."""
     import importlib.util
 
-    return bool(os.environ.get("TPU_LIBRARY_PATH")) or importlib.util.find_spec("libtpu") is not None
+    return (
+        bool(os.environ.get("TPU_LIBRARY_PATH")) or importlib.util.find_spec("libtpu") is not None
+    )
 
 
 def _connect_tpu(tf, tpu_address: str | None):
     if tpu_address is None and not _tpu_address_in_env() and not tpu_runtime_available():
         raise StrategyError(
             f"--strategy tpu: this TensorFlow ({tf.__version__}) has no TPU support (no libtpu); "
-            "on a TPU machine use tensorflow-tpu and install this project by the README's TPU path.")
+            "on a TPU machine use tensorflow-tpu and install this project by the README's TPU path."
+        )
     if tpu_address is None:
         # "" lets the resolver read COLAB_TPU_ADDR/TPU_NAME; a TPU VM is "local".
         tpu_address = "local" if _tpu_vm() and not _tpu_address_in_env() else ""
@@ -62,13 +65,17 @@ def make_strategy(name: str = "auto", tpu_address: str | None = None):
         strategy = _connect_tpu(tf, tpu_address)
     elif name == "multi_worker":
         if "TF_CONFIG" not in os.environ:
-            raise StrategyError("strategy=multi_worker needs TF_CONFIG describing the cluster and this task.")
+            raise StrategyError(
+                "strategy=multi_worker needs TF_CONFIG describing the cluster and this task."
+            )
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     elif name == "mirrored":
         strategy = tf.distribute.MirroredStrategy()
     else:
         strategy = tf.distribute.get_strategy()
-    log.info("strategy %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync)
+    log.info(
+        "strategy %s with %d replica(s)", type(strategy).__name__, strategy.num_replicas_in_sync
+    )
     return strategy
 
 
@@ -84,7 +91,10 @@ def _tpu_vm() -> bool:
 def _detect() -> str:
     import tensorflow as tf
 
-    if os.environ.get("TF_CONFIG") and len(json.loads(os.environ["TF_CONFIG"]).get("cluster", {}).get("worker", [])) > 1:
+    if (
+        os.environ.get("TF_CONFIG")
+        and len(json.loads(os.environ["TF_CONFIG"]).get("cluster", {}).get("worker", [])) > 1
+    ):
         return "multi_worker"
     if _tpu_address_in_env() or _tpu_vm():
         return "tpu"

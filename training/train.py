@@ -23,15 +23,32 @@ PROG = "python -m training.train"
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--config", required=True, help="config name in training/configs or a YAML path")
-    parser.add_argument("--workdir", required=True, type=Path,
-                        help="where tokenizers, checkpoints, logs and metrics go")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                        help="override a config value (repeatable)")
+    parser.add_argument(
+        "--config", required=True, help="config name in training/configs or a YAML path"
+    )
+    parser.add_argument(
+        "--workdir",
+        required=True,
+        type=Path,
+        help="where tokenizers, checkpoints, logs and metrics go",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
     parser.add_argument("--strategy", choices=STRATEGIES, default=None)
-    parser.add_argument("--mixed-precision", choices=TRAINING_PRECISIONS, default=None,
-                        help="compute precision; auto picks what the hardware does well")
-    parser.add_argument("--jit", action="store_true", default=None, help="compile the train step with XLA")
+    parser.add_argument(
+        "--mixed-precision",
+        choices=TRAINING_PRECISIONS,
+        default=None,
+        help="compute precision; auto picks what the hardware does well",
+    )
+    parser.add_argument(
+        "--jit", action="store_true", default=None, help="compile the train step with XLA"
+    )
     return parser.parse_args(argv)
 
 
@@ -50,8 +67,11 @@ def resolved_config(args) -> dict:
     if args.jit:
         training["jit"] = True
     if training["mixed_precision"] not in TRAINING_PRECISIONS:
-        fail(PROG, f"training.mixed_precision={training['mixed_precision']!r}: "
-                   f"use one of {list(TRAINING_PRECISIONS)}.")
+        fail(
+            PROG,
+            f"training.mixed_precision={training['mixed_precision']!r}: "
+            f"use one of {list(TRAINING_PRECISIONS)}.",
+        )
     if training["strategy"] not in STRATEGIES:
         fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
     try:

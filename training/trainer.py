@@ -34,24 +34,49 @@ import keras
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.data import (PairSource, PreparedShards, StalePreparationError, count_tokens,
-                                    make_dataset, pairs_from_list, prepare_shards, sharded_dataset,
-                                    sharded_dataset_fn)
-from keras_transformer.files import (replace_directory, staging_directory, write_text_atomically,
-                                     write_through_temp)
+from keras_transformer.data import (
+    PairSource,
+    PreparedShards,
+    StalePreparationError,
+    count_tokens,
+    make_dataset,
+    pairs_from_list,
+    prepare_shards,
+    sharded_dataset,
+    sharded_dataset_fn,
+)
+from keras_transformer.files import (
+    replace_directory,
+    staging_directory,
+    write_text_atomically,
+    write_through_temp,
+)
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
-from keras_transformer.tokenization import (SubwordTokenizer, tokenizer_paths,
-                                            train_tokenizers)
+from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
-from training.callbacks import KeepLastWeights, TimeBudget, TrainingBackup, ValidationBleu, average_weights
+from training.callbacks import (
+    KeepLastWeights,
+    TimeBudget,
+    TrainingBackup,
+    ValidationBleu,
+    average_weights,
+)
 from training.config import check_prepare_mode, with_defaults
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
-from training.loop import (PerPipelineInput, StepPlan, custom_fit, fit_in_steps, is_chief, optimizer_step,
-                           pad_batches_for_replicas, same_on_every_worker)
+from training.loop import (
+    PerPipelineInput,
+    StepPlan,
+    custom_fit,
+    fit_in_steps,
+    is_chief,
+    optimizer_step,
+    pad_batches_for_replicas,
+    same_on_every_worker,
+)
 from training.strategy import make_strategy
 
 log = logging.getLogger("training")
@@ -86,13 +111,23 @@ def start_from(config: dict[str, Any], source: Workdir) -> dict[str, Any]:
     (``model_config.json``) and its tokenizer replace the config's ``model`` and
     ``tokenizer`` sections, which are logged where they are overridden."""
     architecture = source.transformer_config().to_dict()
-    ignored = sorted(key for key, value in config["model"].items()
-                     if key not in ("init_from", "preset") and architecture.get(key, value) != value)
+    ignored = sorted(
+        key
+        for key, value in config["model"].items()
+        if key not in ("init_from", "preset") and architecture.get(key, value) != value
+    )
     if ignored:
-        log.info("model.init_from=%s: the architecture is that model's; the config's model.%s "
-                 "are not used", source.path, ", model.".join(ignored))
-    return {**config, "model": {**architecture, "init_from": str(source.path)},
-            "tokenizer": dict(source.config.get("tokenizer") or config["tokenizer"])}
+        log.info(
+            "model.init_from=%s: the architecture is that model's; the config's model.%s "
+            "are not used",
+            source.path,
+            ", model.".join(ignored),
+        )
+    return {
+        **config,
+        "model": {**architecture, "init_from": str(source.path)},
+        "tokenizer": dict(source.config.get("tokenizer") or config["tokenizer"]),
+    }
 
 
 def copy_tokenizer(source: Workdir, workdir: Path):
@@ -123,12 +158,20 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path, source: Work
         started = time.time()
         train = _train_source(corpus)
         max_sentences = options["max_sentences"]
-        log.info("training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a model)",
-                 len(train), "all" if max_sentences is None else f"{max_sentences:,}")
+        log.info(
+            "training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a model)",
+            len(train),
+            "all" if max_sentences is None else f"{max_sentences:,}",
+        )
         train_tokenizers(
-            train.sentences("source"), train.sentences("target"), directory,
-            vocab_size=options["vocab_size"], shared=shared,
-            model_type=options["model_type"], max_sentences=max_sentences, progress=True,
+            train.sentences("source"),
+            train.sentences("target"),
+            directory,
+            vocab_size=options["vocab_size"],
+            shared=shared,
+            model_type=options["model_type"],
+            max_sentences=max_sentences,
+            progress=True,
         )
         log.info("trained tokenizers in %.1fs", time.time() - started)
     return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
@@ -145,13 +188,22 @@ def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConf
 
 def _preparation(config: dict[str, Any]) -> dict[str, Any]:
     """What a prepared training split must have been made with, from the config."""
-    data = {key: value for key, value in config["data"].items() if key not in ("prepare", "examples_per_shard")}
-    return dict(max_src_length=config["training"]["max_src_length"],
-                max_tgt_length=config["training"]["max_tgt_length"], length_filter="drop", source=data)
+    data = {
+        key: value
+        for key, value in config["data"].items()
+        if key not in ("prepare", "examples_per_shard")
+    }
+    return dict(
+        max_src_length=config["training"]["max_src_length"],
+        max_tgt_length=config["training"]["max_tgt_length"],
+        length_filter="drop",
+        source=data,
+    )
 
 
-def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok, tgt_tok, *,
-                         rebuild: bool = False) -> PreparedShards:
+def prepared_train_split(
+    config: dict[str, Any], run_dir: Path, corpus, src_tok, tgt_tok, *, rebuild: bool = False
+) -> PreparedShards:
     """The workdir's prepared training split (``Workdir.prepared_dir``), tokenized and
     written first when it is missing, stale or ``rebuild`` is set."""
     directory = Workdir(run_dir).prepared_dir
@@ -162,13 +214,26 @@ def prepared_train_split(config: dict[str, Any], run_dir: Path, corpus, src_tok,
         except StalePreparationError as error:
             log.info("%s Preparing it again.", error)
     log.info("preparing %d training pairs in %s", len(_train_source(corpus)), directory)
-    return prepare_shards(_train_source(corpus).dataset(), src_tok, tgt_tok, directory, **wanted,
-                          examples_per_shard=with_defaults("data", config["data"])["examples_per_shard"],
-                          seed=with_defaults("training", config["training"])["seed"])
+    return prepare_shards(
+        _train_source(corpus).dataset(),
+        src_tok,
+        tgt_tok,
+        directory,
+        **wanted,
+        examples_per_shard=with_defaults("data", config["data"])["examples_per_shard"],
+        seed=with_defaults("training", config["training"])["seed"],
+    )
 
 
-def find_prepared(config: dict[str, Any], run_dir: Path | None, corpus, src_tok, tgt_tok, *,
-                  run_workdir: Path | None = None) -> PreparedShards | None:
+def find_prepared(
+    config: dict[str, Any],
+    run_dir: Path | None,
+    corpus,
+    src_tok,
+    tgt_tok,
+    *,
+    run_workdir: Path | None = None,
+) -> PreparedShards | None:
     """The prepared training split to train on, or ``None`` to read the text.
 
     ``data.prepare``: ``auto`` uses shards that ``python -m training.prepare`` wrote
@@ -196,19 +261,27 @@ def find_prepared(config: dict[str, Any], run_dir: Path | None, corpus, src_tok,
     except StalePreparationError as error:
         raise StalePreparationError(
             f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
-            "or train on the text with --set data.prepare=false.") from error
+            "or train on the text with --set data.prepare=false."
+        ) from error
 
 
-def prepared_batches(prepared: PreparedShards, options: dict[str, Any], *, per_pipeline: bool = False):
+def prepared_batches(
+    prepared: PreparedShards, options: dict[str, Any], *, per_pipeline: bool = False
+):
     """Training batches of ``prepared`` (repeating): one dataset of global batches,
     or with ``per_pipeline`` a ``PerPipelineInput`` whose input pipelines (one
     per worker) each read their own shard files into per-replica batches."""
     options = with_defaults("training", options)
     shuffle_buffer = options["shuffle_buffer"]
-    kwargs = dict(batch_tokens=options["batch_tokens"], batch_size=options["batch_size"],
-                  **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
-                  seed=options["seed"], repeat=True, training=True,
-                  static_shapes=bool(options["static_shapes"]))
+    kwargs = dict(
+        batch_tokens=options["batch_tokens"],
+        batch_size=options["batch_size"],
+        **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
+        seed=options["seed"],
+        repeat=True,
+        training=True,
+        static_shapes=bool(options["static_shapes"]),
+    )
     if per_pipeline:
         return PerPipelineInput(sharded_dataset_fn(prepared, **kwargs))
     return sharded_dataset(prepared, **kwargs)
@@ -219,8 +292,11 @@ def training_input_identity(prepared: PreparedShards | None) -> str:
     preparation (its fingerprint and files)."""
     if prepared is None:
         return "text"
-    return json.dumps([prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
+        sort_keys=True,
+        default=str,
+    )
 
 
 def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
@@ -239,7 +315,9 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     if cache == "auto":
         cache = pairs <= IN_MEMORY_PAIRS
     elif not isinstance(cache, (bool, str)):
-        raise ValueError(f"training.cache must be auto, true, false or a file path prefix, got {cache!r}.")
+        raise ValueError(
+            f"training.cache must be auto, true, false or a file path prefix, got {cache!r}."
+        )
     shuffle_buffer = train_options["shuffle_buffer"]
     if shuffle_buffer is None:
         if pairs > IN_MEMORY_PAIRS:
@@ -252,8 +330,15 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     return {"cache": cache, "shuffle_buffer": shuffle_buffer}
 
 
-def datasets(config, corpus, src_tok, tgt_tok, prepared: PreparedShards | None = None, *,
-             per_pipeline: bool = False):
+def datasets(
+    config,
+    corpus,
+    src_tok,
+    tgt_tok,
+    prepared: PreparedShards | None = None,
+    *,
+    per_pipeline: bool = False,
+):
     """The training input (repeating) and the validation dataset (``None``
     without a valid split). The training batches come from ``prepared``
     (``find_prepared``; with ``per_pipeline``, split over the workers by file,
@@ -269,14 +354,27 @@ def datasets(config, corpus, src_tok, tgt_tok, prepared: PreparedShards | None =
         train = prepared_batches(prepared, train_options, per_pipeline=per_pipeline)
     else:
         source = _train_source(corpus)
-        train = make_dataset(source.dataset(), src_tok, tgt_tok, **common,
-                             **training_input(train_options, len(source)),
-                             seed=train_options["seed"], repeat=True, training=True,
-                             static_shapes=bool(train_options["static_shapes"]))
+        train = make_dataset(
+            source.dataset(),
+            src_tok,
+            tgt_tok,
+            **common,
+            **training_input(train_options, len(source)),
+            seed=train_options["seed"],
+            repeat=True,
+            training=True,
+            static_shapes=bool(train_options["static_shapes"]),
+        )
     valid = None
     if corpus["valid"]:
-        valid = make_dataset(pairs_from_list(corpus["valid"]), src_tok, tgt_tok, **common,
-                             training=False, length_filter="truncate")
+        valid = make_dataset(
+            pairs_from_list(corpus["valid"]),
+            src_tok,
+            tgt_tok,
+            **common,
+            training=False,
+            length_filter="truncate",
+        )
         # Bucketing hides the batch count, and Keras ends the first validation pass over a
         # dataset of unknown length with "Your input ran out of data; interrupting training".
         # Counted once (the split is in memory), the warning is gone.
@@ -291,7 +389,9 @@ def score_split(translator: Translator, pairs, show: int = 0) -> dict[str, Any]:
     scores = score_translations(hypotheses, [target for _, target in pairs])
     scores["decode_seconds"] = round(time.time() - started, 1)
     for (source, reference), hypothesis in list(zip(pairs, hypotheses))[:show]:
-        log.info("\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis)
+        log.info(
+            "\n  source:     %s\n  reference:  %s\n  translated: %s", source, reference, hypothesis
+        )
     return scores
 
 
@@ -314,17 +414,29 @@ def keras_steps_per_execution(plan: StepPlan, strategy, loop: str) -> int:
     under a ``MirroredStrategy`` of several replicas, where Keras 3.15's
     multi-step function fails ("You must feed a value for placeholder tensor
     'while/cond/Placeholder'")."""
-    if (loop == "fit" and strategy.num_replicas_in_sync > 1
-            and isinstance(strategy, tf.distribute.MirroredStrategy)):
+    if (
+        loop == "fit"
+        and strategy.num_replicas_in_sync > 1
+        and isinstance(strategy, tf.distribute.MirroredStrategy)
+    ):
         if plan.steps_per_execution * plan.accumulate_steps > 1:
-            log.warning("fit runs one batch per call under MirroredStrategy (Keras 3.15 fails with more); "
-                        "training.loop: custom runs training.steps_per_execution")
+            log.warning(
+                "fit runs one batch per call under MirroredStrategy (Keras 3.15 fails with more); "
+                "training.loop: custom runs training.steps_per_execution"
+            )
         return 1
     return plan.steps_per_execution * plan.accumulate_steps
 
 
-def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], valid_ds, options: dict[str, Any],
-                run_dir: Workdir, epoch_callbacks: list[keras.callbacks.Callback]) -> dict:
+def train_model(
+    model,
+    strategy,
+    train_data: Callable[[], tf.data.Dataset],
+    valid_ds,
+    options: dict[str, Any],
+    run_dir: Workdir,
+    epoch_callbacks: list[keras.callbacks.Callback],
+) -> dict:
     """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
     or ``training.loop: custom``) over ``StepPlan.from_options(options)``; both
     run ``model.train_step``, validate ``valid_ds`` at each epoch end (with any
@@ -337,8 +449,16 @@ def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], vali
     plan = StepPlan.from_options(options)
     backup = TrainingBackup(run_dir.backup_dir)
     if loop == "custom":
-        return custom_fit(model, strategy, train_data(), plan, validation_data=valid_ds, backup=backup,
-                          summary_dir=run_dir.logs_dir, callbacks=epoch_callbacks)
+        return custom_fit(
+            model,
+            strategy,
+            train_data(),
+            plan,
+            validation_data=valid_ds,
+            backup=backup,
+            summary_dir=run_dir.logs_dir,
+            callbacks=epoch_callbacks,
+        )
     replicas = strategy.num_replicas_in_sync
     if valid_ds is not None:
         valid_ds = pad_batches_for_replicas(valid_ds, replicas, model.config.pad_id)
@@ -347,9 +467,15 @@ def train_model(model, strategy, train_data: Callable[[], tf.data.Dataset], vali
         keras.callbacks.TensorBoard(str(run_dir.logs_dir), update_freq=100),
         *epoch_callbacks,
     ]
-    return fit_in_steps(model, lambda: pad_batches_for_replicas(train_data(), replicas, model.config.pad_id), plan,
-                        validation_data=valid_ds, backup=backup, callbacks=callbacks,
-                        verbose=options["verbose"])
+    return fit_in_steps(
+        model,
+        lambda: pad_batches_for_replicas(train_data(), replicas, model.config.pad_id),
+        plan,
+        validation_data=valid_ds,
+        backup=backup,
+        callbacks=callbacks,
+        verbose=options["verbose"],
+    )
 
 
 def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, Any]:
@@ -365,17 +491,27 @@ def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, An
         size = options["batch_size"]
         changed["batch_size"] = max(replicas, size // replicas * replicas)
         if changed["batch_size"] != size:
-            log.info("training.batch_size %d rounded to %d, a multiple of the %d replicas",
-                     size, changed["batch_size"], replicas)
+            log.info(
+                "training.batch_size %d rounded to %d, a multiple of the %d replicas",
+                size,
+                changed["batch_size"],
+                replicas,
+            )
     elif options["static_shapes"] and options["batch_tokens"]:
         longest = max(options["max_src_length"], options["max_tgt_length"] + 1)
         size = options["batch_tokens"] // longest
         rounded = max(replicas, size // replicas * replicas)
         if rounded != size:
             changed["batch_tokens"] = rounded * longest
-            log.info("static batches of %d sentences rounded to %d, a multiple of the %d replicas "
-                     "(batch_tokens %d used as %d)", size, rounded, replicas, options["batch_tokens"],
-                     changed["batch_tokens"])
+            log.info(
+                "static batches of %d sentences rounded to %d, a multiple of the %d replicas "
+                "(batch_tokens %d used as %d)",
+                size,
+                rounded,
+                replicas,
+                options["batch_tokens"],
+                changed["batch_tokens"],
+            )
     return {**config, "training": changed}
 
 
@@ -403,38 +539,67 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     run_dir.save_config(config)
 
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
-    log.info("pairs: %s", {split: len(pairs) for split, pairs in corpus.items()})  # scans train once
-    training_input(train_options, len(corpus["train"]))  # a bad cache/shuffle setting fails before tokenizers
+    log.info(
+        "pairs: %s", {split: len(pairs) for split, pairs in corpus.items()}
+    )  # scans train once
+    training_input(
+        train_options, len(corpus["train"])
+    )  # a bad cache/shuffle setting fails before tokenizers
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir, source)
     data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
-    prepared = find_prepared(data_config, workdir, corpus, src_tok, tgt_tok,
-                             run_workdir=None if chief else run_workdir)
+    prepared = find_prepared(
+        data_config, workdir, corpus, src_tok, tgt_tok, run_workdir=None if chief else run_workdir
+    )
     loop = training_loop(train_options, strategy)
     # Under the custom loop with several replicas, each worker reads its own shard files.
     per_pipeline = prepared is not None and strategy.num_replicas_in_sync > 1 and loop == "custom"
     if prepared is not None:
-        log.info("training on %d prepared examples in %d shard files (%s)%s", prepared.examples,
-                 len(prepared.files), prepared.directory, ", split over the workers by file" if per_pipeline else "")
+        log.info(
+            "training on %d prepared examples in %d shard files (%s)%s",
+            prepared.examples,
+            len(prepared.files),
+            prepared.directory,
+            ", split over the workers by file" if per_pipeline else "",
+        )
     same_on_every_worker(
-        strategy, training_input_identity(prepared),
+        strategy,
+        training_input_identity(prepared),
         "the workers would train on different data (some on prepared shards, some on the text, or on "
         "different preparations); give every worker the same W/prepared (python -m training.prepare on "
-        "each machine, or a shared workdir), or --set data.prepare=false on all of them")
-    train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline)
+        "each machine, or a shared workdir), or --set data.prepare=false on all of them",
+    )
+    train_ds, valid_ds = datasets(
+        data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline
+    )
     unread = [train_ds]  # not iterated yet: the first call may use it
 
     def train_data():  # from the start, as a new dataset (see train_model)
-        return unread.pop() if unread else datasets(data_config, corpus, src_tok, tgt_tok, prepared,
-                                                    per_pipeline=per_pipeline)[0]
+        return (
+            unread.pop()
+            if unread
+            else datasets(
+                data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline
+            )[0]
+        )
 
     plan = StepPlan.from_options(train_options)
-    if plan.max_steps is not None and plan.epochs is not None and plan.max_steps != plan.epochs * plan.steps_per_epoch:
-        log.info("training ends at step %d, the first of max_steps=%d and epochs × steps_per_epoch = %d",
-                 plan.total, plan.max_steps, plan.epochs * plan.steps_per_epoch)
+    if (
+        plan.max_steps is not None
+        and plan.epochs is not None
+        and plan.max_steps != plan.epochs * plan.steps_per_epoch
+    ):
+        log.info(
+            "training ends at step %d, the first of max_steps=%d and epochs × steps_per_epoch = %d",
+            plan.total,
+            plan.max_steps,
+            plan.epochs * plan.steps_per_epoch,
+        )
     if plan.accumulate_steps > 1:
-        per_update = (f"{train_options['batch_tokens'] * plan.accumulate_steps:,} tokens"
-                      if train_options["batch_tokens"] else
-                      f"{train_options['batch_size'] * plan.accumulate_steps:,} sentences")
+        per_update = (
+            f"{train_options['batch_tokens'] * plan.accumulate_steps:,} tokens"
+            if train_options["batch_tokens"]
+            else f"{train_options['batch_size'] * plan.accumulate_steps:,} sentences"
+        )
         log.info("%d micro-batches per update: %s per update", plan.accumulate_steps, per_update)
     with strategy.scope():
         model = kt.Transformer(model_config(config, src_tok, tgt_tok))
@@ -442,13 +607,21 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         if source is not None:  # a resumed run's backup then replaces these weights
             model.load_weights(source.model_path)
             log.info("starting from the weights of %s", source.model_path)
-        schedule = kt.TransformerSchedule(model.config.d_model, train_options["warmup_steps"],
-                                          scale=train_options["learning_rate_scale"])
+        schedule = kt.TransformerSchedule(
+            model.config.d_model,
+            train_options["warmup_steps"],
+            scale=train_options["learning_rate_scale"],
+        )
         model.compile(
-            optimizer=kt.paper_adam(schedule, gradient_accumulation_steps=plan.accumulate_steps
-                                    if plan.accumulate_steps > 1 else None),
-            loss=kt.MaskedLabelSmoothedCrossEntropy(train_options["label_smoothing"],
-                                                   pad_id=model.config.pad_id),
+            optimizer=kt.paper_adam(
+                schedule,
+                gradient_accumulation_steps=plan.accumulate_steps
+                if plan.accumulate_steps > 1
+                else None,
+            ),
+            loss=kt.MaskedLabelSmoothedCrossEntropy(
+                train_options["label_smoothing"], pad_id=model.config.pad_id
+            ),
             metrics=[kt.MaskedAccuracy(pad_id=model.config.pad_id)],
             jit_compile=bool(train_options["jit"]),
             steps_per_execution=keras_steps_per_execution(plan, strategy, loop),
@@ -462,22 +635,33 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
     bleu_sentences = evaluation["bleu_sentences"]
     if bleu_sentences and corpus["valid"]:
-        epoch_callbacks.append(ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir))
+        epoch_callbacks.append(
+            ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir)
+        )
     if train_options["max_minutes"]:
-        epoch_callbacks.append(TimeBudget(train_options["max_minutes"]))  # last: counts the others' time
+        epoch_callbacks.append(
+            TimeBudget(train_options["max_minutes"])
+        )  # last: counts the others' time
 
     fit_started = time.time()
-    history = train_model(model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks)
+    history = train_model(
+        model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks
+    )
     train_seconds = time.time() - fit_started
 
     metrics: dict[str, Any] = {
         "train_seconds": round(train_seconds, 1),
         "optimizer_steps": optimizer_step(model),
-        "precision": {"config": train_options["mixed_precision"],
-                      "used": precision.precision, "reason": precision.reason},
+        "precision": {
+            "config": train_options["mixed_precision"],
+            "used": precision.precision,
+            "reason": precision.reason,
+        },
         "history": {key: [round(float(v), 4) for v in values] for key, values in history.items()},
     }
-    if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):  # fp16: Keras scales the loss
+    if isinstance(
+        model.optimizer, keras.optimizers.LossScaleOptimizer
+    ):  # fp16: Keras scales the loss
         metrics["loss_scale"] = float(keras.ops.convert_to_numpy(model.optimizer.dynamic_scale))
     if is_chief(strategy) and history.get("loss"):
         try:

@@ -17,8 +17,15 @@ import sys
 import time
 from pathlib import Path
 
-from programs import (PRECISION_NAMES, WORKDIR_HINT, ArgumentParser, existing_file, existing_path, run,
-                      setup_logging)
+from programs import (
+    PRECISION_NAMES,
+    WORKDIR_HINT,
+    ArgumentParser,
+    existing_file,
+    existing_path,
+    run,
+    setup_logging,
+)
 
 PROG = "python -m training.tune_decoding"
 log = logging.getLogger("training")
@@ -32,8 +39,12 @@ def parse_args(argv=None):
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32",
-                        help="compute precision; tune in the one you export (export default: fp32)")
+    parser.add_argument(
+        "--precision",
+        choices=PRECISION_NAMES,
+        default="fp32",
+        help="compute precision; tune in the one you export (export default: fp32)",
+    )
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
         parser.error("--beams must be >= 1")
@@ -57,24 +68,40 @@ def main(argv=None) -> int:
 
         text = read_text_file_pairs(args.src, args.ref)
         trained = Workdir(args.workdir).load(args.precision)
-        grid = [(beam, alpha) for beam in args.beams for alpha in ([0.0] if beam == 1 else args.alphas)]
+        grid = [
+            (beam, alpha) for beam in args.beams for alpha in ([0.0] if beam == 1 else args.alphas)
+        ]
         results = []
         for number, (beam, alpha) in enumerate(grid, 1):
             translator = Translator.from_trained_model(trained, beam_size=beam, alpha=alpha)
             started = time.time()
             log.info("decoding %d of %d: beam %d, alpha %.2f", number, len(grid), beam, alpha)
-            hypotheses = translator.translate(list(text.sources), batch_size=args.batch_size, progress=True)
+            hypotheses = translator.translate(
+                list(text.sources), batch_size=args.batch_size, progress=True
+            )
             scores = score_translations(hypotheses, list(text.targets))
-            scores.update({"beam": beam, "alpha": alpha, "seconds": round(time.time() - started, 1)})
+            scores.update(
+                {"beam": beam, "alpha": alpha, "seconds": round(time.time() - started, 1)}
+            )
             results.append(scores)
-            print(f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
-                  f"({scores['seconds']:.0f}s)", flush=True)
+            print(
+                f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
+                f"({scores['seconds']:.0f}s)",
+                flush=True,
+            )
         results.sort(key=lambda row: (-row["bleu"], -row["chrf"]))
-        report = {"src": str(args.src), "ref": str(args.ref), "best": results[0], "grid": results,
-                  "cpu": cpu_record()}
+        report = {
+            "src": str(args.src),
+            "ref": str(args.ref),
+            "best": results[0],
+            "grid": results,
+            "cpu": cpu_record(),
+        }
         write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
         best = results[0]
-        print(f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})")
+        print(
+            f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})"
+        )
         return 0
 
     return run(PROG, tune, expected=(ValueError,))

@@ -13,8 +13,9 @@ import math
 from typing import Sequence
 
 
-def default_bucket_bounds(max_length: int, min_bound: int = 8, growth: float = 1.1,
-                          multiple: int = 8) -> tuple[int, ...]:
+def default_bucket_bounds(
+    max_length: int, min_bound: int = 8, growth: float = 1.1, multiple: int = 8
+) -> tuple[int, ...]:
     """Bounds from ``min_bound`` to ``max_length`` growing by ``growth`` (at least
     ``multiple`` per step, rounded up to multiples of ``multiple`` for
     accelerator-friendly shapes), as in tensor2tensor; the last is ``max_length``.
@@ -31,7 +32,9 @@ def default_bucket_bounds(max_length: int, min_bound: int = 8, growth: float = 1
     return tuple(bounds)
 
 
-def resolve_bucket_bounds(bucket_boundaries: Sequence[int] | None, max_length: int) -> tuple[int, ...]:
+def resolve_bucket_bounds(
+    bucket_boundaries: Sequence[int] | None, max_length: int
+) -> tuple[int, ...]:
     """User bounds checked and closed with ``max_length``; ``None`` gives the defaults, ``()`` one bucket."""
     if bucket_boundaries is None:
         return default_bucket_bounds(max_length)

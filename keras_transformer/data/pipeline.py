@@ -44,7 +44,11 @@ def _check_positive(name: str, value, minimum: int = 1) -> None:
 
 
 def _is_scalar_string(spec) -> bool:
-    return isinstance(spec, tf.TensorSpec) and spec.dtype == tf.string and spec.shape.is_compatible_with([])
+    return (
+        isinstance(spec, tf.TensorSpec)
+        and spec.dtype == tf.string
+        and spec.shape.is_compatible_with([])
+    )
 
 
 def _check_pairs(pairs: tf.data.Dataset) -> None:
@@ -74,8 +78,13 @@ def _is_id_vector(spec) -> bool:
 
 def _check_examples(examples: tf.data.Dataset) -> None:
     spec = getattr(examples, "element_spec", None)
-    if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tuple) and len(spec[0]) == 2
-            and all(_is_id_vector(s) for s in (*spec[0], spec[1]))):
+    if not (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and isinstance(spec[0], tuple)
+        and len(spec[0]) == 2
+        and all(_is_id_vector(s) for s in (*spec[0], spec[1]))
+    ):
         raise ValueError(
             f"batch_examples needs a tf.data.Dataset of ((src_ids, tgt_in_ids), tgt_out_ids) int32 "
             f"vectors, got element_spec {spec}; build it with tokenize_pairs or sharded_dataset."
@@ -101,9 +110,23 @@ class _BatchPlan:
     pad_id: int = PAD_ID
 
     @classmethod
-    def resolve(cls, *, batch_tokens, batch_size, max_src_length, max_tgt_length, bucket_boundaries,
-                shuffle_buffer, seed, cache, repeat, static_shapes, drop_remainder, training,
-                pad_id: int = PAD_ID) -> "_BatchPlan":
+    def resolve(
+        cls,
+        *,
+        batch_tokens,
+        batch_size,
+        max_src_length,
+        max_tgt_length,
+        bucket_boundaries,
+        shuffle_buffer,
+        seed,
+        cache,
+        repeat,
+        static_shapes,
+        drop_remainder,
+        training,
+        pad_id: int = PAD_ID,
+    ) -> "_BatchPlan":
         if (batch_tokens is None) == (batch_size is None):
             raise ValueError(
                 "Give exactly one of batch_tokens (ids per batch, e.g. 4096) or batch_size "
@@ -127,14 +150,28 @@ class _BatchPlan:
             drop_remainder = static_shapes
         if static_shapes and not drop_remainder:
             raise ValueError(
-                "static_shapes=True needs full batches: leave drop_remainder unset or set it True.")
+                "static_shapes=True needs full batches: leave drop_remainder unset or set it True."
+            )
         if static_shapes and bucket_boundaries is not None:
             raise ValueError(
                 "static_shapes=True pads every batch to the maximum lengths; drop bucket_boundaries."
             )
         bounds = None if static_shapes else resolve_bucket_bounds(bucket_boundaries, longest)
-        return cls(batch_tokens, batch_size, max_src_length, max_tgt_length, bounds, shuffle_buffer, seed,
-                   cache, bool(repeat), bool(static_shapes), bool(drop_remainder), bool(training), int(pad_id))
+        return cls(
+            batch_tokens,
+            batch_size,
+            max_src_length,
+            max_tgt_length,
+            bounds,
+            shuffle_buffer,
+            seed,
+            cache,
+            bool(repeat),
+            bool(static_shapes),
+            bool(drop_remainder),
+            bool(training),
+            int(pad_id),
+        )
 
     @property
     def longest(self) -> int:
@@ -142,19 +179,32 @@ class _BatchPlan:
 
     def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         if self.cache:
-            dataset = dataset.cache() if self.cache is True else dataset.cache(os.fspath(self.cache))
+            dataset = (
+                dataset.cache() if self.cache is True else dataset.cache(os.fspath(self.cache))
+            )
         if self.training and self.shuffle_buffer > 0:
-            dataset = dataset.shuffle(self.shuffle_buffer, seed=self.seed, reshuffle_each_iteration=True)
+            dataset = dataset.shuffle(
+                self.shuffle_buffer, seed=self.seed, reshuffle_each_iteration=True
+            )
         if self.repeat:
             dataset = dataset.repeat()
 
         if self.static_shapes:
-            size = self.batch_size if self.batch_size is not None else self.batch_tokens // self.longest
+            size = (
+                self.batch_size
+                if self.batch_size is not None
+                else self.batch_tokens // self.longest
+            )
             shapes = (([self.max_src_length], [self.max_tgt_length + 1]), [self.max_tgt_length + 1])
-            dataset = dataset.padded_batch(size, padded_shapes=shapes, padding_values=self.pad_id,
-                                           drop_remainder=True)
-            logger.info("Static batches of %d: src %d, tgt %d ids.", size, self.max_src_length,
-                        self.max_tgt_length + 1)
+            dataset = dataset.padded_batch(
+                size, padded_shapes=shapes, padding_values=self.pad_id, drop_remainder=True
+            )
+            logger.info(
+                "Static batches of %d: src %d, tgt %d ids.",
+                size,
+                self.max_src_length,
+                self.max_tgt_length + 1,
+            )
         else:
             bounds = self.bounds
             if self.batch_tokens is not None:
@@ -185,26 +235,45 @@ def pad_id_of(src_tokenizer, tgt_tokenizer) -> int:
     """The pad id that batches of this tokenizer pair are padded with: both
     tokenizers' ``pad_id``, which must agree (the model masks one pad id)."""
     if src_tokenizer.pad_id != tgt_tokenizer.pad_id:
-        raise ValueError(f"The source tokenizer pads with id {src_tokenizer.pad_id}, the target one with "
-                         f"{tgt_tokenizer.pad_id}; use tokenizers that share their pad id.")
+        raise ValueError(
+            f"The source tokenizer pads with id {src_tokenizer.pad_id}, the target one with "
+            f"{tgt_tokenizer.pad_id}; use tokenizers that share their pad id."
+        )
     return int(src_tokenizer.pad_id)
 
 
-def _tokenized_batches(pairs: tf.data.Dataset, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
-                       max_tgt_length: int, length_filter: str) -> tf.data.Dataset:
+def _tokenized_batches(
+    pairs: tf.data.Dataset,
+    src_tokenizer,
+    tgt_tokenizer,
+    *,
+    max_src_length: int,
+    max_tgt_length: int,
+    length_filter: str,
+) -> tf.data.Dataset:
     """Ragged ``(src_ids, tgt_in_ids, tgt_out_ids)`` batches of up to ``TOKENIZE_BATCH``
     pairs, in order, the length limits applied (pairs dropped or truncated)."""
     truncate = length_filter == "truncate"
 
     def tokenize(src_text, tgt_text):
-        src = source_ids(src_tokenizer.tokenize(src_text), max_src_length if truncate else None,
-                         eos_id=src_tokenizer.eos_id)
-        tgt_in, tgt_out = target_ids(tgt_tokenizer.tokenize(tgt_text), max_tgt_length if truncate else None,
-                                     bos_id=tgt_tokenizer.bos_id, eos_id=tgt_tokenizer.eos_id)
+        src = source_ids(
+            src_tokenizer.tokenize(src_text),
+            max_src_length if truncate else None,
+            eos_id=src_tokenizer.eos_id,
+        )
+        tgt_in, tgt_out = target_ids(
+            tgt_tokenizer.tokenize(tgt_text),
+            max_tgt_length if truncate else None,
+            bos_id=tgt_tokenizer.bos_id,
+            eos_id=tgt_tokenizer.eos_id,
+        )
         if not truncate:
-            keep = tf.logical_and(src.row_lengths() <= max_src_length,
-                                  tgt_out.row_lengths() <= max_tgt_length + 1)
-            src, tgt_in, tgt_out = (tf.ragged.boolean_mask(ids, keep) for ids in (src, tgt_in, tgt_out))
+            keep = tf.logical_and(
+                src.row_lengths() <= max_src_length, tgt_out.row_lengths() <= max_tgt_length + 1
+            )
+            src, tgt_in, tgt_out = (
+                tf.ragged.boolean_mask(ids, keep) for ids in (src, tgt_in, tgt_out)
+            )
         return src, tgt_in, tgt_out
 
     return pairs.batch(TOKENIZE_BATCH).map(tokenize, num_parallel_calls=tf.data.AUTOTUNE)
@@ -245,8 +314,16 @@ def tokenize_pairs(
     _check_pairs(pairs)
     _check_lengths(max_src_length, max_tgt_length)
     _check_length_filter(length_filter)
-    return _examples(_tokenized_batches(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
-                                        max_tgt_length=max_tgt_length, length_filter=length_filter))
+    return _examples(
+        _tokenized_batches(
+            pairs,
+            src_tokenizer,
+            tgt_tokenizer,
+            max_src_length=max_src_length,
+            max_tgt_length=max_tgt_length,
+            length_filter=length_filter,
+        )
+    )
 
 
 def batch_examples(
@@ -276,10 +353,20 @@ def batch_examples(
     """
     _check_examples(examples)
     plan = _BatchPlan.resolve(
-        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
-        max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
-        seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
-        training=training, pad_id=pad_id)
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length,
+        bucket_boundaries=bucket_boundaries,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        cache=cache,
+        repeat=repeat,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+        training=training,
+        pad_id=pad_id,
+    )
     return plan.apply(examples)
 
 
@@ -337,12 +424,28 @@ def make_dataset(
     _check_pairs(pairs)
     _check_length_filter(length_filter)
     plan = _BatchPlan.resolve(
-        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=max_src_length,
-        max_tgt_length=max_tgt_length, bucket_boundaries=bucket_boundaries, shuffle_buffer=shuffle_buffer,
-        seed=seed, cache=cache, repeat=repeat, static_shapes=static_shapes, drop_remainder=drop_remainder,
-        training=training, pad_id=pad_id_of(src_tokenizer, tgt_tokenizer))
-    examples = tokenize_pairs(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
-                              max_tgt_length=max_tgt_length, length_filter=length_filter)
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length,
+        bucket_boundaries=bucket_boundaries,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        cache=cache,
+        repeat=repeat,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+        training=training,
+        pad_id=pad_id_of(src_tokenizer, tgt_tokenizer),
+    )
+    examples = tokenize_pairs(
+        pairs,
+        src_tokenizer,
+        tgt_tokenizer,
+        max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length,
+        length_filter=length_filter,
+    )
     return plan.apply(examples)
 
 
@@ -367,12 +470,21 @@ class TokenCounts:
         return 1.0 - (self.src_tokens + self.tgt_tokens) / padded if padded else 0.0
 
 
-def count_tokens(dataset: tf.data.Dataset, max_batches: int | None = None, *, pad_id: int = PAD_ID) -> TokenCounts:
+def count_tokens(
+    dataset: tf.data.Dataset, max_batches: int | None = None, *, pad_id: int = PAD_ID
+) -> TokenCounts:
     """Count sentences and ids in ``make_dataset`` batches (e.g. to report tokens/s);
     ids equal to ``pad_id`` (the tokenizers' pad id) are padding."""
     spec = dataset.element_spec
-    if not (isinstance(spec, tuple) and len(spec) == 2 and isinstance(spec[0], tuple) and len(spec[0]) == 2):
-        raise ValueError(f"count_tokens needs ((src_ids, tgt_in_ids), tgt_out_ids) batches, got {spec}.")
+    if not (
+        isinstance(spec, tuple)
+        and len(spec) == 2
+        and isinstance(spec[0], tuple)
+        and len(spec[0]) == 2
+    ):
+        raise ValueError(
+            f"count_tokens needs ((src_ids, tgt_in_ids), tgt_out_ids) batches, got {spec}."
+        )
     if max_batches is not None:
         _check_positive("max_batches", max_batches)
         dataset = dataset.take(max_batches)
@@ -381,12 +493,21 @@ def count_tokens(dataset: tf.data.Dataset, max_batches: int | None = None, *, pa
 
     def batch_counts(inputs, tgt_out):
         src = inputs[0]
-        return tf.cast(tf.stack([
-            1, tf.shape(src)[0],
-            tf.math.count_nonzero(src != pad_id, dtype=tf.int32),
-            tf.math.count_nonzero(tgt_out != pad_id, dtype=tf.int32),
-            tf.size(src), tf.size(tgt_out),
-        ]), tf.int64)
+        return tf.cast(
+            tf.stack(
+                [
+                    1,
+                    tf.shape(src)[0],
+                    tf.math.count_nonzero(src != pad_id, dtype=tf.int32),
+                    tf.math.count_nonzero(tgt_out != pad_id, dtype=tf.int32),
+                    tf.size(src),
+                    tf.size(tgt_out),
+                ]
+            ),
+            tf.int64,
+        )
 
-    totals = dataset.map(batch_counts).reduce(tf.zeros([6], tf.int64), lambda total, counts: total + counts)
+    totals = dataset.map(batch_counts).reduce(
+        tf.zeros([6], tf.int64), lambda total, counts: total + counts
+    )
     return TokenCounts(*(int(value) for value in totals.numpy()))

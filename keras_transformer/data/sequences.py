@@ -38,7 +38,9 @@ def _ragged_batch(tokens) -> tf.RaggedTensor:
     return tf.cast(tokens, tf.int32)
 
 
-def source_ids(tokens: tf.RaggedTensor, max_length: int | None = None, *, eos_id: int = EOS_ID) -> tf.RaggedTensor:
+def source_ids(
+    tokens: tf.RaggedTensor, max_length: int | None = None, *, eos_id: int = EOS_ID
+) -> tf.RaggedTensor:
     """``tokens + [eos_id]`` per row; with ``max_length``, rows are cut to ``max_length`` ids, EOS kept."""
     tokens = _ragged_batch(tokens)
     if max_length is not None:
@@ -49,7 +51,11 @@ def source_ids(tokens: tf.RaggedTensor, max_length: int | None = None, *, eos_id
 
 
 def target_ids(
-    tokens: tf.RaggedTensor, max_length: int | None = None, *, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    tokens: tf.RaggedTensor,
+    max_length: int | None = None,
+    *,
+    bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
     """``([bos_id] + tokens, tokens + [eos_id])``; with ``max_length``, at most that many target tokens are kept."""
     tokens = _ragged_batch(tokens)
@@ -58,8 +64,10 @@ def target_ids(
             raise ValueError(f"max_length must be >= 1, got {max_length}.")
         tokens = tokens[:, :max_length]
     rows = tokens.nrows()
-    return (tf.concat([_column(rows, bos_id), tokens], axis=1),
-            tf.concat([tokens, _column(rows, eos_id)], axis=1))
+    return (
+        tf.concat([_column(rows, bos_id), tokens], axis=1),
+        tf.concat([tokens, _column(rows, eos_id)], axis=1),
+    )
 
 
 def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.RaggedTensor:

@@ -103,16 +103,32 @@ def _tokenizer_digest(tokenizer) -> str:
 def special_ids_of(src_tokenizer, tgt_tokenizer) -> dict[str, int]:
     """The ids reading a prepared corpus adds back: the source's EOS, the
     target's BOS and EOS, and the pad id of both."""
-    return {"pad_id": pad_id_of(src_tokenizer, tgt_tokenizer), "src_eos_id": int(src_tokenizer.eos_id),
-            "tgt_bos_id": int(tgt_tokenizer.bos_id), "tgt_eos_id": int(tgt_tokenizer.eos_id)}
+    return {
+        "pad_id": pad_id_of(src_tokenizer, tgt_tokenizer),
+        "src_eos_id": int(src_tokenizer.eos_id),
+        "tgt_bos_id": int(tgt_tokenizer.bos_id),
+        "tgt_eos_id": int(tgt_tokenizer.eos_id),
+    }
 
 
 # The special ids of a corpus prepared before manifests recorded them (SubwordTokenizer's).
-DEFAULT_SPECIAL_IDS = {"pad_id": PAD_ID, "src_eos_id": EOS_ID, "tgt_bos_id": BOS_ID, "tgt_eos_id": EOS_ID}
+DEFAULT_SPECIAL_IDS = {
+    "pad_id": PAD_ID,
+    "src_eos_id": EOS_ID,
+    "tgt_bos_id": BOS_ID,
+    "tgt_eos_id": EOS_ID,
+}
 
 
-def preparation_fingerprint(src_tokenizer, tgt_tokenizer, *, max_src_length: int, max_tgt_length: int,
-                            length_filter: str, source: Any = None) -> dict[str, Any]:
+def preparation_fingerprint(
+    src_tokenizer,
+    tgt_tokenizer,
+    *,
+    max_src_length: int,
+    max_tgt_length: int,
+    length_filter: str,
+    source: Any = None,
+) -> dict[str, Any]:
     """What decides which examples a preparation holds, as a JSON-able dict.
 
     ``source`` describes the corpus (e.g. a config's ``data`` section); it
@@ -122,8 +138,9 @@ def preparation_fingerprint(src_tokenizer, tgt_tokenizer, *, max_src_length: int
     try:
         source = json.loads(json.dumps(source, sort_keys=True))
     except (TypeError, ValueError) as error:
-        raise ValueError(f"source must be JSON-serializable (a dict of settings, a name), got {source!r}.") \
-            from error
+        raise ValueError(
+            f"source must be JSON-serializable (a dict of settings, a name), got {source!r}."
+        ) from error
     return {
         "format": FORMAT,
         "src_tokenizer": _tokenizer_digest(src_tokenizer),
@@ -172,7 +189,9 @@ class PreparedShards:
     longest_src: int
     longest_tgt: int
     fingerprint: dict[str, Any]
-    special_ids: dict[str, int] = dataclasses.field(default_factory=lambda: dict(DEFAULT_SPECIAL_IDS))
+    special_ids: dict[str, int] = dataclasses.field(
+        default_factory=lambda: dict(DEFAULT_SPECIAL_IDS)
+    )
 
     @property
     def examples(self) -> int:
@@ -194,31 +213,44 @@ class PreparedShards:
         directory = Path(directory)
         path = directory / MANIFEST
         if not path.is_file():
-            raise PreparationError(f"{directory} holds no prepared corpus ({path} not found); "
-                                   "write one with prepare_shards (python -m training.prepare).")
+            raise PreparationError(
+                f"{directory} holds no prepared corpus ({path} not found); "
+                "write one with prepare_shards (python -m training.prepare)."
+            )
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))
             if manifest.get("format") != FORMAT:
-                raise PreparationError(f"{path} is format {manifest.get('format')!r}, this library reads "
-                                       f"format {FORMAT}: prepare the corpus again.")
-            fields = {field.name for field in dataclasses.fields(cls)} - {"directory", "files",
-                                                                          "examples_per_file"}
+                raise PreparationError(
+                    f"{path} is format {manifest.get('format')!r}, this library reads "
+                    f"format {FORMAT}: prepare the corpus again."
+                )
+            fields = {field.name for field in dataclasses.fields(cls)} - {
+                "directory",
+                "files",
+                "examples_per_file",
+            }
             shards = manifest["shards"]
-            prepared = cls(directory=directory, files=tuple(shard["file"] for shard in shards),
-                           examples_per_file=tuple(int(shard["examples"]) for shard in shards),
-                           **{name: manifest[name] for name in fields if name != "special_ids"},
-                           special_ids=manifest.get("special_ids", DEFAULT_SPECIAL_IDS))
+            prepared = cls(
+                directory=directory,
+                files=tuple(shard["file"] for shard in shards),
+                examples_per_file=tuple(int(shard["examples"]) for shard in shards),
+                **{name: manifest[name] for name in fields if name != "special_ids"},
+                special_ids=manifest.get("special_ids", DEFAULT_SPECIAL_IDS),
+            )
             if set(prepared.special_ids) != set(DEFAULT_SPECIAL_IDS):
                 raise ValueError(f"special_ids holds {sorted(prepared.special_ids)}")
         except (KeyError, TypeError, ValueError) as error:
             if isinstance(error, PreparationError):
                 raise
-            raise PreparationError(f"{path} is not a prepared corpus's manifest ({error!r}): "
-                                   "prepare the corpus again.") from error
+            raise PreparationError(
+                f"{path} is not a prepared corpus's manifest ({error!r}): prepare the corpus again."
+            ) from error
         missing = [p.name for p in prepared.paths if not p.is_file()]
         if missing:
-            raise PreparationError(f"{directory} lacks shard(s) {', '.join(missing[:3])} named in its "
-                                   "manifest: prepare the corpus again.")
+            raise PreparationError(
+                f"{directory} lacks shard(s) {', '.join(missing[:3])} named in its "
+                "manifest: prepare the corpus again."
+            )
         return prepared
 
     def to_json(self) -> dict[str, Any]:
@@ -226,23 +258,41 @@ class PreparedShards:
         for field in dataclasses.fields(self):
             if field.name not in ("directory", "files", "examples_per_file"):
                 record[field.name] = getattr(self, field.name)
-        record["shards"] = [{"file": name, "examples": count}
-                            for name, count in zip(self.files, self.examples_per_file)]
+        record["shards"] = [
+            {"file": name, "examples": count}
+            for name, count in zip(self.files, self.examples_per_file)
+        ]
         return record
 
-    def check(self, src_tokenizer, tgt_tokenizer, *, max_src_length: int, max_tgt_length: int,
-              length_filter: str = "drop", source: Any = None) -> "PreparedShards":
+    def check(
+        self,
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        max_src_length: int,
+        max_tgt_length: int,
+        length_filter: str = "drop",
+        source: Any = None,
+    ) -> "PreparedShards":
         """Raise ``StalePreparationError`` naming what differs unless the shards were
         made with these tokenizers, limits and source; returns ``self``."""
-        wanted = preparation_fingerprint(src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
-                                         max_tgt_length=max_tgt_length, length_filter=length_filter,
-                                         source=source)
+        wanted = preparation_fingerprint(
+            src_tokenizer,
+            tgt_tokenizer,
+            max_src_length=max_src_length,
+            max_tgt_length=max_tgt_length,
+            length_filter=length_filter,
+            source=source,
+        )
         differ = [key for key in wanted if self.fingerprint.get(key) != wanted[key]]
         if differ:
             details = "; ".join(
                 f"{key}: prepared with {_short(self.fingerprint.get(key))}, now {_short(wanted[key])}"
-                for key in differ)
-            raise StalePreparationError(f"the prepared corpus in {self.directory} is stale ({details}).")
+                for key in differ
+            )
+            raise StalePreparationError(
+                f"the prepared corpus in {self.directory} is stale ({details})."
+            )
         return self
 
 
@@ -254,7 +304,9 @@ def _short(value: Any) -> str:
 def _count_pairs(pairs: tf.data.Dataset) -> int:
     cardinality = int(pairs.cardinality())
     if cardinality == tf.data.INFINITE_CARDINALITY:
-        raise ValueError("prepare_shards needs a finite dataset of pairs; this one repeats forever.")
+        raise ValueError(
+            "prepare_shards needs a finite dataset of pairs; this one repeats forever."
+        )
     if cardinality >= 0:
         return cardinality
 
@@ -266,8 +318,10 @@ def _count_pairs(pairs: tf.data.Dataset) -> int:
 
 def _id_dtype(src_tokenizer, tgt_tokenizer, max_src_length: int, max_tgt_length: int) -> np.dtype:
     """uint16 when every id and length fits in it, else int32 (little-endian)."""
-    fits = (max(src_tokenizer.vocab_size, tgt_tokenizer.vocab_size) <= 1 << 16
-            and max(max_src_length, max_tgt_length + 1, EXAMPLES_PER_RECORD) < 1 << 16)
+    fits = (
+        max(src_tokenizer.vocab_size, tgt_tokenizer.vocab_size) <= 1 << 16
+        and max(max_src_length, max_tgt_length + 1, EXAMPLES_PER_RECORD) < 1 << 16
+    )
     return np.dtype("<u2" if fits else "<i4")
 
 
@@ -280,7 +334,9 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
 
 
-def _take_rows(values: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _take_rows(
+    values: np.ndarray, lengths: np.ndarray, order: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``order`` of the ragged array ``(values, lengths)``, as a ragged array."""
     picked = lengths[order]
     if not len(picked):
@@ -308,13 +364,25 @@ class _Ragged:
         """Consecutive pieces of ``sizes`` examples (which sum to ``len(self)``)."""
         bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         src, tgt = _starts(self.src_lengths), _starts(self.tgt_lengths)
-        return [_Ragged(self.src_lengths[a:b], self.tgt_lengths[a:b], self.src_tokens[src[a]:src[b]],
-                        self.tgt_tokens[tgt[a]:tgt[b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+        return [
+            _Ragged(
+                self.src_lengths[a:b],
+                self.tgt_lengths[a:b],
+                self.src_tokens[src[a] : src[b]],
+                self.tgt_tokens[tgt[a] : tgt[b]],
+            )
+            for a, b in zip(bounds[:-1], bounds[1:])
+        ]
 
     def record(self, dtype: np.dtype) -> bytes:
         """The record layout of the module docstring."""
-        return np.concatenate([[len(self)], self.src_lengths, self.tgt_lengths, self.src_tokens,
-                               self.tgt_tokens]).astype(dtype).tobytes()
+        return (
+            np.concatenate(
+                [[len(self)], self.src_lengths, self.tgt_lengths, self.src_tokens, self.tgt_tokens]
+            )
+            .astype(dtype)
+            .tobytes()
+        )
 
     def append_to(self, handle, dtype: np.dtype) -> None:
         """One chunk of a temporary file: the count, then the arrays."""
@@ -327,6 +395,7 @@ class _Ragged:
     @staticmethod
     def read(path: Path, dtype: np.dtype) -> "_Ragged":
         """A temporary file's chunks, concatenated."""
+
         def array(handle, kind: np.dtype, count: int) -> np.ndarray:
             return np.frombuffer(handle.read(count * kind.itemsize), kind)
 
@@ -334,7 +403,9 @@ class _Ragged:
         with open(path, "rb") as handle:
             while header := handle.read(8):
                 count = int(np.frombuffer(header, np.int64)[0])
-                src_lengths, tgt_lengths = (array(handle, np.dtype(np.int32), count) for _ in range(2))
+                src_lengths, tgt_lengths = (
+                    array(handle, np.dtype(np.int32), count) for _ in range(2)
+                )
                 src_tokens = array(handle, dtype, int(src_lengths.sum()))
                 tgt_tokens = array(handle, dtype, int(tgt_lengths.sum()))
                 parts.append((src_lengths, tgt_lengths, src_tokens, tgt_tokens))
@@ -346,7 +417,9 @@ class _Ragged:
 def _write_records(path: Path, examples: _Ragged, dtype: np.dtype) -> None:
     """A final shard: ``examples`` in blocks of ``EXAMPLES_PER_RECORD``."""
     blocks = -(-len(examples) // EXAMPLES_PER_RECORD)
-    sizes = [EXAMPLES_PER_RECORD] * (blocks - 1) + [len(examples) - EXAMPLES_PER_RECORD * (blocks - 1)]
+    sizes = [EXAMPLES_PER_RECORD] * (blocks - 1) + [
+        len(examples) - EXAMPLES_PER_RECORD * (blocks - 1)
+    ]
     with tf.io.TFRecordWriter(str(path)) as writer:
         for block in examples.chunks(sizes):
             writer.write(block.record(dtype))
@@ -394,13 +467,21 @@ def prepare_shards(
     _check_positive("examples_per_shard", examples_per_shard)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ValueError(f"seed must be an int, got {seed!r}.")
-    fingerprint = preparation_fingerprint(src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
-                                          max_tgt_length=max_tgt_length, length_filter=length_filter,
-                                          source=source)
-    if directory.exists() and (not directory.is_dir() or (any(directory.iterdir())
-                                                          and not PreparedShards.exists(directory))):
-        raise FileExistsError(f"{directory} exists and holds no prepared corpus: choose another folder "
-                              "or remove it.")
+    fingerprint = preparation_fingerprint(
+        src_tokenizer,
+        tgt_tokenizer,
+        max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length,
+        length_filter=length_filter,
+        source=source,
+    )
+    if directory.exists() and (
+        not directory.is_dir()
+        or (any(directory.iterdir()) and not PreparedShards.exists(directory))
+    ):
+        raise FileExistsError(
+            f"{directory} exists and holds no prepared corpus: choose another folder or remove it."
+        )
     dtype = _id_dtype(src_tokenizer, tgt_tokenizer, max_src_length, max_tgt_length)
     special_ids = special_ids_of(src_tokenizer, tgt_tokenizer)
 
@@ -408,8 +489,14 @@ def prepare_shards(
         src, tgt = src[:, :-1], tgt_out[:, :-1]  # no EOS: reading adds the specials back
         return src.row_lengths(), tgt.row_lengths(), src.flat_values, tgt.flat_values
 
-    batches = _tokenized_batches(pairs, src_tokenizer, tgt_tokenizer, max_src_length=max_src_length,
-                                 max_tgt_length=max_tgt_length, length_filter=length_filter).map(tokens)
+    batches = _tokenized_batches(
+        pairs,
+        src_tokenizer,
+        tgt_tokenizer,
+        max_src_length=max_src_length,
+        max_tgt_length=max_tgt_length,
+        length_filter=length_filter,
+    ).map(tokens)
     started = time.perf_counter()
     pairs_read = _count_pairs(pairs)
     if pairs_read == 0:
@@ -435,8 +522,11 @@ def prepare_shards(
                 targets = rng.integers(buckets, size=len(src_lengths))
                 counts = np.bincount(targets, minlength=buckets)
                 grouped = _Ragged(src_lengths, tgt_lengths, src_values, tgt_values).take(
-                    np.argsort(targets, kind="stable"))
-                for bucket, chunk in zip(np.flatnonzero(counts).tolist(), grouped.chunks(counts[counts > 0])):
+                    np.argsort(targets, kind="stable")
+                )
+                for bucket, chunk in zip(
+                    np.flatnonzero(counts).tolist(), grouped.chunks(counts[counts > 0])
+                ):
                     chunk.append_to(handles[bucket], dtype)
                 sizes += counts
                 src_tokens += int(src_lengths.sum()) + len(src_lengths)  # + EOS
@@ -445,13 +535,22 @@ def prepare_shards(
                 longest_tgt = max(longest_tgt, int(tgt_lengths.max()) + 1)
         kept = int(sizes.sum())
         if kept == 0:
-            raise ValueError(f"all {pairs_read} pairs are longer than max_src_length={max_src_length} / "
-                             f"max_tgt_length={max_tgt_length}: nothing to prepare; raise the limits.")
-        logger.info("Tokenized %d pairs (%d kept) into %d temporary file(s) in %.1fs.", pairs_read, kept,
-                    buckets, time.perf_counter() - started)
+            raise ValueError(
+                f"all {pairs_read} pairs are longer than max_src_length={max_src_length} / "
+                f"max_tgt_length={max_tgt_length}: nothing to prepare; raise the limits."
+            )
+        logger.info(
+            "Tokenized %d pairs (%d kept) into %d temporary file(s) in %.1fs.",
+            pairs_read,
+            kept,
+            buckets,
+            time.perf_counter() - started,
+        )
 
-        parts = [[len(part) for part in np.array_split(np.arange(size), count) if len(part)]
-                 for size, count in zip(sizes.tolist(), shards_per_bucket)]
+        parts = [
+            [len(part) for part in np.array_split(np.arange(size), count) if len(part)]
+            for size, count in zip(sizes.tolist(), shards_per_bucket)
+        ]
         total_files = sum(len(bucket_parts) for bucket_parts in parts)
         files, counts = [], []
         for bucket, path in enumerate(temp_paths):
@@ -468,19 +567,42 @@ def prepare_shards(
         unshuffled.rmdir()
 
         prepared = PreparedShards(
-            directory=directory, files=tuple(files), examples_per_file=tuple(counts), pairs_read=pairs_read,
-            dropped_too_long=pairs_read - kept, max_src_length=max_src_length, max_tgt_length=max_tgt_length,
-            length_filter=length_filter, id_dtype=dtype.name, seed=seed, examples_per_shard=examples_per_shard,
-            src_tokens=src_tokens, tgt_tokens=tgt_tokens, longest_src=longest_src, longest_tgt=longest_tgt,
-            fingerprint=fingerprint, special_ids=special_ids)
-        (staging / MANIFEST).write_text(json.dumps(prepared.to_json(), indent=2) + "\n", encoding="utf-8")
+            directory=directory,
+            files=tuple(files),
+            examples_per_file=tuple(counts),
+            pairs_read=pairs_read,
+            dropped_too_long=pairs_read - kept,
+            max_src_length=max_src_length,
+            max_tgt_length=max_tgt_length,
+            length_filter=length_filter,
+            id_dtype=dtype.name,
+            seed=seed,
+            examples_per_shard=examples_per_shard,
+            src_tokens=src_tokens,
+            tgt_tokens=tgt_tokens,
+            longest_src=longest_src,
+            longest_tgt=longest_tgt,
+            fingerprint=fingerprint,
+            special_ids=special_ids,
+        )
+        (staging / MANIFEST).write_text(
+            json.dumps(prepared.to_json(), indent=2) + "\n", encoding="utf-8"
+        )
         replace_directory(staging, directory)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     seconds = time.perf_counter() - started
-    logger.info("Prepared %d examples in %d shard(s) in %s in %.1fs (%.0f examples/s); %d pairs dropped "
-                "as too long.", kept, len(files), directory, seconds, kept / seconds, pairs_read - kept)
+    logger.info(
+        "Prepared %d examples in %d shard(s) in %s in %.1fs (%.0f examples/s); %d pairs dropped "
+        "as too long.",
+        kept,
+        len(files),
+        directory,
+        seconds,
+        kept / seconds,
+        pairs_read - kept,
+    )
     return prepared
 
 
@@ -490,13 +612,15 @@ def _decoder(dtype: tf.DType, special_ids: dict[str, int]) -> Callable:
     def decode(record):
         flat = tf.cast(tf.io.decode_raw(record, dtype, little_endian=True), tf.int32)
         count = flat[0]
-        src_lengths, tgt_lengths = flat[1:1 + count], flat[1 + count:1 + 2 * count]
-        tokens = flat[1 + 2 * count:]
+        src_lengths, tgt_lengths = flat[1 : 1 + count], flat[1 + count : 1 + 2 * count]
+        tokens = flat[1 + 2 * count :]
         src_total = tf.reduce_sum(src_lengths)
         src = tf.RaggedTensor.from_row_lengths(tokens[:src_total], src_lengths, validate=False)
         tgt = tf.RaggedTensor.from_row_lengths(tokens[src_total:], tgt_lengths, validate=False)
-        return (source_ids(src, eos_id=special_ids["src_eos_id"]),
-                *target_ids(tgt, bos_id=special_ids["tgt_bos_id"], eos_id=special_ids["tgt_eos_id"]))
+        return (
+            source_ids(src, eos_id=special_ids["src_eos_id"]),
+            *target_ids(tgt, bos_id=special_ids["tgt_bos_id"], eos_id=special_ids["tgt_eos_id"]),
+        )
 
     return decode
 
@@ -553,35 +677,62 @@ def sharded_dataset(
     _check_positive("input_pipeline_index", input_pipeline_index, minimum=0)
     _check_positive("cycle_length", cycle_length)
     if input_pipeline_index >= num_input_pipelines:
-        raise ValueError(f"input_pipeline_index={input_pipeline_index} must be below "
-                         f"num_input_pipelines={num_input_pipelines}.")
+        raise ValueError(
+            f"input_pipeline_index={input_pipeline_index} must be below "
+            f"num_input_pipelines={num_input_pipelines}."
+        )
     if len(prepared.files) < num_input_pipelines:
         raise ValueError(
             f"{prepared.directory} holds {len(prepared.files)} shard file(s), fewer than the "
             f"{num_input_pipelines} input pipelines that split them by file: prepare it again with "
-            f"examples_per_shard <= {max(1, prepared.examples // num_input_pipelines)}.")
+            f"examples_per_shard <= {max(1, prepared.examples // num_input_pipelines)}."
+        )
     plan = _BatchPlan.resolve(
-        batch_tokens=batch_tokens, batch_size=batch_size, max_src_length=prepared.max_src_length,
-        max_tgt_length=prepared.max_tgt_length, bucket_boundaries=bucket_boundaries,
-        shuffle_buffer=shuffle_buffer, seed=seed, cache=False, repeat=repeat, static_shapes=static_shapes,
-        drop_remainder=drop_remainder, training=training, pad_id=prepared.special_ids["pad_id"])
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        max_src_length=prepared.max_src_length,
+        max_tgt_length=prepared.max_tgt_length,
+        bucket_boundaries=bucket_boundaries,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        cache=False,
+        repeat=repeat,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+        training=training,
+        pad_id=prepared.special_ids["pad_id"],
+    )
     paths = [str(path) for path in prepared.paths[input_pipeline_index::num_input_pipelines]]
     if num_input_pipelines > 1:
-        logger.info("input pipeline %d of %d reads %d of the %d shard files: %s", input_pipeline_index + 1,
-                    num_input_pipelines, len(paths), len(prepared.files),
-                    ", ".join(prepared.files[input_pipeline_index::num_input_pipelines]))
+        logger.info(
+            "input pipeline %d of %d reads %d of the %d shard files: %s",
+            input_pipeline_index + 1,
+            num_input_pipelines,
+            len(paths),
+            len(prepared.files),
+            ", ".join(prepared.files[input_pipeline_index::num_input_pipelines]),
+        )
     if len(prepared.files) % num_input_pipelines:
-        logger.warning("%d shard files over %d input pipelines: some read one file more than others.",
-                       len(prepared.files), num_input_pipelines)
+        logger.warning(
+            "%d shard files over %d input pipelines: some read one file more than others.",
+            len(prepared.files),
+            num_input_pipelines,
+        )
 
     files = tf.data.Dataset.from_tensor_slices(paths)
     if training and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     records = files.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(paths)), block_length=1,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    blocks = records.map(_decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids),
-                         num_parallel_calls=tf.data.AUTOTUNE)
+        tf.data.TFRecordDataset,
+        cycle_length=min(cycle_length, len(paths)),
+        block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    blocks = records.map(
+        _decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
     dataset = plan.apply(_examples(blocks))
     if num_input_pipelines > 1:
         options = tf.data.Options()
@@ -590,8 +741,13 @@ def sharded_dataset(
     return dataset
 
 
-def sharded_dataset_fn(prepared: PreparedShards | PathLike, *, batch_tokens: int | None = None,
-                       batch_size: int | None = None, **kwargs) -> Callable:
+def sharded_dataset_fn(
+    prepared: PreparedShards | PathLike,
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    **kwargs,
+) -> Callable:
     """A ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
 
     ``batch_tokens`` / ``batch_size`` are global: each replica gets batches of
@@ -610,19 +766,28 @@ def sharded_dataset_fn(prepared: PreparedShards | PathLike, *, batch_tokens: int
         prepared = PreparedShards.load(prepared)
     for name in ("num_input_pipelines", "input_pipeline_index"):
         if name in kwargs:
-            raise ValueError(f"sharded_dataset_fn takes {name} from the InputContext; do not pass it.")
+            raise ValueError(
+                f"sharded_dataset_fn takes {name} from the InputContext; do not pass it."
+            )
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         per_replica = {}
         if batch_tokens is not None:
             replicas = input_context.num_replicas_in_sync
             if batch_tokens < replicas:
-                raise ValueError(f"batch_tokens={batch_tokens} is fewer than one token for each of the "
-                                 f"{replicas} replicas; raise it.")
+                raise ValueError(
+                    f"batch_tokens={batch_tokens} is fewer than one token for each of the "
+                    f"{replicas} replicas; raise it."
+                )
             per_replica["batch_tokens"] = batch_tokens // replicas
         if batch_size is not None:
             per_replica["batch_size"] = input_context.get_per_replica_batch_size(batch_size)
-        return sharded_dataset(prepared, num_input_pipelines=input_context.num_input_pipelines,
-                               input_pipeline_index=input_context.input_pipeline_id, **per_replica, **kwargs)
+        return sharded_dataset(
+            prepared,
+            num_input_pipelines=input_context.num_input_pipelines,
+            input_pipeline_index=input_context.input_pipeline_id,
+            **per_replica,
+            **kwargs,
+        )
 
     return dataset_fn

@@ -94,8 +94,10 @@ class ReadStats:
         names = " / ".join(self.files)
         if not parts:
             return f"Read {self.pairs} pairs from {names}."
-        return (f"Skipped {self.skipped} of {self.lines} lines in {names}: {'; '.join(parts)}. "
-                f"Kept {self.pairs} pairs.")
+        return (
+            f"Skipped {self.skipped} of {self.lines} lines in {names}: {'; '.join(parts)}. "
+            f"Kept {self.pairs} pairs."
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +137,13 @@ class _Tally:
             self.first[kind].append(line_number)
 
     def stats(self) -> ReadStats:
-        return ReadStats(files=self.files, lines=self.lines, pairs=self.kept, **self.counts,
-                         **{f"{kind}_lines": tuple(lines) for kind, lines in self.first.items()})
+        return ReadStats(
+            files=self.files,
+            lines=self.lines,
+            pairs=self.kept,
+            **self.counts,
+            **{f"{kind}_lines": tuple(lines) for kind, lines in self.first.items()},
+        )
 
 
 def _logged(stats: ReadStats) -> ReadStats:
@@ -207,8 +214,9 @@ def _file_facts(path: Path) -> _FileFacts:
     if last and last != b"\n":
         lines += 1  # a last line without a newline
     lone = carriage_returns - crlf - previous_cr  # a \r ending the file ends its last line
-    return _FileFacts(lines=lines, bom=bom, carriage_return=carriage_returns > 0,
-                      lone_carriage_return=lone > 0)
+    return _FileFacts(
+        lines=lines, bom=bom, carriage_return=carriage_returns > 0, lone_carriage_return=lone > 0
+    )
 
 
 def _line_batches(path: Path, facts: _FileFacts, size: int = PYTHON_BATCH) -> Iterator[list[bytes]]:
@@ -241,21 +249,36 @@ def _line_dataset(path: Path, facts: _FileFacts) -> tf.data.Dataset:
     if facts.lines == 0:
         return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
     if facts.lone_carriage_return:
-        logger.info("%s has a carriage return inside a line; streaming it through Python (slower).", path)
+        logger.info(
+            "%s has a carriage return inside a line; streaming it through Python (slower).", path
+        )
         spec = tf.TensorSpec([None], tf.string)
         batches = lambda: (np.array(lines, dtype=object) for lines in _line_batches(path, facts))  # noqa: E731
         return tf.data.Dataset.from_generator(batches, output_signature=spec).unbatch()
-    lines = tf.data.TextLineDataset(os.fspath(path), compression_type="GZIP" if _is_gzip(path) else "")
+    lines = tf.data.TextLineDataset(
+        os.fspath(path), compression_type="GZIP" if _is_gzip(path) else ""
+    )
     if facts.bom:
-        lines = lines.take(1).map(lambda line: tf.strings.substr(line, len(BOM), -1)).concatenate(lines.skip(1))
+        lines = (
+            lines.take(1)
+            .map(lambda line: tf.strings.substr(line, len(BOM), -1))
+            .concatenate(lines.skip(1))
+        )
     return lines
 
 
 # --------------------------------------------------------------------------- cleaning in Python
 
 
-def _keep_pair(tally: _Tally, number: int, src: str, tgt: str, keep: Keep,
-               sources: list[str], targets: list[str]) -> None:
+def _keep_pair(
+    tally: _Tally,
+    number: int,
+    src: str,
+    tgt: str,
+    keep: Keep,
+    sources: list[str],
+    targets: list[str],
+) -> None:
     """Count line ``number``'s decoded pair as kept, or as empty when a side is blank;
     append the kept sides that ``keep`` asks for, normalised."""
     if _blank(src) or _blank(tgt):
@@ -316,8 +339,14 @@ def _tsv_rows(tally: _Tally, lines: list[bytes], keep: Keep, src_column: int, tg
 def _valid_utf8(texts: tf.Tensor) -> tf.Tensor:
     """Which strings are valid UTF-8 (what ``bytes.decode("utf-8")`` accepts): a
     transcode that replaces bad sequences leaves only those unchanged."""
-    replaced = tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace",
-                                            replacement_char=0xFFFD, replace_control_characters=False)
+    replaced = tf.strings.unicode_transcode(
+        texts,
+        "UTF-8",
+        "UTF-8",
+        errors="replace",
+        replacement_char=0xFFFD,
+        replace_control_characters=False,
+    )
     return tf.equal(replaced, texts)
 
 
@@ -346,7 +375,9 @@ def _classify_tsv_rows(lines: tf.Tensor, src_column: int, tgt_column: int):
     src = normalize_whitespace_tf(columns[:, src_column])
     tgt = normalize_whitespace_tf(columns[:, tgt_column])
     pair = tf.where(_nonempty(src) & _nonempty(tgt), KEPT, EMPTY)
-    status = tf.where(valid, tf.where(blank, EMPTY, tf.where(malformed, MALFORMED, pair)), INVALID_UTF8)
+    status = tf.where(
+        valid, tf.where(blank, EMPTY, tf.where(malformed, MALFORMED, pair)), INVALID_UTF8
+    )
     return src, tgt, status
 
 
@@ -377,7 +408,9 @@ def _graph_pass(classified: Callable[[], tf.data.Dataset]):
     def run(tally: _Tally, keep: Keep):
         batches = classified()
         if keep == NEITHER:  # a scan: leave the texts in the graph
-            batches = batches.map(lambda batch: {"number": batch["number"], "status": batch["status"]})
+            batches = batches.map(
+                lambda batch: {"number": batch["number"], "status": batch["status"]}
+            )
         for batch in batches.prefetch(2).as_numpy_iterator():
             status = batch["status"]
             bad = status != KEPT
@@ -385,8 +418,10 @@ def _graph_pass(classified: Callable[[], tf.data.Dataset]):
                 tally.skip(PROBLEMS[int(code)], int(number))
             tally.lines += len(status)
             tally.kept += int(np.sum(~bad))
-            yield (_decode_all(batch["source"][~bad]) if keep[0] else [],
-                   _decode_all(batch["target"][~bad]) if keep[1] else [])
+            yield (
+                _decode_all(batch["source"][~bad]) if keep[0] else [],
+                _decode_all(batch["target"][~bad]) if keep[1] else [],
+            )
 
     return run
 
@@ -414,8 +449,14 @@ class PairSource:
     Each of these reads the corpus afresh (``stats`` once).
     """
 
-    def __init__(self, files: Iterable[str], graph_batches: Callable[[], tf.data.Dataset],
-                 python_pass: Callable, stats: ReadStats | None = None, text: ParallelText | None = None):
+    def __init__(
+        self,
+        files: Iterable[str],
+        graph_batches: Callable[[], tf.data.Dataset],
+        python_pass: Callable,
+        stats: ReadStats | None = None,
+        text: ParallelText | None = None,
+    ):
         """Use the ``from_*`` constructors. ``graph_batches`` builds the
         classified batches of ``dataset()``; ``python_pass(tally, keep)``
         yields kept ``(sources, targets)`` lists; ``text`` is the corpus when
@@ -444,7 +485,9 @@ class PairSource:
             return _classified(tf.data.Dataset.zip((src, tgt)), _classify_pairs)
 
         def python_pass(tally: _Tally, keep: Keep):
-            for src, tgt in zip(_line_batches(src_path, src_facts), _line_batches(tgt_path, tgt_facts)):
+            for src, tgt in zip(
+                _line_batches(src_path, src_facts), _line_batches(tgt_path, tgt_facts)
+            ):
                 yield _text_rows(tally, src, tgt, keep)
 
         return cls((str(src_path), str(tgt_path)), graph_batches, python_pass)
@@ -457,8 +500,10 @@ class PairSource:
         facts = _file_facts(path)
 
         def graph_batches() -> tf.data.Dataset:
-            return _classified(_line_dataset(path, facts).batch(GRAPH_BATCH),
-                               lambda lines: _classify_tsv_rows(lines, src_column, tgt_column))
+            return _classified(
+                _line_dataset(path, facts).batch(GRAPH_BATCH),
+                lambda lines: _classify_tsv_rows(lines, src_column, tgt_column),
+            )
 
         def python_pass(tally: _Tally, keep: Keep):
             for lines in _line_batches(path, facts):
@@ -467,8 +512,16 @@ class PairSource:
         return cls((str(path),), graph_batches, python_pass)
 
     @classmethod
-    def from_tfds(cls, name: str, split: str, src_key: str | None = None, tgt_key: str | None = None,
-                  data_dir: PathLike | None = None, *, download: bool = True) -> "PairSource":
+    def from_tfds(
+        cls,
+        name: str,
+        split: str,
+        src_key: str | None = None,
+        tgt_key: str | None = None,
+        data_dir: PathLike | None = None,
+        *,
+        download: bool = True,
+    ) -> "PairSource":
         """A TFDS translation split (see ``tfds_pairs``); its line numbers count examples."""
         from keras_transformer.data.tfds_source import tfds_examples
 
@@ -495,8 +548,11 @@ class PairSource:
         """The kept ``(source, target)`` pairs as scalar strings, in corpus order."""
         if self._text is not None:
             return self._text.to_dataset()
-        return self._graph_batches().map(_kept, num_parallel_calls=tf.data.AUTOTUNE,
-                                         deterministic=True).unbatch()
+        return (
+            self._graph_batches()
+            .map(_kept, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            .unbatch()
+        )
 
     @property
     def stats(self) -> ReadStats:
@@ -577,9 +633,11 @@ class Sentences:
 
 
 def _misaligned(src_path, src_lines: int, tgt_path, tgt_lines: int) -> str:
-    return (f"Parallel files are not aligned: {str(src_path)!r} has {src_lines} lines but "
-            f"{str(tgt_path)!r} has {tgt_lines}. Line i of one must translate line i of the "
-            "other; fix the corpus (a missing or extra line misaligns every pair after it).")
+    return (
+        f"Parallel files are not aligned: {str(src_path)!r} has {src_lines} lines but "
+        f"{str(tgt_path)!r} has {tgt_lines}. Line i of one must translate line i of the "
+        "other; fix the corpus (a missing or extra line misaligns every pair after it)."
+    )
 
 
 def _check_columns(src_column, tgt_column) -> None:
@@ -587,7 +645,9 @@ def _check_columns(src_column, tgt_column) -> None:
         if not isinstance(column, int) or isinstance(column, bool) or column < 0:
             raise ValueError(f"{name} must be a non-negative column index, got {column!r}.")
     if src_column == tgt_column:
-        raise ValueError(f"src_column and tgt_column are both {src_column}; point them at different columns.")
+        raise ValueError(
+            f"src_column and tgt_column are both {src_column}; point them at different columns."
+        )
 
 
 def read_text_file_pairs(src_path: PathLike, tgt_path: PathLike) -> ParallelText:
@@ -634,7 +694,9 @@ def tfds_pairs(
 
     ``download=False`` only reads what ``data_dir`` already holds (offline use).
     """
-    return PairSource.from_tfds(name, split, src_key, tgt_key, data_dir, download=download).dataset()
+    return PairSource.from_tfds(
+        name, split, src_key, tgt_key, data_dir, download=download
+    ).dataset()
 
 
 def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
@@ -642,9 +704,14 @@ def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
     sources: list[str] = []
     targets: list[str] = []
     for index, pair in enumerate(pairs):
-        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                or not all(isinstance(text, str) for text in pair)):
-            raise ValueError(f"Item {index} is {pair!r}; pairs_from_list needs (source, target) str pairs.")
+        if (
+            not isinstance(pair, (tuple, list))
+            or len(pair) != 2
+            or not all(isinstance(text, str) for text in pair)
+        ):
+            raise ValueError(
+                f"Item {index} is {pair!r}; pairs_from_list needs (source, target) str pairs."
+            )
         tally.lines += 1
         source, target = normalize_whitespace(pair[0]), normalize_whitespace(pair[1])
         if not source or not target:

@@ -73,7 +73,11 @@ def _verbs(kind: str, rows: str) -> list[Verb]:
     return [Verb(*row.split(), kind=kind) for row in rows.strip().splitlines()]
 
 
-NOUNS: dict[str, Noun] = {noun.singular: noun for noun in _nouns(True, """
+NOUNS: dict[str, Noun] = {
+    noun.singular: noun
+    for noun in _nouns(
+        True,
+        """
 cat cats mirk
 dog dogs vast
 bird birds pilv
@@ -98,7 +102,11 @@ neighbor neighbors vorn
 fox foxes volp
 wolf wolves lupr
 bear bears ursk
-""") + _nouns(False, """
+""",
+    )
+    + _nouns(
+        False,
+        """
 book books libr
 apple apples pomb
 letter letters skrib
@@ -126,9 +134,13 @@ picture pictures bild
 shoe shoes kalk
 window windows fenst
 basket baskets korv
-""")}
+""",
+    )
+}
 
-ADJECTIVES: dict[str, str] = dict(row.split() for row in """
+ADJECTIVES: dict[str, str] = dict(
+    row.split()
+    for row in """
 red rus
 blue kel
 green verd
@@ -151,9 +163,14 @@ strong rob
 tiny pik
 heavy grav
 new nov
-""".strip().splitlines())
+""".strip().splitlines()
+)
 
-VERBS: dict[str, Verb] = {verb.base: verb for verb in _verbs("intransitive", """
+VERBS: dict[str, Verb] = {
+    verb.base: verb
+    for verb in _verbs(
+        "intransitive",
+        """
 sleep sleeps slept dormi
 run runs ran kura
 laugh laughs laughed ride
@@ -166,7 +183,11 @@ cry cries cried plora
 jump jumps jumped hopa
 fall falls fell kade
 arrive arrives arrived veni
-""") + _verbs("transitive", """
+""",
+    )
+    + _verbs(
+        "transitive",
+        """
 see sees saw vide
 chase chases chased kasa
 eat eats ate mande
@@ -185,7 +206,11 @@ build builds built struo
 open opens opened apere
 paint paints painted pinge
 visit visits visited bisi
-""") + _verbs("ditransitive", """
+""",
+    )
+    + _verbs(
+        "ditransitive",
+        """
 give gives gave dona
 send sends sent mitte
 show shows showed mostra
@@ -196,17 +221,28 @@ offer offers offered ofre
 lend lends lent preste
 teach teaches taught doke
 tell tells told nara
-""")}
+""",
+    )
+}
 
 # Time adverbs open a clause and must fit its tense; manner adverbs close it.
 TIME_ADVERBS: dict[str, tuple[str, str]] = {
-    "yesterday": ("past", "hieru"), "earlier": ("past", "antu"),
-    "today": ("present", "hodu"), "now": ("present", "nunu"),
-    "tomorrow": ("future", "kralu"), "soon": ("future", "presu"),
+    "yesterday": ("past", "hieru"),
+    "earlier": ("past", "antu"),
+    "today": ("present", "hodu"),
+    "now": ("present", "nunu"),
+    "tomorrow": ("future", "kralu"),
+    "soon": ("future", "presu"),
 }
 MANNER_ADVERBS: dict[str, str] = {
-    "quickly": "raspu", "slowly": "lentu", "happily": "gaudu", "quietly": "tassu",
-    "carefully": "kuru", "often": "saepu", "loudly": "fortu", "again": "iteru",
+    "quickly": "raspu",
+    "slowly": "lentu",
+    "happily": "gaudu",
+    "quietly": "tassu",
+    "carefully": "kuru",
+    "often": "saepu",
+    "loudly": "fortu",
+    "again": "iteru",
 }
 CONJUNCTIONS: dict[str, str] = {"and": "e", "but": "ma", "because": "kos"}
 
@@ -223,8 +259,10 @@ PRONOUNS: dict[str, tuple[str, str, tuple[str, str, str]]] = {
 
 _ANIMATE = tuple(name for name, noun in NOUNS.items() if noun.animate)
 _ALL_NOUNS = tuple(NOUNS)
-_BY_KIND = {kind: tuple(v for v, verb in VERBS.items() if verb.kind == kind)
-            for kind in ("intransitive", "transitive", "ditransitive")}
+_BY_KIND = {
+    kind: tuple(v for v, verb in VERBS.items() if verb.kind == kind)
+    for kind in ("intransitive", "transitive", "ditransitive")
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,12 +302,18 @@ class NounPhrase:
         if unknown:
             raise ValueError(f"Unknown adjectives {unknown}; use keys of ADJECTIVES.")
         if self.number is not None and (self.number < 1 or self.plural != (self.number != 1)):
-            raise ValueError(f"number={self.number} needs plural={self.number != 1} and a value >= 1.")
-        if self.article not in ("the", "a", "") or (self.article == "a" and (self.plural or self.number)):
+            raise ValueError(
+                f"number={self.number} needs plural={self.number != 1} and a value >= 1."
+            )
+        if self.article not in ("the", "a", "") or (
+            self.article == "a" and (self.plural or self.number)
+        ):
             raise ValueError("article must be 'the', '' or (singular, no number) 'a'.")
-        if self.relative and (VERBS.get(self.relative[0], None) is None
-                              or VERBS[self.relative[0]].kind != "intransitive"
-                              or self.relative[1] not in TENSES):
+        if self.relative and (
+            VERBS.get(self.relative[0], None) is None
+            or VERBS[self.relative[0]].kind != "intransitive"
+            or self.relative[1] not in TENSES
+        ):
             raise ValueError(f"relative must be (intransitive verb, tense), got {self.relative}.")
 
     @property
@@ -285,13 +329,19 @@ class NounPhrase:
         elif self.article:
             words.insert(0, self.article)
         if self.relative:
-            words += ["that", _source_verb(VERBS[self.relative[0]], self.relative[1], self.agreement)]
+            words += [
+                "that",
+                _source_verb(VERBS[self.relative[0]], self.relative[1], self.agreement),
+            ]
         return " ".join(words)
 
     def target(self, case: str) -> str:
         suffix = CASES[case]
         words = [NOUNS[self.noun].stem + ("i" if self.plural else "a") + suffix]
-        words += [ADJECTIVES[a] + ("o" if self.plural else "e") + suffix for a in reversed(self.adjectives)]
+        words += [
+            ADJECTIVES[a] + ("o" if self.plural else "e") + suffix
+            for a in reversed(self.adjectives)
+        ]
         if self.number is not None:
             words.append(str(self.number))
         if self.relative:
@@ -347,8 +397,10 @@ class Clause:
 
     def source(self) -> str:
         words = [self.time] if self.time else []
-        words += [self.subject.source(subject=True),
-                  _source_verb(VERBS[self.verb], self.tense, self.subject.agreement, self.negated)]
+        words += [
+            self.subject.source(subject=True),
+            _source_verb(VERBS[self.verb], self.tense, self.subject.agreement, self.negated),
+        ]
         if self.obj is not None:
             words.append(self.obj.source(subject=False))
         if self.indirect is not None:
@@ -366,7 +418,11 @@ class Clause:
             words.append(self.obj.target("accusative"))
         if self.manner:
             words.append(MANNER_ADVERBS[self.manner])
-        verb = VERBS[self.verb].stem + _TENSE_INFIX[self.tense] + _PERSON_SUFFIX[self.subject.agreement]
+        verb = (
+            VERBS[self.verb].stem
+            + _TENSE_INFIX[self.tense]
+            + _PERSON_SUFFIX[self.subject.agreement]
+        )
         words.append("ne" + verb if self.negated else verb)
         return " ".join(words)
 
@@ -379,7 +435,9 @@ class Sentence:
     conjunction: str | None = None
 
     def __post_init__(self):
-        if len(self.clauses) not in (1, 2) or (len(self.clauses) == 2) != (self.conjunction is not None):
+        if len(self.clauses) not in (1, 2) or (len(self.clauses) == 2) != (
+            self.conjunction is not None
+        ):
             raise ValueError("A Sentence is one clause, or two clauses with a conjunction.")
         if self.conjunction is not None and self.conjunction not in CONJUNCTIONS:
             raise ValueError(f"conjunction must be one of {sorted(CONJUNCTIONS)}.")
@@ -476,8 +534,9 @@ def generate_pairs(num_pairs: int, seed: int) -> list[tuple[str, str]]:
     return pairs
 
 
-def demo_splits(train: int = 20_000, valid: int = 1_000, test: int = 1_000,
-                seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+def demo_splits(
+    train: int = 20_000, valid: int = 1_000, test: int = 1_000, seed: int = 0
+) -> dict[str, list[tuple[str, str]]]:
     """Train/valid/test splits with distinct source sentences, so held-out means unseen."""
     sizes = {"train": train, "valid": valid, "test": test}
     for name, size in sizes.items():
@@ -498,11 +557,16 @@ def demo_splits(train: int = 20_000, valid: int = 1_000, test: int = 1_000,
     pairs = list(unique.items())
     # Shuffle so frequent short sentences (found first) are not all in train.
     rng.shuffle(pairs)
-    return {"train": pairs[:train], "valid": pairs[train:train + valid], "test": pairs[train + valid:]}
+    return {
+        "train": pairs[:train],
+        "valid": pairs[train : train + valid],
+        "test": pairs[train + valid :],
+    }
 
 
-def write_parallel_files(pairs: Iterable[tuple[str, str]], directory: str | os.PathLike,
-                         prefix: str) -> tuple[Path, Path]:
+def write_parallel_files(
+    pairs: Iterable[tuple[str, str]], directory: str | os.PathLike, prefix: str
+) -> tuple[Path, Path]:
     """Write ``{prefix}.src`` and ``{prefix}.tgt`` (UTF-8, one sentence a line), each atomically."""
     pairs = list(pairs)
     for index, (source, target) in enumerate(pairs):
@@ -510,8 +574,10 @@ def write_parallel_files(pairs: Iterable[tuple[str, str]], directory: str | os.P
             raise ValueError(f"Pair {index} contains a line break; sentences must be single lines.")
     directory = Path(directory)
     src_path, tgt_path = directory / f"{prefix}.src", directory / f"{prefix}.tgt"
-    write_atomically({
-        src_path: "".join(source + "\n" for source, _ in pairs).encode("utf-8"),
-        tgt_path: "".join(target + "\n" for _, target in pairs).encode("utf-8"),
-    })
+    write_atomically(
+        {
+            src_path: "".join(source + "\n" for source, _ in pairs).encode("utf-8"),
+            tgt_path: "".join(target + "\n" for _, target in pairs).encode("utf-8"),
+        }
+    )
     return src_path, tgt_path

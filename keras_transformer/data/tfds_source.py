@@ -46,7 +46,9 @@ def tfds_examples(
     supervised = src_key is None
     if supervised:
         keys = builder.info.supervised_keys
-        if not (isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys)):
+        if not (
+            isinstance(keys, tuple) and len(keys) == 2 and all(isinstance(k, str) for k in keys)
+        ):
             raise ValueError(
                 f"{name} declares supervised_keys={keys!r}, not a (source, target) feature pair; "
                 f"pass src_key= and tgt_key= from its features {features}."
@@ -54,15 +56,21 @@ def tfds_examples(
     else:
         unknown = [key for key in (src_key, tgt_key) if key not in features]
         if unknown:
-            raise ValueError(f"{name} has no feature(s) {unknown}; choose src_key/tgt_key from {features}.")
+            raise ValueError(
+                f"{name} has no feature(s) {unknown}; choose src_key/tgt_key from {features}."
+            )
         if src_key == tgt_key:
-            raise ValueError(f"src_key and tgt_key are both {src_key!r}; pick two different features.")
+            raise ValueError(
+                f"src_key and tgt_key are both {src_key!r}; pick two different features."
+            )
     if download:
         builder.download_and_prepare()
     dataset = builder.as_dataset(split=split, as_supervised=supervised, shuffle_files=False)
     if not supervised:
-        dataset = dataset.map(lambda example: (example[src_key], example[tgt_key]),
-                              num_parallel_calls=tf.data.AUTOTUNE)
+        dataset = dataset.map(
+            lambda example: (example[src_key], example[tgt_key]),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
     spec = dataset.element_spec
     if not (isinstance(spec, tuple) and len(spec) == 2 and all(_scalar_string(s) for s in spec)):
         raise ValueError(

@@ -91,8 +91,10 @@ try:
     from ctranslate2.converters.utils import fuse_linear
     from ctranslate2.specs import common_spec, transformer_spec
 except ImportError as error:  # pragma: no cover - depends on the extras installed
-    raise ImportError("The CTranslate2 export needs the ctranslate2 package: "
-                      "pip install 'keras-transformer-nmt[ct2]'.") from error
+    raise ImportError(
+        "The CTranslate2 export needs the ctranslate2 package: "
+        "pip install 'keras-transformer-nmt[ct2]'."
+    ) from error
 import numpy as np
 
 from keras_transformer.exporters.saved_model import write_tokenizer_files
@@ -143,7 +145,11 @@ def _set_layer_norm(spec: common_spec.LayerNormSpec, norm) -> None:
 def _set_self_attention(spec, attention, norm) -> None:
     fuse_linear(
         spec.linear[0],
-        [_linear(attention.query_dense), _linear(attention.key_dense), _linear(attention.value_dense)],
+        [
+            _linear(attention.query_dense),
+            _linear(attention.key_dense),
+            _linear(attention.value_dense),
+        ],
     )
     _set_linear(spec.linear[1], attention.output_dense)
     _set_layer_norm(spec.layer_norm, norm)
@@ -178,8 +184,12 @@ def vocabulary(tokenizer, size: int) -> list[str]:
             "they do not belong together."
         )
     if isinstance(tokenizer, SubwordTokenizer):
-        expected = {tokenizer.pad_id: "<pad>", tokenizer.unk_id: "<unk>", tokenizer.bos_id: "<s>",
-                    tokenizer.eos_id: "</s>"}
+        expected = {
+            tokenizer.pad_id: "<pad>",
+            tokenizer.unk_id: "<unk>",
+            tokenizer.bos_id: "<s>",
+            tokenizer.eos_id: "</s>",
+        }
         actual = {i: pieces[i] for i in expected}
         if actual != expected:
             raise ValueError(f"Reserved pieces are {actual}, expected {expected}.")
@@ -232,7 +242,9 @@ class KerasTransformerConverter(Converter):
         _set_embedding_input(encoder, model.source_embedding, c.max_length)
         encoder.embeddings[0].weight = _array(model.source_embedding.embeddings)
         for layer_spec, layer in zip(encoder.layer, model.encoder.layer_stack, strict=True):
-            _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
+            _set_self_attention(
+                layer_spec.self_attention, layer.self_attention, layer.self_attention_norm
+            )
             _set_feed_forward(layer_spec.ffn, layer)
         if c.norm_first:
             _set_layer_norm(encoder.layer_norm, model.encoder.final_norm)
@@ -240,8 +252,12 @@ class KerasTransformerConverter(Converter):
         _set_embedding_input(decoder, model.target_embedding, c.max_length)
         decoder.embeddings.weight = _array(model.target_embedding.embeddings)
         for layer_spec, layer in zip(decoder.layer, model.decoder.layer_stack, strict=True):
-            _set_self_attention(layer_spec.self_attention, layer.self_attention, layer.self_attention_norm)
-            _set_cross_attention(layer_spec.attention, layer.cross_attention, layer.cross_attention_norm)
+            _set_self_attention(
+                layer_spec.self_attention, layer.self_attention, layer.self_attention_norm
+            )
+            _set_cross_attention(
+                layer_spec.attention, layer.cross_attention, layer.cross_attention_norm
+            )
             _set_feed_forward(layer_spec.ffn, layer)
         if c.norm_first:
             _set_layer_norm(decoder.layer_norm, model.decoder.final_norm)
@@ -271,8 +287,14 @@ class KerasTransformerConverter(Converter):
         return spec
 
 
-def export_ctranslate2(source, out: str | os.PathLike, *, quantization: str | None = None,
-                       force: bool = False, progress: bool = False) -> Path:
+def export_ctranslate2(
+    source,
+    out: str | os.PathLike,
+    *,
+    quantization: str | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> Path:
     """Convert ``source`` (a ``TrainedModel``, ``Workdir`` or workdir path) into the
     CTranslate2 directory ``out`` and return it.
 
@@ -301,8 +323,9 @@ def export_ctranslate2(source, out: str | os.PathLike, *, quantization: str | No
             with tempfile.TemporaryDirectory(prefix="keras_transformer_spm_") as spm_dir:
                 src_path, tgt_path = write_tokenizer_files(trained, Path(spm_dir))
                 files = {src_path.name: src_path, tgt_path.name: tgt_path}
-                converter = KerasTransformerConverter(trained.model, trained.src_tokenizer,
-                                                      trained.tgt_tokenizer, files)
+                converter = KerasTransformerConverter(
+                    trained.model, trained.src_tokenizer, trained.tgt_tokenizer, files
+                )
                 # `force` here only lets the converter write into the empty staging dir.
                 converter.convert(str(staging), quantization=quantization, force=True)
             if out.exists() and not force:
@@ -311,5 +334,10 @@ def export_ctranslate2(source, out: str | os.PathLike, *, quantization: str | No
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         bar.update()
-    log.info("wrote %s (ctranslate2 %s, quantization %s)", out, ctranslate2.__version__, quantization or "none")
+    log.info(
+        "wrote %s (ctranslate2 %s, quantization %s)",
+        out,
+        ctranslate2.__version__,
+        quantization or "none",
+    )
     return out

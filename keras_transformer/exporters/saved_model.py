@@ -29,8 +29,14 @@ from keras_transformer.decoding import ConstantSteps
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.progress import progress_bar
-from keras_transformer.tokenization import (MARIAN_SOURCE_SPM, MARIAN_TARGET_SPM, MARIAN_TARGET_VOCAB, MARIAN_VOCAB,
-                                            MarianSubwordTokenizer, write_marian_tokenizer_files)
+from keras_transformer.tokenization import (
+    MARIAN_SOURCE_SPM,
+    MARIAN_TARGET_SPM,
+    MARIAN_TARGET_VOCAB,
+    MARIAN_VOCAB,
+    MarianSubwordTokenizer,
+    write_marian_tokenizer_files,
+)
 from keras_transformer.translate import best_ids, check_decode_parts, decode_in_parts
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
@@ -101,11 +107,25 @@ class ExportedTranslator(tf.Module):
     ``max_src_length`` subwords are truncated (EOS kept).
     """
 
-    def __init__(self, model, src_tokenizer, tgt_tokenizer, *, max_src_length: int,
-                 beam_size: int = 4, alpha: float = 0.6, extra_length: int = 50, stopping: str = "heuristic",
-                 src_model_path: Path | None = None, tgt_model_path: Path | None = None,
-                 vocabulary_paths: dict[str, Path] | None = None, xla: bool = False,
-                 step_lanes: int | None = None, step_products: str | None = None, decode_parts: int | None = None):
+    def __init__(
+        self,
+        model,
+        src_tokenizer,
+        tgt_tokenizer,
+        *,
+        max_src_length: int,
+        beam_size: int = 4,
+        alpha: float = 0.6,
+        extra_length: int = 50,
+        stopping: str = "heuristic",
+        src_model_path: Path | None = None,
+        tgt_model_path: Path | None = None,
+        vocabulary_paths: dict[str, Path] | None = None,
+        xla: bool = False,
+        step_lanes: int | None = None,
+        step_products: str | None = None,
+        decode_parts: int | None = None,
+    ):
         super().__init__(name="translator")
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
@@ -117,9 +137,13 @@ class ExportedTranslator(tf.Module):
         # Built once and held outside the module's tracked state: every signature calls the same function,
         # so the SavedModel holds its constants once.
         small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
-        self.__dict__["constant_steps"] = (ConstantSteps(model, self.frozen_weights.unread(), lanes=step_lanes,
-                                                         products=step_products)
-                                           if supported and small else None)
+        self.__dict__["constant_steps"] = (
+            ConstantSteps(
+                model, self.frozen_weights.unread(), lanes=step_lanes, products=step_products
+            )
+            if supported and small
+            else None
+        )
         # One decoder function for each beam size, made at its first use and called for each part of a
         # batch (decode_in_parts): the SavedModel holds each decoder once.
         self.__dict__["decoders"] = {}
@@ -135,10 +159,13 @@ class ExportedTranslator(tf.Module):
         self.xla = bool(xla)
         if self.xla:  # only then: the default export holds no XLA function at all
             strings = [tf.TensorSpec([None], tf.string, name="inputs")]
-            self.translate_xla = tf.function(lambda inputs: self._translate(inputs, xla=True),
-                                             input_signature=strings)
-            self.translate_greedy_xla = tf.function(lambda inputs: self._translate(inputs, beam_size=1, xla=True),
-                                                    input_signature=strings)
+            self.translate_xla = tf.function(
+                lambda inputs: self._translate(inputs, xla=True), input_signature=strings
+            )
+            self.translate_greedy_xla = tf.function(
+                lambda inputs: self._translate(inputs, beam_size=1, xla=True),
+                input_signature=strings,
+            )
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
         if src_model_path is not None:
             self.source_spm = tf.saved_model.Asset(str(src_model_path))
@@ -154,17 +181,34 @@ class ExportedTranslator(tf.Module):
             derived = None if self.frozen_weights is None else self.frozen_weights.unread()
 
             def decode(source_ids):
-                return best_ids(self.model, source_ids, beam_size, self.alpha, self.extra_length,
-                                stopping=self.stopping, derived=derived, constant_steps=self.constant_steps)
+                return best_ids(
+                    self.model,
+                    source_ids,
+                    beam_size,
+                    self.alpha,
+                    self.extra_length,
+                    stopping=self.stopping,
+                    derived=derived,
+                    constant_steps=self.constant_steps,
+                )
 
-            decode.__name__ = "greedy" if beam_size == 1 else f"beam_{beam_size}"  # names the SavedModel's function
-            self.decoders[beam_size] = tf.function(decode, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+            decode.__name__ = (
+                "greedy" if beam_size == 1 else f"beam_{beam_size}"
+            )  # names the SavedModel's function
+            self.decoders[beam_size] = tf.function(
+                decode, input_signature=[tf.TensorSpec([None, None], tf.int32)]
+            )
         return self.decoders[beam_size]
 
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        return decode_in_parts(self._decoder(beam_size), source_ids, self.model.config.pad_id, self.decode_parts,
-                               beam_size)
+        return decode_in_parts(
+            self._decoder(beam_size),
+            source_ids,
+            self.model.config.pad_id,
+            self.decode_parts,
+            beam_size,
+        )
 
     def _decode_xla(self, source_ids, beam_size=None):
         """``_decode`` by the static-shape decoders under XLA, on a batch padded
@@ -174,19 +218,33 @@ class ExportedTranslator(tf.Module):
         rows, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         buckets = tf.constant(XLA_ROW_BUCKETS)
         largest = XLA_ROW_BUCKETS[-1]
-        padded_rows = tf.where(rows > largest, -(-rows // largest) * largest,
-                               tf.gather(buckets, tf.argmax(tf.cast(buckets >= rows, tf.int32))))
+        padded_rows = tf.where(
+            rows > largest,
+            -(-rows // largest) * largest,
+            tf.gather(buckets, tf.argmax(tf.cast(buckets >= rows, tf.int32))),
+        )
         padded_length = -(-length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
-        ids = tf.pad(source_ids, [[0, 0], [0, padded_length - length]], constant_values=config.pad_id)
+        ids = tf.pad(
+            source_ids, [[0, 0], [0, padded_length - length]], constant_values=config.pad_id
+        )
         # Extra rows copy the first sentence: they end when it does, so they add no steps.
         ids = tf.concat([ids, tf.repeat(ids[:1], padded_rows - rows, axis=0)], axis=0)
         longest_source = -(-self.max_src_length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
-        buffer = min(longest_source + self.extra_length, config.max_length)  # every row's own limit fits
+        buffer = min(
+            longest_source + self.extra_length, config.max_length
+        )  # every row's own limit fits
 
         @tf.function(jit_compile=True)
         def decode(ids):
-            return best_ids(self.model, ids, beam_size, self.alpha, self.extra_length, buffer_length=buffer,
-                            stopping=self.stopping)
+            return best_ids(
+                self.model,
+                ids,
+                beam_size,
+                self.alpha,
+                self.extra_length,
+                buffer_length=buffer,
+                stopping=self.stopping,
+            )
 
         target_ids, scores = decode(ids)
         return target_ids[:rows], scores[:rows]
@@ -197,11 +255,13 @@ class ExportedTranslator(tf.Module):
         return {"target_ids": target_ids, "scores": scores}
 
     def _source_ids(self, inputs):
-        text = tf.strings.unicode_transcode(inputs, "UTF-8", "UTF-8", errors="replace",
-                                            replacement_char=0xFFFD)
+        text = tf.strings.unicode_transcode(
+            inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+        )
         text = normalize_whitespace_tf(text)
         ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
-            default_value=self.model.config.pad_id)
+            default_value=self.model.config.pad_id
+        )
         return text, tf.cast(ids, tf.int32)
 
     def _translate(self, inputs, beam_size=None, xla: bool = False):
@@ -233,10 +293,13 @@ class ExportedTranslator(tf.Module):
         target_in = tf.concat([tf.fill([1, 1], config.bos_id), target[:, :-1]], axis=1)
         memory = self.model.encode(source_ids, training=False)
         _, weights = self.model.decoder(
-            self.model.target_embedding(target_in, training=False), memory,
+            self.model.target_embedding(target_in, training=False),
+            memory,
             memory_padding_mask=padding_mask(source_ids, config.pad_id),
             target_padding_mask=target_padding_mask(target_in, config),
-            return_attention_weights=True, training=False)
+            return_attention_weights=True,
+            training=False,
+        )
         return {
             "translation": self.tgt_tokenizer.detokenize(target)[0],
             "source_pieces": self.src_tokenizer.id_to_piece(source_ids[0]),
@@ -252,7 +315,9 @@ class ExportedTranslator(tf.Module):
             "cross_attention": self.cross_attention,
         }
         if self.xla:
-            signatures.update(translate_xla=self.translate_xla, translate_greedy_xla=self.translate_greedy_xla)
+            signatures.update(
+                translate_xla=self.translate_xla, translate_greedy_xla=self.translate_greedy_xla
+            )
         return signatures
 
 
@@ -264,7 +329,9 @@ def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path,
     see ``vocabulary_files``)."""
     directory.mkdir(parents=True, exist_ok=True)
     if isinstance(trained.src_tokenizer, MarianSubwordTokenizer):
-        paths = write_marian_tokenizer_files(trained.src_tokenizer, trained.tgt_tokenizer, directory)
+        paths = write_marian_tokenizer_files(
+            trained.src_tokenizer, trained.tgt_tokenizer, directory
+        )
         return paths[MARIAN_SOURCE_SPM], paths[MARIAN_TARGET_SPM]
     if trained.shared_tokenizer_model:
         path = directory / "spm_shared.model"
@@ -279,14 +346,30 @@ def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path,
 def vocabulary_files(directory: Path) -> dict[str, Path]:
     """The Marian vocabularies ``write_tokenizer_files`` wrote into ``directory``
     (none for SentencePiece-numbered tokenizers), ``{file name: path}``."""
-    return {name: directory / name for name in (MARIAN_VOCAB, MARIAN_TARGET_VOCAB) if (directory / name).is_file()}
+    return {
+        name: directory / name
+        for name in (MARIAN_VOCAB, MARIAN_TARGET_VOCAB)
+        if (directory / name).is_file()
+    }
 
 
-def export_saved_model(source, out: str | os.PathLike, *, version: int | None = None, beam_size: int = 4,
-                       alpha: float = 0.6, stopping: str = "heuristic", overwrite: bool = False,
-                       warmup_sentences: Sequence[str] = WARMUP_SENTENCES, precision: str = "fp32",
-                       xla: bool = False, step_lanes: int | None = None, step_products: str | None = None,
-                       decode_parts: int | None = None, progress: bool = False) -> Path:
+def export_saved_model(
+    source,
+    out: str | os.PathLike,
+    *,
+    version: int | None = None,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    stopping: str = "heuristic",
+    overwrite: bool = False,
+    warmup_sentences: Sequence[str] = WARMUP_SENTENCES,
+    precision: str = "fp32",
+    xla: bool = False,
+    step_lanes: int | None = None,
+    step_products: str | None = None,
+    decode_parts: int | None = None,
+    progress: bool = False,
+) -> Path:
     """Export ``source`` as a TF Serving model version and return ``out/<version>``.
 
     Args:
@@ -331,11 +414,19 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
         raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
     check_decode_parts(decode_parts)
     if step_products is not None and step_products not in kernels.PRODUCT_OPS:
-        raise ValueError(f"step_products must be one of {', '.join(kernels.PRODUCT_OPS)}, got {step_products!r}.")
+        raise ValueError(
+            f"step_products must be one of {', '.join(kernels.PRODUCT_OPS)}, got {step_products!r}."
+        )
     if version is not None and version < 1:
-        raise ValueError(f"version must be a positive integer (TF Serving's version folders), got {version}.")
+        raise ValueError(
+            f"version must be a positive integer (TF Serving's version folders), got {version}."
+        )
     if version is None:
-        existing = [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()] if out.is_dir() else []
+        existing = (
+            [int(p.name) for p in out.iterdir() if p.is_dir() and p.name.isdigit()]
+            if out.is_dir()
+            else []
+        )
         version = max(existing, default=0) + 1
     target = out / str(version)
     if target.exists() and not overwrite:  # refused before the model is loaded
@@ -349,16 +440,30 @@ def export_saved_model(source, out: str | os.PathLike, *, version: int | None = 
             with tempfile.TemporaryDirectory(prefix="keras_transformer_spm_") as spm_dir:
                 src_path, tgt_path = write_tokenizer_files(trained, Path(spm_dir))
                 module = ExportedTranslator(
-                    trained.model, trained.src_tokenizer, trained.tgt_tokenizer,
-                    max_src_length=trained.max_src_length, beam_size=beam_size, alpha=alpha, stopping=stopping,
-                    src_model_path=src_path, tgt_model_path=tgt_path,
-                    vocabulary_paths=vocabulary_files(Path(spm_dir)), xla=xla, step_lanes=step_lanes,
-                    step_products=step_products, decode_parts=decode_parts)
+                    trained.model,
+                    trained.src_tokenizer,
+                    trained.tgt_tokenizer,
+                    max_src_length=trained.max_src_length,
+                    beam_size=beam_size,
+                    alpha=alpha,
+                    stopping=stopping,
+                    src_model_path=src_path,
+                    tgt_model_path=tgt_path,
+                    vocabulary_paths=vocabulary_files(Path(spm_dir)),
+                    xla=xla,
+                    step_lanes=step_lanes,
+                    step_products=step_products,
+                    decode_parts=decode_parts,
+                )
                 if module.constant_steps is not None:
-                    log.info("decoding step for a few rows: %d lane(s), %s products (%s)",
-                             module.constant_steps.lanes, module.constant_steps.products,
-                             "chosen" if step_products else
-                             f"this TensorFlow's oneDNN rewrites are {'on' if kernels.onednn_rewrites() else 'off'}")
+                    log.info(
+                        "decoding step for a few rows: %d lane(s), %s products (%s)",
+                        module.constant_steps.lanes,
+                        module.constant_steps.products,
+                        "chosen"
+                        if step_products
+                        else f"this TensorFlow's oneDNN rewrites are {'on' if kernels.onednn_rewrites() else 'off'}",
+                    )
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())
                 bar.update()
@@ -395,11 +500,15 @@ def _field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def predict_request_bytes(sentences: Sequence[str], model_name: str, signature_name: str = SIGNATURE) -> bytes:
+def predict_request_bytes(
+    sentences: Sequence[str], model_name: str, signature_name: str = SIGNATURE
+) -> bytes:
     """A serialized ``tensorflow.serving.PredictRequest`` for ``serving_default``."""
     model_spec = _field(1, model_name.encode("utf-8")) + _field(3, signature_name.encode("utf-8"))
     tensor = tf.make_tensor_proto(list(sentences), dtype=tf.string).SerializeToString()
-    inputs_entry = _field(1, INPUT_KEY.encode("utf-8")) + _field(2, tensor)  # map<string, TensorProto>
+    inputs_entry = _field(1, INPUT_KEY.encode("utf-8")) + _field(
+        2, tensor
+    )  # map<string, TensorProto>
     return _field(1, model_spec) + _field(2, inputs_entry)
 
 
@@ -423,9 +532,9 @@ def models_config(name: str) -> str:
     return (
         "model_config_list {\n"
         "  config {\n"
-        f"    name: \"{name}\"\n"
-        f"    base_path: \"/models/{name}\"  # this folder, mounted into the server's container\n"
-        "    model_platform: \"tensorflow\"\n"
+        f'    name: "{name}"\n'
+        f'    base_path: "/models/{name}"  # this folder, mounted into the server\'s container\n'
+        '    model_platform: "tensorflow"\n'
         "  }\n"
         "}\n"
     )

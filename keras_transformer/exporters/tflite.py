@@ -40,10 +40,13 @@ class TFLiteTranslator(tf.Module):
         self.max_tgt_length = int(max_tgt_length)
 
     def signature(self):
-        @tf.function(input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")])
+        @tf.function(
+            input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")]
+        )
         def translate(source_ids):
-            tokens, _ = greedy_decode(self.model, source_ids, max_length=self.max_tgt_length,
-                                      static_shapes=True)
+            tokens, _ = greedy_decode(
+                self.model, source_ids, max_length=self.max_tgt_length, static_shapes=True
+            )
             return {"target_ids": tokens}
 
         return translate
@@ -72,9 +75,15 @@ def _convert_saved_model(directory: str, quantize: str | None) -> bytes:
     return converter.convert()
 
 
-def export_tflite(source, out: str | os.PathLike, *, quantize: str | None = None,
-                  max_src_length: int | None = None, max_tgt_length: int | None = None,
-                  progress: bool = False) -> Path:
+def export_tflite(
+    source,
+    out: str | os.PathLike,
+    *,
+    quantize: str | None = None,
+    max_src_length: int | None = None,
+    max_tgt_length: int | None = None,
+    progress: bool = False,
+) -> Path:
     """Convert ``source`` (a ``TrainedModel``, ``Workdir`` or workdir path) into the
     ``.tflite`` file ``out``, written atomically, and return its path.
 
@@ -92,8 +101,12 @@ def export_tflite(source, out: str | os.PathLike, *, quantize: str | None = None
         trained = as_trained_model(source, "fp32")  # TFLite builtins: a float32 graph
         bar.update()
         bar.set_postfix_str("converting")
-        flatbuffer = convert(trained.model, max_src_length or trained.max_src_length,
-                             max_tgt_length or trained.max_tgt_length + 1, quantize)
+        flatbuffer = convert(
+            trained.model,
+            max_src_length or trained.max_src_length,
+            max_tgt_length or trained.max_tgt_length + 1,
+            quantize,
+        )
         write_atomically({Path(out): flatbuffer})
         bar.update()
     log.info("wrote %s (%.1f MB)", out, len(flatbuffer) / 1e6)

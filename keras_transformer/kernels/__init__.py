@@ -55,19 +55,45 @@ once whether the training step fuses the output projection with the loss
 
 from keras_transformer.kernels import native
 from keras_transformer.kernels.attention import attend, batched_product
-from keras_transformer.kernels.cross_entropy import projected_smoothed_cross_entropy, smoothed_cross_entropy
-from keras_transformer.kernels.decoding_step import (FEW_ROWS, OUTPUT_LANES, OUTPUT_SLICES, PRODUCT_OPS, STEP_LANES,
-                                                     decoding_step, initial_cache, onednn_rewrites, step_lanes,
-                                                     step_products, step_weights, tied_output_kernel)
+from keras_transformer.kernels.cross_entropy import (
+    projected_smoothed_cross_entropy,
+    smoothed_cross_entropy,
+)
+from keras_transformer.kernels.decoding_step import (
+    FEW_ROWS,
+    OUTPUT_LANES,
+    OUTPUT_SLICES,
+    PRODUCT_OPS,
+    STEP_LANES,
+    decoding_step,
+    initial_cache,
+    onednn_rewrites,
+    step_lanes,
+    step_products,
+    step_weights,
+    tied_output_kernel,
+)
 from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.encoding import encode, encoder_weights
 from keras_transformer.kernels.encoding import supported as encoding_supported
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
-from keras_transformer.kernels.projection import as_rows, from_rows, permute, project, project_rows, transposed_product
+from keras_transformer.kernels.projection import (
+    as_rows,
+    from_rows,
+    permute,
+    project,
+    project_rows,
+    transposed_product,
+)
 from keras_transformer.kernels.top_k import top_k
-from keras_transformer.kernels.weights import DerivedWeights, FrozenWeights, as_constants, derived_weights
+from keras_transformer.kernels.weights import (
+    DerivedWeights,
+    FrozenWeights,
+    as_constants,
+    derived_weights,
+)
 
 __all__ = [
     "FEW_ROWS",

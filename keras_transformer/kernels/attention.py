@@ -37,8 +37,13 @@ def batched_product(a: tf.Tensor, b: tf.Tensor, adjoint_b: bool = False) -> tf.T
     return tf.matmul(a, b, transpose_b=adjoint_b)
 
 
-def attend(query: tf.Tensor, key: tf.Tensor, value: tf.Tensor, bias: tf.Tensor | None = None,
-           has_key: tf.Tensor | None = None) -> tf.Tensor:
+def attend(
+    query: tf.Tensor,
+    key: tf.Tensor,
+    value: tf.Tensor,
+    bias: tf.Tensor | None = None,
+    has_key: tf.Tensor | None = None,
+) -> tf.Tensor:
     """``softmax(query keyᵀ + bias) value`` in the heads layout.
 
     Args:

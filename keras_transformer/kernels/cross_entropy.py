@@ -16,8 +16,13 @@ def _label_index(labels: tf.Tensor) -> tf.Tensor:
     return tf.stack([tf.range(tf.shape(labels)[0]), labels], axis=1)
 
 
-def _smoothed_loss(z: tf.Tensor, probabilities: tf.Tensor, label_index: tf.Tensor, mean_logit: tf.Tensor,
-                   eps: float) -> tf.Tensor:
+def _smoothed_loss(
+    z: tf.Tensor,
+    probabilities: tf.Tensor,
+    label_index: tf.Tensor,
+    mean_logit: tf.Tensor,
+    eps: float,
+) -> tf.Tensor:
     """``log Z - (1 - ε)·z_y - ε·mean(z)`` per row of float32 logits ``z [tokens, V]``.
 
     The log-normaliser is ``z_y - log p_y`` from the label's own logit and
@@ -47,7 +52,9 @@ def _smoothed_loss(z: tf.Tensor, probabilities: tf.Tensor, label_index: tf.Tenso
     return loss
 
 
-def smoothed_cross_entropy(labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float) -> tf.Tensor:
+def smoothed_cross_entropy(
+    labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float
+) -> tf.Tensor:
     """Per-token ``-Σ_v q_v log p_v`` with ``q = (1 - ε)·onehot(label) + ε/V``.
 
     Equal to ``(1 - ε)·sparse_softmax_cross_entropy + ε·(logsumexp - mean)``,
@@ -132,13 +139,19 @@ def projected_smoothed_cross_entropy(
     constant = tf.stop_gradient
     flat_hidden = tf.reshape(constant(hidden), [-1, depth])
     # Logits, softmax and loss values need no tape: the gradient is written below.
-    logits = project(flat_hidden, constant(kernel), None if bias is None else constant(bias),
-                     transpose_kernel=vocab_major)
+    logits = project(
+        flat_hidden,
+        constant(kernel),
+        None if bias is None else constant(bias),
+        transpose_kernel=vocab_major,
+    )
     z = tf.cast(logits, tf.float32)
     probabilities = tf.nn.softmax(z)
     mean_logit = None
     if eps:
-        mean_row = tf.reduce_mean(tf.cast(constant(kernel), tf.float32), axis=0 if vocab_major else 1)
+        mean_row = tf.reduce_mean(
+            tf.cast(constant(kernel), tf.float32), axis=0 if vocab_major else 1
+        )
         mean_logit = tf.linalg.matvec(tf.cast(flat_hidden, tf.float32), mean_row)
         if bias is not None:
             mean_logit += tf.reduce_mean(tf.cast(constant(bias), tf.float32))
@@ -160,18 +173,27 @@ def projected_smoothed_cross_entropy(
             )
             # Kernel: Pᵀ·diag(u)·H − (ε/V)·1·(uᵀH) − (1−ε)·segment_sum(u·H by y)
             scaled = upstream[:, tf.newaxis] * tf.cast(flat_hidden, tf.float32)
-            label_sums = tf.math.unsorted_segment_sum(scaled, flat_labels, tf.shape(rows)[0])  # [V, d]
-            correction = (eps / vocab_size) * tf.reduce_sum(scaled, axis=0) + (1.0 - eps) * label_sums
+            label_sums = tf.math.unsorted_segment_sum(
+                scaled, flat_labels, tf.shape(rows)[0]
+            )  # [V, d]
+            correction = (eps / vocab_size) * tf.reduce_sum(scaled, axis=0) + (
+                1.0 - eps
+            ) * label_sums
             scaled = tf.cast(scaled, kernel.dtype)
             if vocab_major:
                 d_kernel = transposed_product(softmax, scaled) - tf.cast(correction, kernel.dtype)
             else:
-                d_kernel = transposed_product(scaled, softmax) - tf.cast(tf.transpose(correction), kernel.dtype)
+                d_kernel = transposed_product(scaled, softmax) - tf.cast(
+                    tf.transpose(correction), kernel.dtype
+                )
             grads = [tf.reshape(tf.cast(d_hidden, hidden.dtype), tf.shape(hidden)), d_kernel]
             if maybe_bias:
-                d_bias = (tf.linalg.matvec(probabilities, upstream, transpose_a=True)
-                          - (eps / vocab_size) * tf.reduce_sum(upstream)
-                          - (1.0 - eps) * tf.math.unsorted_segment_sum(upstream, flat_labels, tf.shape(rows)[0]))
+                d_bias = (
+                    tf.linalg.matvec(probabilities, upstream, transpose_a=True)
+                    - (eps / vocab_size) * tf.reduce_sum(upstream)
+                    - (1.0 - eps)
+                    * tf.math.unsorted_segment_sum(upstream, flat_labels, tf.shape(rows)[0])
+                )
                 grads.append(tf.cast(d_bias, maybe_bias[0].dtype))
             return grads
 

@@ -55,11 +55,26 @@ import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
-from keras_transformer.kernels.projection import (ApartBias, bias_and_activation, permute, project_few_rows,
-                                                  project_rows)
-from keras_transformer.kernels.weights import (STEP_PRODUCTS, DerivedWeights, Norm, apart_biases, dense_weights,
-                                               fused_qkv, model_weight, norm_weights, packed_cross_key_value,
-                                               read_weights, scaled_query)
+from keras_transformer.kernels.projection import (
+    ApartBias,
+    bias_and_activation,
+    permute,
+    project_few_rows,
+    project_rows,
+)
+from keras_transformer.kernels.weights import (
+    STEP_PRODUCTS,
+    DerivedWeights,
+    Norm,
+    apart_biases,
+    dense_weights,
+    fused_qkv,
+    model_weight,
+    norm_weights,
+    packed_cross_key_value,
+    read_weights,
+    scaled_query,
+)
 from keras_transformer.numerics import masked_score_value
 
 
@@ -67,14 +82,16 @@ class LayerWeights(NamedTuple):
     """One decoder layer's weights in the compute dtype (norms in float32):
     variables or tensors (see ``StepWeights``)."""
 
-    self_qkv: tuple        # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
-    self_output: tuple     # ([d_model, d_model], [d_model] | None)
+    self_qkv: (
+        tuple  # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
+    )
+    self_output: tuple  # ([d_model, d_model], [d_model] | None)
     self_norm: Norm
-    cross_query: tuple     # ([d_model, d_model], [d_model] | None): scaled by 1/√d_k
+    cross_query: tuple  # ([d_model, d_model], [d_model] | None): scaled by 1/√d_k
     cross_output: tuple
     cross_norm: Norm
-    inner: tuple           # ([d_model, d_ff], [d_ff] | None)
-    outer: tuple           # ([d_ff, d_model], [d_model] | None)
+    inner: tuple  # ([d_model, d_ff], [d_ff] | None)
+    outer: tuple  # ([d_ff, d_model], [d_model] | None)
     ffn_norm: Norm
 
 
@@ -84,15 +101,17 @@ class StepWeights(NamedTuple):
     else a tensor made once, before the loop; or, all of them, NumPy arrays
     (``weights.as_constants``) that the step makes constants of."""
 
-    embeddings: tf.Tensor        # [tgt_vocab, d_model] compute dtype
-    positions: np.ndarray        # [max_length, d_model] compute dtype: made a constant inside the step
-    layers: tuple                # LayerWeights per decoder layer
-    cross_key_value: tuple       # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
-    final_norm: Norm | None      # pre-LN stacks only
-    output: tuple                # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
+    embeddings: tf.Tensor  # [tgt_vocab, d_model] compute dtype
+    positions: np.ndarray  # [max_length, d_model] compute dtype: made a constant inside the step
+    layers: tuple  # LayerWeights per decoder layer
+    cross_key_value: (
+        tuple  # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
+    )
+    final_norm: Norm | None  # pre-LN stacks only
+    output: tuple  # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
     #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
     final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
-    apart_biases: tuple          # weights.apart_biases: the few-rows step's biases (projection.ApartBias)
+    apart_biases: tuple  # weights.apart_biases: the few-rows step's biases (projection.ApartBias)
 
 
 def supported(model) -> bool:
@@ -104,15 +123,23 @@ def supported(model) -> bool:
     denses, norms = [], []
     for layer in decoder.layer_stack:
         for attention in (layer.self_attention, layer.cross_attention):
-            denses += [attention.query_dense, attention.key_dense, attention.value_dense, attention.output_dense]
+            denses += [
+                attention.query_dense,
+                attention.key_dense,
+                attention.value_dense,
+                attention.output_dense,
+            ]
         denses += [layer.feed_forward.inner_dense, layer.feed_forward.outer_dense]
         norms += [layer.self_attention_norm, layer.cross_attention_norm, layer.feed_forward_norm]
     if model.output_projection is not None:
         denses.append(model.output_projection)
     if decoder.final_norm is not None:
         norms.append(decoder.final_norm)
-    return (all(dense.quantization_mode is None for dense in denses)
-            and all(norm.kernel_covers(3) for norm in norms) and not model.target_embedding.learned_positions)
+    return (
+        all(dense.quantization_mode is None for dense in denses)
+        and all(norm.kernel_covers(3) for norm in norms)
+        and not model.target_embedding.learned_positions
+    )
 
 
 def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
@@ -129,19 +156,26 @@ def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
         cross_key_value = packed_cross_key_value(model.decoder, dtype)
         negated = apart_biases(model, qkv, cross_query)
     else:
-        qkv, cross_query, cross_key_value = derived.decoder_qkv, derived.cross_query, derived.cross_key_value
+        qkv, cross_query, cross_key_value = (
+            derived.decoder_qkv,
+            derived.cross_query,
+            derived.cross_key_value,
+        )
         negated = derived.apart_biases
-    layers = tuple(LayerWeights(
-        self_qkv=qkv[i],
-        self_output=dense_weights(layer.self_attention.output_dense, dtype),
-        self_norm=norm_weights(layer.self_attention_norm),
-        cross_query=cross_query[i],
-        cross_output=dense_weights(layer.cross_attention.output_dense, dtype),
-        cross_norm=norm_weights(layer.cross_attention_norm),
-        inner=dense_weights(layer.feed_forward.inner_dense, dtype),
-        outer=dense_weights(layer.feed_forward.outer_dense, dtype),
-        ffn_norm=norm_weights(layer.feed_forward_norm),
-    ) for i, layer in enumerate(stack))
+    layers = tuple(
+        LayerWeights(
+            self_qkv=qkv[i],
+            self_output=dense_weights(layer.self_attention.output_dense, dtype),
+            self_norm=norm_weights(layer.self_attention_norm),
+            cross_query=cross_query[i],
+            cross_output=dense_weights(layer.cross_attention.output_dense, dtype),
+            cross_norm=norm_weights(layer.cross_attention_norm),
+            inner=dense_weights(layer.feed_forward.inner_dense, dtype),
+            outer=dense_weights(layer.feed_forward.outer_dense, dtype),
+            ffn_norm=norm_weights(layer.feed_forward_norm),
+        )
+        for i, layer in enumerate(stack)
+    )
     embedding = model.target_embedding
     if model.output_projection is not None:
         output = dense_weights(model.output_projection, dtype)
@@ -152,10 +186,15 @@ def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
         positions=np.asarray(embedding.position_table, tf.as_dtype(dtype).as_numpy_dtype),
         layers=layers,
         cross_key_value=tuple(cross_key_value),
-        final_norm=None if model.decoder.final_norm is None else norm_weights(model.decoder.final_norm),
+        final_norm=None
+        if model.decoder.final_norm is None
+        else norm_weights(model.decoder.final_norm),
         output=output,
-        final_logits_bias=(None if model.final_logits_bias is None
-                           else model_weight(model.final_logits_bias, tf.float32)),
+        final_logits_bias=(
+            None
+            if model.final_logits_bias is None
+            else model_weight(model.final_logits_bias, tf.float32)
+        ),
         apart_biases=negated,
     )
 
@@ -169,10 +208,17 @@ def initial_cache(model, memory, weights: StepWeights) -> list:
     rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
     projected = project_rows(tf.reshape(memory, [-1, config.d_model]), weights.cross_key_value)
     projected = tf.reshape(projected, [rows, length, 2 * layers, heads, depth])
-    keys_values = tf.unstack(permute(projected, [2, 0, 3, 1, 4]))  # 2·layers × [rows, heads, len, depth]
+    keys_values = tf.unstack(
+        permute(projected, [2, 0, 3, 1, 4])
+    )  # 2·layers × [rows, heads, len, depth]
     empty = tf.zeros([rows, heads, 0, depth], memory.dtype)
-    return [{"self": {"key": empty, "value": empty},
-             "cross": {"key": keys_values[2 * i], "value": keys_values[2 * i + 1]}} for i in range(layers)]
+    return [
+        {
+            "self": {"key": empty, "value": empty},
+            "cross": {"key": keys_values[2 * i], "value": keys_values[2 * i + 1]},
+        }
+        for i in range(layers)
+    ]
 
 
 def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
@@ -205,9 +251,12 @@ def _unfused_biases(weights: StepWeights) -> StepWeights:
     plain kernel, faster at a row or a few than its product with the bias
     (and ReLU) fused in."""
     layer_biases, output_bias = weights.apart_biases
-    layers = tuple(layer._replace(**{name: (getattr(layer, name)[0], bias)
-                                     for name, bias in zip(STEP_PRODUCTS, biases)})
-                   for layer, biases in zip(weights.layers, layer_biases))
+    layers = tuple(
+        layer._replace(
+            **{name: (getattr(layer, name)[0], bias) for name, bias in zip(STEP_PRODUCTS, biases)}
+        )
+        for layer, biases in zip(weights.layers, layer_biases)
+    )
     output = weights.output if weights.output[0] is None else (weights.output[0], output_bias)
     return weights._replace(layers=layers, output=output)
 
@@ -262,7 +311,9 @@ def _shares(pair: tuple, lanes: int, axis: int, split_bias: bool = False) -> lis
     kernel, bias = pair
     kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=axis)]
     if split_bias and bias is not None:
-        return list(zip(kernels, [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)]))
+        return list(
+            zip(kernels, [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)])
+        )
     return list(zip(kernels, [bias] + [None] * (lanes - 1)))
 
 
@@ -278,10 +329,18 @@ def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
     it. One lane: ``(layer,)``, whatever its weights are."""
     if lanes == 1:
         return (layer,)
-    split = {name: _shares(getattr(layer, name), lanes, axis=1 if name in _COLUMN_PRODUCTS else 0,
-                           split_bias=name == "inner")
-             for name in STEP_PRODUCTS}
-    return tuple(layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(lanes))
+    split = {
+        name: _shares(
+            getattr(layer, name),
+            lanes,
+            axis=1 if name in _COLUMN_PRODUCTS else 0,
+            split_bias=name == "inner",
+        )
+        for name in STEP_PRODUCTS
+    }
+    return tuple(
+        layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(lanes)
+    )
 
 
 def _output_parts(output: tuple, lanes: int) -> tuple:
@@ -320,8 +379,14 @@ def step_products() -> str:
     return "matmul" if onednn_rewrites() else "conv"
 
 
-def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = None,
-                  output_kernel: tf.Tensor | None = None, lanes: int = 1, products: str | None = None) -> Callable:
+def decoding_step(
+    model,
+    few_rows: bool = False,
+    weights: StepWeights | None = None,
+    output_kernel: tf.Tensor | None = None,
+    lanes: int = 1,
+    products: str | None = None,
+) -> Callable:
     """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
     → (logits [rows, tgt_vocab] float32, cache)``: ``model.decode`` for one new
     token per row at ``position`` (the cache's length), against a growing cache.
@@ -394,21 +459,30 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         products = step_products()
     if products not in PRODUCT_OPS:
         raise ValueError(f"products must be one of {', '.join(PRODUCT_OPS)}, got {products!r}.")
-    pixels = few_rows and products == "conv"  # rows as [rows, 1, 1, width], the convolutions' layout
+    pixels = (
+        few_rows and products == "conv"
+    )  # rows as [rows, 1, 1, width], the convolutions' layout
     if lanes > 1:
         leaves = tf.nest.flatten((weights.layers, weights.output))
-        if not few_rows or not _lanes_fit(config, lanes) or any(
-                isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves):
-            raise ValueError(f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
-                             f"(weights.as_constants) and d_model ({d_model}) and d_ff ({config.d_ff}) of at "
-                             "least as many units; pass lanes=1 otherwise.")
+        if (
+            not few_rows
+            or not _lanes_fit(config, lanes)
+            or any(isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves)
+        ):
+            raise ValueError(
+                f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
+                f"(weights.as_constants) and d_model ({d_model}) and d_ff ({config.d_ff}) of at "
+                "least as many units; pass lanes=1 otherwise."
+            )
 
     def split(x):  # [rows, heads·depth] → [rows, heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, heads, 1, depth])
 
     # The few-rows step of convolutions keeps its rows as [rows, 1, 1, width], their layout: no
     # reshape around each product.
-    def as_rows(x, width):  # [rows, width] (convolutions: [rows, 1, 1, width]) from any [rows, ..., width]
+    def as_rows(
+        x, width
+    ):  # [rows, width] (convolutions: [rows, 1, 1, width]) from any [rows, ..., width]
         return tf.reshape(x, [-1, 1, 1, width] if pixels else [-1, width])
 
     def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
@@ -422,13 +496,19 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         joined = tf.concat([product(h, (kernel, None)) for kernel, _ in shares], axis=-1)
         return bias_and_activation(joined, shares[0][1], activation)
 
-    def output_product(h, weights):  # a sublayer's last product: its bias goes to the residual (few rows)
+    def output_product(
+        h, weights
+    ):  # a sublayer's last product: its bias goes to the residual (few rows)
         return product(h, (weights[0], None) if few_rows else weights)
 
     def row_products(h, shares):
         """A sublayer's last product from its lanes' ``shares`` of its rows, each by its share of
         ``h``'s columns: the lanes' outputs, which the residual adds."""
-        parts = [h] if len(shares) == 1 else tf.split(h, [kernel.shape[0] for kernel, _ in shares], axis=-1)
+        parts = (
+            [h]
+            if len(shares) == 1
+            else tf.split(h, [kernel.shape[0] for kernel, _ in shares], axis=-1)
+        )
         return [output_product(part, share) for part, share in zip(parts, shares)]
 
     def norm(x, n: Norm):
@@ -439,9 +519,13 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
         adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead,
         which is ready before the products, and adds the lanes and the residual by one node."""
         bias = output[1] if few_rows else None
-        return inference_residual(x, sublayer, n, norm_first, dtype, None if bias is None else x - bias.negated)
+        return inference_residual(
+            x, sublayer, n, norm_first, dtype, None if bias is None else x - bias.negated
+        )
 
-    inner_activation = tf.nn.relu if relu else activation  # tf.nn.relu: grappler fuses it into the product
+    inner_activation = (
+        tf.nn.relu if relu else activation
+    )  # tf.nn.relu: grappler fuses it into the product
     if few_rows:
         weights = _unfused_biases(weights)
     # Each layer as its lanes, the output layer as its parts (one of each without lanes).
@@ -455,10 +539,17 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
 
     def step(token_ids, position, cache, source_padding):
         weights = read_weights(unread)
-        x = as_rows(tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
-                    + tf.gather(weights.positions, position), d_model)
-        real = tf.cast(source_padding, tf.bool)[:, tf.newaxis, tf.newaxis, :]  # [rows, 1, 1, src_len]
-        source_bias = (1.0 - tf.cast(real, tf.float32)) * masked  # 0 (-0.0) or masked: a select's values
+        x = as_rows(
+            tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
+            + tf.gather(weights.positions, position),
+            d_model,
+        )
+        real = tf.cast(source_padding, tf.bool)[
+            :, tf.newaxis, tf.newaxis, :
+        ]  # [rows, 1, 1, src_len]
+        source_bias = (
+            1.0 - tf.cast(real, tf.float32)
+        ) * masked  # 0 (-0.0) or masked: a select's values
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []
         for layer_lanes, layer_cache in zip(weights.layers, cache):
@@ -475,13 +566,17 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
                 q, k, v = tf.split(qkv, 3, axis=1)
                 self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
                 self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
-                return row_products(attend(q, self_cache["key"], self_cache["value"]), lanes("self_output"))
+                return row_products(
+                    attend(q, self_cache["key"], self_cache["value"]), lanes("self_output")
+                )
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
                 q = split(column_product(h, lanes("cross_query")))
-                return row_products(attend(q, cross["key"], cross["value"], source_bias, has_key),
-                                    lanes("cross_output"))
+                return row_products(
+                    attend(q, cross["key"], cross["value"], source_bias, has_key),
+                    lanes("cross_output"),
+                )
 
             def ffn(h):  # each lane's inner units to its rows of the outer kernel
                 inner = [product(h, lane.inner, inner_activation) for lane in layer_lanes]
@@ -498,8 +593,12 @@ def decoding_step(model, few_rows: bool = False, weights: StepWeights | None = N
             logits = tf.reshape(logits, [-1, vocab]) if pixels else logits
         elif few_rows:
             x = tf.reshape(x, [-1, d_model]) if pixels else x
-            output_slices = tf.split(weights.embeddings, output_slice_sizes(vocab))  # views of its rows
-            logits = tf.concat([tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1)
+            output_slices = tf.split(
+                weights.embeddings, output_slice_sizes(vocab)
+            )  # views of its rows
+            logits = tf.concat(
+                [tf.matmul(x, part, transpose_b=True) for part in output_slices], axis=1
+            )
         elif output_kernel is not None:
             logits = tf.matmul(x, output_kernel)
             logits.set_shape([None, vocab])

@@ -74,13 +74,17 @@ class FusedAdam(keras.optimizers.Adam):
         if not (self.gradient_accumulation_steps and _merge_call_replica_context()):
             return super()._backend_apply_gradients(grads, trainable_variables)
         if self.use_ema:
-            raise ValueError("FusedAdam: use_ema with gradient_accumulation_steps is not supported "
-                             "under a strategy that uses merge_call (MirroredStrategy).")
+            raise ValueError(
+                "FusedAdam: use_ema with gradient_accumulation_steps is not supported "
+                "under a strategy that uses merge_call (MirroredStrategy)."
+            )
         steps = self.gradient_accumulation_steps
         is_update = tf.equal((self._iterations + 1) % steps, 0)
         variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
-        accumulators = [self._accumulated_gradients[self._get_variable_index(v)].value
-                        for v in trainable_variables]
+        accumulators = [
+            self._accumulated_gradients[self._get_variable_index(v)].value
+            for v in trainable_variables
+        ]
         # Replica context: reading an accumulator gives this replica's own sum.
         totals = [tf.convert_to_tensor(g) + a for g, a in zip(grads, accumulators)]
         kept = [tf.where(is_update, tf.zeros_like(t), t) for t in totals]
@@ -95,7 +99,9 @@ class FusedAdam(keras.optimizers.Adam):
             def update(variable, gradient, is_update, learning_rate):
                 def step():
                     if self.weight_decay is not None and self._use_weight_decay(variable):
-                        rate = tf.cast(learning_rate, variable.dtype) * tf.cast(self.weight_decay, variable.dtype)
+                        rate = tf.cast(learning_rate, variable.dtype) * tf.cast(
+                            self.weight_decay, variable.dtype
+                        )
                         variable.assign_sub(variable * rate)
                     self.update_step(gradient, variable, learning_rate)
                     return tf.constant(True)
@@ -105,11 +111,13 @@ class FusedAdam(keras.optimizers.Adam):
             for accumulator, value in zip(accumulators, kept):
                 distribution.extended.update(accumulator, keep, args=(value,), group=False)
             for gradient, variable in reduced:
-                distribution.extended.update(variable, update, args=(gradient, is_update, learning_rate),
-                                             group=False)
+                distribution.extended.update(
+                    variable, update, args=(gradient, is_update, learning_rate), group=False
+                )
 
         tf.__internal__.distribute.interim.maybe_merge_call(
-            apply, self._distribution_strategy, reduced, kept, is_update, learning_rate)
+            apply, self._distribution_strategy, reduced, kept, is_update, learning_rate
+        )
 
 
 def _merge_call_replica_context() -> bool:

@@ -9,8 +9,14 @@ import tensorflow as tf
 from keras_transformer.kernels.projection import as_rows, from_rows
 
 
-def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
-               native_ops: ModuleType | None = None, with_gradient: bool = True) -> tf.Tensor:
+def layer_norm(
+    x: tf.Tensor,
+    gamma: tf.Tensor,
+    beta: tf.Tensor,
+    epsilon: float,
+    native_ops: ModuleType | None = None,
+    with_gradient: bool = True,
+) -> tf.Tensor:
     """``γ·(x − μ)/√(σ² + ε) + β`` over the last axis of a float32 ``x``.
 
     With ``native_ops`` (``kernels.native.usable()``, ``None`` unless
@@ -36,7 +42,9 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
         normalize = _native_normalize(native_ops, epsilon)
     else:
         normalize = _normalize(epsilon)
-    y = from_rows(normalize(flat, gamma, beta), x, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1])
+    y = from_rows(
+        normalize(flat, gamma, beta), x, x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
+    )
     y.set_shape(x.shape)
     return y
 
@@ -44,11 +52,17 @@ def layer_norm(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
 def inference_norm(x: tf.Tensor, norm, dtype) -> tf.Tensor:
     """``x`` normalised by ``norm`` (a ``weights.Norm``: γ, β, ε) in float32 and
     cast back to ``dtype``, with no gradient wrapper: the inference kernels' LayerNorm."""
-    return tf.cast(layer_norm(tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False), dtype)
+    return tf.cast(
+        layer_norm(
+            tf.cast(x, tf.float32), norm.gamma, norm.beta, norm.epsilon, with_gradient=False
+        ),
+        dtype,
+    )
 
 
-def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype, skip: tf.Tensor | None = None
-                       ) -> tf.Tensor:
+def inference_residual(
+    x: tf.Tensor, sublayer, norm, norm_first: bool, dtype, skip: tf.Tensor | None = None
+) -> tf.Tensor:
     """Post-LN ``LN(x + F(x))`` or pre-LN ``x + F(LN(x))`` at inference (no dropout).
 
     ``sublayer`` gives ``F`` as a tensor, or as a list of parts that sum to
@@ -69,7 +83,9 @@ def inference_residual(x: tf.Tensor, sublayer, norm, norm_first: bool, dtype, sk
 def _statistics(flat, epsilon: float):
     mean = tf.reduce_mean(flat, axis=-1, keepdims=True)
     centered = flat - mean
-    inverse_std = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon)
+    inverse_std = tf.math.rsqrt(
+        tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True) + epsilon
+    )
     return centered * inverse_std, inverse_std
 
 

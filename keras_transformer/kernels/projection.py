@@ -93,8 +93,12 @@ def project_few_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor
     kernel, bias = weights
     k, n = kernel.shape
     pixels = x.shape.rank == 4
-    y = tf.nn.conv2d(x if pixels else tf.reshape(x, [-1, 1, 1, k]), tf.reshape(kernel, [1, 1, k, n]), strides=1,
-                     padding="VALID")
+    y = tf.nn.conv2d(
+        x if pixels else tf.reshape(x, [-1, 1, 1, k]),
+        tf.reshape(kernel, [1, 1, k, n]),
+        strides=1,
+        padding="VALID",
+    )
     return bias_and_activation(y if pixels else tf.reshape(y, [-1, n]), bias, activation)
 
 

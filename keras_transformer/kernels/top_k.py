@@ -50,7 +50,9 @@ def top_k(values: tf.Tensor, k: int, block: int = BLOCK) -> tuple[tf.Tensor, tf.
     """
     n = values.shape[-1]
     if values.shape.rank != 2 or n is None:
-        raise ValueError(f"top_k needs a [rows, n] tensor with a static n, got shape {values.shape}.")
+        raise ValueError(
+            f"top_k needs a [rows, n] tensor with a static n, got shape {values.shape}."
+        )
     if not 0 < k <= n:
         raise ValueError(f"top_k: k={k} must be between 1 and the row length {n}.")
     if n < 4 * k * block:

@@ -20,8 +20,8 @@ from keras_transformer.kernels.projection import apart
 
 
 class Norm(NamedTuple):
-    gamma: tf.Tensor    # [d_model] float32
-    beta: tf.Tensor     # [d_model] float32
+    gamma: tf.Tensor  # [d_model] float32
+    beta: tf.Tensor  # [d_model] float32
     epsilon: float
 
 
@@ -41,6 +41,7 @@ def read_weights(structure):
     made a constant (tensors); other leaves (tensors, ``None``, numbers) as
     they are. Inside a loop's body it reads, and makes its constants, at
     every step: nothing the body uses comes from outside it."""
+
     def read(leaf):
         if isinstance(leaf, tf.Variable):
             return tf.convert_to_tensor(leaf)
@@ -58,28 +59,38 @@ def as_constants(structure):
     eagerly, also when called inside a ``tf.function``'s tracing."""
     with tf.init_scope():
         return tf.nest.map_structure(
-            lambda leaf: leaf.numpy() if isinstance(leaf, (tf.Variable, tf.Tensor)) else leaf, structure)
+            lambda leaf: leaf.numpy() if isinstance(leaf, (tf.Variable, tf.Tensor)) else leaf,
+            structure,
+        )
 
 
 def dense_weights(dense, dtype, scale: float = 1.0) -> tuple:
     """``(kernel, bias | None)`` of a ``Dense`` in ``dtype``, times ``scale``:
     its variables (``model_weight``) where nothing is to be done to them."""
     if scale == 1.0:
-        return model_weight(dense.kernel, dtype), None if dense.bias is None else model_weight(dense.bias, dtype)
+        return model_weight(dense.kernel, dtype), None if dense.bias is None else model_weight(
+            dense.bias, dtype
+        )
     factor = tf.constant(scale, dtype)
     kernel = tf.cast(dense.kernel, dtype) * factor
     return kernel, None if dense.bias is None else tf.cast(dense.bias, dtype) * factor
 
 
 def norm_weights(layer) -> Norm:
-    return Norm(model_weight(layer.gamma, tf.float32), model_weight(layer.beta, tf.float32), float(layer.epsilon))
+    return Norm(
+        model_weight(layer.gamma, tf.float32),
+        model_weight(layer.beta, tf.float32),
+        float(layer.epsilon),
+    )
 
 
 def fused_qkv(attention, dtype) -> tuple:
     """An attention layer's query, key and value kernels side by side ``[d_model,
     3·d_model]`` (and biases), the query's scaled by ``1/√d_k`` as the layer
     scales it."""
-    q_kernel, q_bias = dense_weights(attention.query_dense, dtype, 1.0 / float(attention.depth) ** 0.5)
+    q_kernel, q_bias = dense_weights(
+        attention.query_dense, dtype, 1.0 / float(attention.depth) ** 0.5
+    )
     k_kernel, k_bias = dense_weights(attention.key_dense, dtype)
     v_kernel, v_bias = dense_weights(attention.value_dense, dtype)
     bias = None if q_bias is None else tf.concat([q_bias, k_bias, v_bias], axis=0)
@@ -121,10 +132,17 @@ def apart_biases(model, decoder_qkv, cross_query) -> tuple:
         return apart(None if bias is None else tf.cast(bias, dtype))
 
     layers = []
-    for layer, (_, qkv_bias), (_, query_bias) in zip(model.decoder.layer_stack, decoder_qkv, cross_query):
-        biases = (qkv_bias, layer.self_attention.output_dense.bias, query_bias,
-                  layer.cross_attention.output_dense.bias, layer.feed_forward.inner_dense.bias,
-                  layer.feed_forward.outer_dense.bias)
+    for layer, (_, qkv_bias), (_, query_bias) in zip(
+        model.decoder.layer_stack, decoder_qkv, cross_query
+    ):
+        biases = (
+            qkv_bias,
+            layer.self_attention.output_dense.bias,
+            query_bias,
+            layer.cross_attention.output_dense.bias,
+            layer.feed_forward.inner_dense.bias,
+            layer.feed_forward.outer_dense.bias,
+        )
         layers.append(tuple(negated(bias) for bias in biases))
     output = None if model.output_projection is None else negated(model.output_projection.bias)
     return tuple(layers), output
@@ -133,11 +151,11 @@ def apart_biases(model, decoder_qkv, cross_query) -> tuple:
 class DerivedWeights(NamedTuple):
     """The products of the weights the kernels make before use, in the compute dtype."""
 
-    encoder_qkv: tuple       # per encoder layer: fused_qkv of its self-attention
-    decoder_qkv: tuple       # per decoder layer: fused_qkv of its self-attention
-    cross_query: tuple       # per decoder layer: scaled_query of its cross-attention
-    cross_key_value: tuple   # packed_cross_key_value
-    apart_biases: tuple      # apart_biases: a few-rows decoding step's biases, projection.ApartBias
+    encoder_qkv: tuple  # per encoder layer: fused_qkv of its self-attention
+    decoder_qkv: tuple  # per decoder layer: fused_qkv of its self-attention
+    cross_query: tuple  # per decoder layer: scaled_query of its cross-attention
+    cross_key_value: tuple  # packed_cross_key_value
+    apart_biases: tuple  # apart_biases: a few-rows decoding step's biases, projection.ApartBias
 
 
 def derived_weights(model) -> DerivedWeights:
@@ -182,12 +200,20 @@ class FrozenWeights(tf.Module):
         super().__init__(name=name)
         derived = derived_weights(model)
         flat = tf.nest.flatten(derived)  # absent biases are None leaves
-        self.frozen = [tf.Variable(value, trainable=False, name="frozen") for value in flat if value is not None]
-        template = tf.nest.map_structure(lambda value: value is not None, derived)  # no tensors kept
+        self.frozen = [
+            tf.Variable(value, trainable=False, name="frozen")
+            for value in flat
+            if value is not None
+        ]
+        template = tf.nest.map_structure(
+            lambda value: value is not None, derived
+        )  # no tensors kept
 
         def unflatten(values):  # the values back in the places of the present leaves
             values = iter(values)
-            return tf.nest.map_structure(lambda present: next(values) if present else None, template)
+            return tf.nest.map_structure(
+                lambda present: next(values) if present else None, template
+            )
 
         self._unflatten = unflatten  # a plain function: not tracked, not saved
 

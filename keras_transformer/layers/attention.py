@@ -46,7 +46,11 @@ def scaled_dot_product_attention(
     """
     if scale is None:
         depth = q.shape[-1]
-        scale = 1.0 / math.sqrt(depth) if depth is not None else tf.math.rsqrt(tf.cast(tf.shape(q)[-1], q.dtype))
+        scale = (
+            1.0 / math.sqrt(depth)
+            if depth is not None
+            else tf.math.rsqrt(tf.cast(tf.shape(q)[-1], q.dtype))
+        )
     if not isinstance(scale, float) or scale != 1.0:
         # Scaling q (q_len × depth) is cheaper than scaling the scores (q_len × k_len)
         # and keeps low-precision products in range.
@@ -110,7 +114,9 @@ def _write_at(buffer: tf.Tensor, update: tf.Tensor, index) -> tf.Tensor:
     positions = index + tf.range(tf.shape(update)[2])
     placement = tf.one_hot(positions, buffer_length, dtype=update.dtype)  # [n, L]
     scattered = tf.einsum("bhnd,nl->bhld", update, placement)
-    written = tf.reduce_any(tf.equal(tf.range(buffer_length)[tf.newaxis, :], positions[:, tf.newaxis]), axis=0)
+    written = tf.reduce_any(
+        tf.equal(tf.range(buffer_length)[tf.newaxis, :], positions[:, tf.newaxis]), axis=0
+    )
     return tf.where(written[tf.newaxis, tf.newaxis, :, tf.newaxis], scattered, buffer)
 
 

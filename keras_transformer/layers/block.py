@@ -86,8 +86,11 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def block_kwargs(self) -> dict:
         """Constructor arguments for a sublayer with the same hyper-parameters."""
-        return {**self._hyper_parameters(), "kernel_initializer": self._initializer(),
-                "dtype": self.dtype_policy}
+        return {
+            **self._hyper_parameters(),
+            "kernel_initializer": self._initializer(),
+            "dtype": self.dtype_policy,
+        }
 
     def _initializer(self):
         return clone_initializer(self.kernel_initializer)
@@ -125,9 +128,7 @@ class TransformerBlockBase(keras.layers.Layer):
 
     def _layer_norm(self, name: str) -> LayerNormalization:
         # float32 even under mixed precision (bf16/fp16 variance is too coarse).
-        return LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype="float32", name=name
-        )
+        return LayerNormalization(epsilon=self.layer_norm_epsilon, dtype="float32", name=name)
 
     def _dropout(self) -> Dropout:
         return Dropout(self.dropout, dtype=self.dtype_policy)

@@ -42,7 +42,9 @@ class DecoderLayer(TransformerBlockBase):
         memory_shape = x_shape if memory_shape is None else memory_shape
 
         self._add_sublayer("self_attention", self._attention("self_attention"), x_shape)
-        self._add_sublayer("cross_attention", self._attention("cross_attention"), x_shape, memory_shape)
+        self._add_sublayer(
+            "cross_attention", self._attention("cross_attention"), x_shape, memory_shape
+        )
         self._add_sublayer("feed_forward", self._feed_forward(), x_shape)
         self.built = True
 
@@ -82,13 +84,21 @@ class DecoderLayer(TransformerBlockBase):
             )
 
         self_results = residual_connection(
-            x, self_attend, self.self_attention_norm, self.self_attention_dropout,
-            self.norm_first, training,
+            x,
+            self_attend,
+            self.self_attention_norm,
+            self.self_attention_dropout,
+            self.norm_first,
+            training,
         )
         x = self_results[0]
         x, cross_weights = residual_connection(
-            x, cross_attend, self.cross_attention_norm, self.cross_attention_dropout,
-            self.norm_first, training,
+            x,
+            cross_attend,
+            self.cross_attention_norm,
+            self.cross_attention_dropout,
+            self.norm_first,
+            training,
         )
         (x,) = residual_connection(
             x,

@@ -28,8 +28,13 @@ class Dense(keras.layers.Dense):
             return super().call(inputs, training=training)
         bias = None if self.bias is None else tf.cast(self.bias, self.compute_dtype)
         relu = self.activation is keras.activations.relu
-        x = kernels.project(inputs, tf.cast(self.kernel, self.compute_dtype), bias, relu=relu,
-                    with_gradient=training is not False)
+        x = kernels.project(
+            inputs,
+            tf.cast(self.kernel, self.compute_dtype),
+            bias,
+            relu=relu,
+            with_gradient=training is not False,
+        )
         if self.activation is not None and not relu:
             x = self.activation(x)
         return x

@@ -6,6 +6,7 @@ import keras
 
 from keras_transformer import kernels
 
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Dropout(keras.layers.Dropout):
     """``keras.layers.Dropout`` computed by ``kernels.dropout`` (16-bit randomness).

@@ -35,13 +35,23 @@ class LayerNormalization(keras.layers.LayerNormalization):
         """Whether ``kernels.layer_norm`` computes this layer for rank-``rank``
         inputs: the last axis alone, centred and scaled."""
         last_axis_only = list(self.axis) in ([-1], [rank - 1])
-        return last_axis_only and self.gamma is not None and self.beta is not None and not self.rms_scaling
+        return (
+            last_axis_only
+            and self.gamma is not None
+            and self.beta is not None
+            and not self.rms_scaling
+        )
 
     def call(self, inputs, training=None):
         if not self.kernel_covers(len(inputs.shape)):
             return super().call(inputs)
         x = tf.cast(inputs, tf.float32)
-        y = kernels.layer_norm(x, tf.cast(self.gamma, tf.float32), tf.cast(self.beta, tf.float32),
-                               float(self.epsilon), kernels.native.usable() if training is True else None,
-                               with_gradient=training is not False)
+        y = kernels.layer_norm(
+            x,
+            tf.cast(self.gamma, tf.float32),
+            tf.cast(self.beta, tf.float32),
+            float(self.epsilon),
+            kernels.native.usable() if training is True else None,
+            with_gradient=training is not False,
+        )
         return tf.cast(y, self.compute_dtype)

@@ -24,7 +24,9 @@ def check_position_encoding(position_encoding: str) -> str:
     return position_encoding
 
 
-def sinusoidal_positions(length: int, d_model: int, position_encoding: str = "interleaved") -> tf.Tensor:
+def sinusoidal_positions(
+    length: int, d_model: int, position_encoding: str = "interleaved"
+) -> tf.Tensor:
     """The paper's fixed position table, ``[length, d_model]`` float32.
 
     ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and
@@ -42,7 +44,9 @@ def sinusoidal_positions(length: int, d_model: int, position_encoding: str = "in
     return tf.constant(sinusoidal_table(length, d_model, position_encoding))
 
 
-def sinusoidal_table(length: int, d_model: int, position_encoding: str = "interleaved") -> np.ndarray:
+def sinusoidal_table(
+    length: int, d_model: int, position_encoding: str = "interleaved"
+) -> np.ndarray:
     """``sinusoidal_positions`` as a NumPy array (graph-independent)."""
     check_position_encoding(position_encoding)
     if length < 0 or d_model <= 0:
@@ -51,7 +55,9 @@ def sinusoidal_table(length: int, d_model: int, position_encoding: str = "interl
     pair_index = np.arange(d_model, dtype=np.float64)[np.newaxis, :] // 2
     angles = positions / np.power(10000.0, 2.0 * pair_index / d_model)
     table = np.where(np.arange(d_model) % 2 == 0, np.sin(angles), np.cos(angles))
-    if position_encoding == "halves":  # columns 0, 2, 4, .. (the sines), then 1, 3, 5, .. (the cosines)
+    if (
+        position_encoding == "halves"
+    ):  # columns 0, 2, 4, .. (the sines), then 1, 3, 5, .. (the cosines)
         table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
     return table.astype(np.float32)
 
@@ -61,8 +67,12 @@ def check_embedding_scale(embedding_scale) -> float | None:
     ``ValueError`` if it is not a positive finite number."""
     if embedding_scale is None:
         return None
-    if (isinstance(embedding_scale, bool) or not isinstance(embedding_scale, (int, float))
-            or not math.isfinite(embedding_scale) or embedding_scale <= 0):
+    if (
+        isinstance(embedding_scale, bool)
+        or not isinstance(embedding_scale, (int, float))
+        or not math.isfinite(embedding_scale)
+        or embedding_scale <= 0
+    ):
         raise ValueError(
             f"embedding_scale must be a positive number, or None for √d_model, got {embedding_scale!r}."
         )
@@ -170,7 +180,9 @@ class PositionalEmbedding(keras.layers.Layer):
         else:
             # Kept as NumPy: a tensor made here would belong to whichever graph
             # happened to trigger the build.
-            self.position_table = sinusoidal_table(self.max_length, self.d_model, self.position_encoding)
+            self.position_table = sinusoidal_table(
+                self.max_length, self.d_model, self.position_encoding
+            )
         self.embedding_dropout = Dropout(self.dropout, dtype=self.dtype_policy)
         self.built = True
 
@@ -222,9 +234,7 @@ class PositionalEmbedding(keras.layers.Layer):
                 "pad_id": self.pad_id,
                 "position_encoding": self.position_encoding,
                 "embedding_scale": self.embedding_scale,
-                "embeddings_initializer": keras.initializers.serialize(
-                    self.embeddings_initializer
-                ),
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
             }
         )
         return config

@@ -121,8 +121,11 @@ def enabled() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _warn_unknown_value(value: str) -> None:
-    logger.warning("%s=%r is neither 1/true/yes/on nor 0/false/no/off; the native ops stay off.",
-                   _ENABLE_VARIABLE, value)
+    logger.warning(
+        "%s=%r is neither 1/true/yes/on nor 0/false/no/off; the native ops stay off.",
+        _ENABLE_VARIABLE,
+        value,
+    )
 
 
 def cache_dir() -> Path:
@@ -148,16 +151,26 @@ def _compile_commands(output: Path) -> list[list[str]]:
     compile with AVX512-FP16 enabled, which ``-march=native`` does on CPUs
     that have it (Sapphire Rapids)."""
     head = [_compiler(), "-std=c++17", "-shared", "-fPIC", "-O3", "-march=native", "-fopenmp-simd"]
-    tail = [str(SOURCE), "-o", str(output), *tf.sysconfig.get_compile_flags(), *tf.sysconfig.get_link_flags()]
+    tail = [
+        str(SOURCE),
+        "-o",
+        str(output),
+        *tf.sysconfig.get_compile_flags(),
+        *tf.sysconfig.get_link_flags(),
+    ]
     return [head + ["-mno-avx512fp16"] + tail, head + tail]
 
 
 def library_path() -> Path:
     """Where the built library for this source, TensorFlow, compiler and CPU lives."""
     key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), tf.__version__.encode(),
-                 " ".join(_compile_commands(Path("out"))[0]).encode(),  # compiler, flags, TF's headers
-                 platform.machine().encode(), _cpu_features().encode()):
+    for part in (
+        SOURCE.read_bytes(),
+        tf.__version__.encode(),
+        " ".join(_compile_commands(Path("out"))[0]).encode(),  # compiler, flags, TF's headers
+        platform.machine().encode(),
+        _cpu_features().encode(),
+    ):
         key.update(part)
         key.update(b"\0")
     return cache_dir() / f"layer_norm-{key.hexdigest()[:20]}.so"
@@ -168,6 +181,7 @@ def _hash_path(library: Path) -> Path:
 
 
 # --- the private cache directory ---------------------------------------------------------------
+
 
 def _private_cache_dir() -> Path:
     """``cache_dir()`` resolved, created 0700 if missing, checked either way."""
@@ -195,11 +209,15 @@ def _check_private_directory(directory: Path) -> None:
     if not stat.S_ISDIR(info.st_mode):
         raise UnsafeCache(f"{directory} is not a directory")
     if info.st_uid != os.geteuid():
-        raise UnsafeCache(f"the cache directory {directory} is owned by uid {info.st_uid}, "
-                          f"not by this user (uid {os.geteuid()})")
+        raise UnsafeCache(
+            f"the cache directory {directory} is owned by uid {info.st_uid}, "
+            f"not by this user (uid {os.geteuid()})"
+        )
     if info.st_mode & 0o077:
-        raise UnsafeCache(f"the cache directory {directory} has mode {stat.S_IMODE(info.st_mode):04o}; "
-                          f"it must be private (chmod 700 it, or remove it: it holds only built ops)")
+        raise UnsafeCache(
+            f"the cache directory {directory} has mode {stat.S_IMODE(info.st_mode):04o}; "
+            f"it must be private (chmod 700 it, or remove it: it holds only built ops)"
+        )
 
 
 def _check_ancestors(directory: Path) -> None:
@@ -209,8 +227,10 @@ def _check_ancestors(directory: Path) -> None:
         if info.st_uid not in (0, os.geteuid()):
             raise UnsafeCache(f"{parent}, above the cache directory, is owned by uid {info.st_uid}")
         if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
-            raise UnsafeCache(f"{parent}, above the cache directory, is writable by others "
-                              f"(mode {stat.S_IMODE(info.st_mode):04o})")
+            raise UnsafeCache(
+                f"{parent}, above the cache directory, is writable by others "
+                f"(mode {stat.S_IMODE(info.st_mode):04o})"
+            )
 
 
 class _DirectoryLock:
@@ -222,7 +242,9 @@ class _DirectoryLock:
 
     def __enter__(self):
         if fcntl is not None:
-            flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            flags = (
+                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            )
             self._fd = os.open(self._path, flags, 0o600)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
         return self
@@ -234,6 +256,7 @@ class _DirectoryLock:
 
 
 # --- checking, building, loading ---------------------------------------------------------------
+
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
@@ -248,8 +271,9 @@ def _check_owned_file(path: Path, what: str) -> None:
     if info.st_uid != os.geteuid():
         raise UnsafeCache(f"the {what} {path} is owned by uid {info.st_uid}, not by this user")
     if info.st_mode & 0o022:
-        raise UnsafeCache(f"the {what} {path} is writable by others "
-                          f"(mode {stat.S_IMODE(info.st_mode):04o})")
+        raise UnsafeCache(
+            f"the {what} {path} is writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+        )
 
 
 def _recorded_hash(library: Path) -> str | None:
@@ -281,11 +305,15 @@ def _compile() -> bytes:
         output = Path(build) / "layer_norm.so"
         errors = []
         for command in _compile_commands(output):
-            result = subprocess.run(command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S)
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=_BUILD_TIMEOUT_S
+            )
             if result.returncode == 0:
                 return output.read_bytes()
             last_lines = result.stderr.strip().splitlines()[-3:]
-            errors.append(f"exit status {result.returncode}" + "".join(f" / {line}" for line in last_lines))
+            errors.append(
+                f"exit status {result.returncode}" + "".join(f" / {line}" for line in last_lines)
+            )
         raise RuntimeError(f"{_compiler()} failed: " + " | ".join(errors))
 
 
@@ -334,23 +362,39 @@ def _load_once() -> ModuleType | None:
                 if not built or problem is not None:
                     if problem is not None:
                         logger.warning("Not loading %s: %s; rebuilding it.", library, problem)
-                    logger.info("Building keras_transformer's native LayerNorm op into %s (once; ~10 s).",
-                                library)
+                    logger.info(
+                        "Building keras_transformer's native LayerNorm op into %s (once; ~10 s).",
+                        library,
+                    )
                     _build(library)
                     problem = _verified(library)
                     if problem is not None:
-                        raise UnsafeCache(f"{library} failed its check right after the build: {problem}")
+                        raise UnsafeCache(
+                            f"{library} failed its check right after the build: {problem}"
+                        )
                 return tf.load_op_library(str(library))
         except UnsafeCache as error:
             logger.warning(
                 "Refusing keras_transformer's native LayerNorm op: %s. Training uses TensorFlow's ops. "
-                "Fix or remove the cache (%s sets where it is).", error, _CACHE_VARIABLE)
+                "Fix or remove the cache (%s sets where it is).",
+                error,
+                _CACHE_VARIABLE,
+            )
             return None
-        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError, tf.errors.OpError) as error:
+        except (
+            OSError,
+            RuntimeError,
+            ValueError,
+            subprocess.SubprocessError,
+            tf.errors.OpError,
+        ) as error:
             logger.warning(
                 "keras_transformer's native LayerNorm op is unavailable (%s); training uses "
                 "TensorFlow's ops, a few percent slower on CPU. Install a C++ compiler (or set CXX) "
-                "to build it, or leave the op off (unset %s) to silence this.", error, _ENABLE_VARIABLE)
+                "to build it, or leave the op off (unset %s) to silence this.",
+                error,
+                _ENABLE_VARIABLE,
+            )
             return None
 
 
