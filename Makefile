@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba test test-quick test-install test-oldest test-all test-slow clean
+.PHONY: install demo multi30k tatoeba test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,28 +68,47 @@ tatoeba: $(STAMP)
 # workers suit a machine with more cores.
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope
+# The tiers are pytest markers (pyproject.toml): `install` and `colab_runtime` build or change
+# virtual environments and run in their own jobs; `programs` marks what needs the checkout's
+# programs or the extras (the library suite is the rest); `quick` the edit-run loop's tier.
+OWN_JOBS := not install and not colab_runtime
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q $(PARALLEL)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and $(OWN_JOBS)" -q $(PARALLEL)
 
-# The quick tier for the edit-run loop (under ~2 min on 2 cores; tests/suites.py lists it).
+# The quick tier for the edit-run loop (under ~2 min on 2 cores).
 test-quick: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and not install" -q $$($(BIN)/python tests/suites.py quick)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "quick and not slow and not xla_cpu and $(OWN_JOBS)" -q
 
 # The package as users install it: a fresh clone, `pip install` without extras into a clean venv,
 # used from outside the checkout (tests/test_install.py; .ci/run runs it after `make test`).
 test-install: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m install -q
 
-# The TPU install path on the oldest TensorFlow (2.20) and Keras, in a fresh temp venv (CI's second job).
+# The TPU install path (tensorflow-tpu 2.20) with the oldest Keras allowed, in a fresh temp venv.
 test-oldest:
 	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/tpu_path
 
+# Colab's runtime (TensorFlow 2.19.0, Keras 3.10.0, TF Text 2.19.0) in a fresh temp venv: the
+# notebook's own install cell, the runtime kept (RECORD), the notebook and the library suite.
+test-colab:
+	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/colab_runtime
+
 # Slow or data-heavy checks (real corpora in ../shared/corpora), opt-in.
 test-slow: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and not install" -q $(PARALLEL)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "slow and $(OWN_JOBS)" -q $(PARALLEL)
 
 test-all: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -q
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not colab_runtime" -q
+
+# ruff (pyproject.toml's [tool.ruff]): the lint rules, and the formatting checked, on the whole tree.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+# Rewrite the tree in ruff's format and apply its safe fixes.
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 clean:
 	rm -rf $(VENV) .pytest_cache build dist *.egg-info

@@ -12,6 +12,8 @@ from keras_transformer.layers import (
 import reference
 from layer_harness import run_layer_test
 
+pytestmark = pytest.mark.quick
+
 
 def _random_mask(rng, shape, p=0.6):
     mask = rng.random(shape) < p

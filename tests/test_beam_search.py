@@ -48,6 +48,7 @@ def test_beam_of_one_with_min_length_is_greedy_with_min_length(model):
     assert (greedy.numpy()[:, :6] != model.config.eos_id).all()
 
 
+@pytest.mark.quick
 def test_beam_scores_are_the_models_log_probabilities(model):
     out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(
         SOURCE
@@ -141,7 +142,12 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
 
 
 @pytest.mark.parametrize(
-    "jit,stopping", [(False, "exact"), (False, "heuristic"), (True, "heuristic")]
+    "jit,stopping",
+    [
+        (False, "exact"),
+        (False, "heuristic"),
+        pytest.param(True, "heuristic", marks=pytest.mark.xla_cpu),
+    ],
 )
 def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
     """Fixed-size buffers (the XLA/TPU form), where settled sentences keep their

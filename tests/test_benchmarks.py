@@ -7,6 +7,8 @@ import pytest
 
 from benchmarks.timing import mfu_figures
 
+pytestmark = pytest.mark.programs
+
 
 def test_each_run_is_divided_by_the_higher_of_its_two_neighbouring_peaks():
     flops = 600.0

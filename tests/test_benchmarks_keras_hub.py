@@ -15,7 +15,7 @@ pytest.importorskip("keras_hub")
 import keras_transformer as kt  # noqa: E402
 from benchmarks import keras_hub_reference as khr  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.programs]
 
 WORKLOAD = khr.Workload(
     vocab=40, d_model=16, layers=2, heads=2, d_ff=32, dropout=0.1, batch=2, length=6

@@ -10,6 +10,8 @@ from keras_transformer.layers import Decoder, DecoderLayer, Encoder, EncoderLaye
 import reference
 from layer_harness import run_layer_test
 
+pytestmark = pytest.mark.quick
+
 BLOCK = {"d_model": 16, "num_heads": 4, "d_ff": 32, "dropout": 0.0}
 
 

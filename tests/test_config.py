@@ -2,6 +2,8 @@ import pytest
 
 from keras_transformer import PRESETS, TransformerConfig
 
+pytestmark = pytest.mark.quick
+
 
 def test_presets_match_the_paper():
     base = TransformerConfig.from_preset("base")

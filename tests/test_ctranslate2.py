@@ -34,6 +34,8 @@ import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 import int8_reference  # noqa: E402
 from examples import modules_with_examples, run_examples  # noqa: E402
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 MAX_DECODING_LENGTH = 40

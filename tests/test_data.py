@@ -619,6 +619,7 @@ def test_graph_and_python_whitespace_agree():
 # --------------------------------------------------------------------------- TFDS
 
 
+@pytest.mark.programs
 def test_tfds_pairs_with_mock_data(tokenizers):
     import tensorflow_datasets as tfds
 

@@ -27,6 +27,7 @@ def full_recompute_greedy(model, source, steps):
     return out[:, 1:]
 
 
+@pytest.mark.quick
 def test_cached_greedy_equals_full_recompute(model):
     tokens, _ = tf.function(lambda s: greedy_decode(model, s, max_length=10))(SOURCE)
     expected = full_recompute_greedy(model, SOURCE, 10)
@@ -40,6 +41,7 @@ def test_cached_greedy_equals_full_recompute(model):
         assert np.all(row[stop:] == kt.PAD_ID)
 
 
+@pytest.mark.xla_cpu
 def test_static_shape_greedy_matches_dynamic_under_xla(model):
     dynamic, dynamic_scores = tf.function(lambda s: greedy_decode(model, s, max_length=10))(SOURCE)
     static, static_scores = tf.function(
@@ -167,6 +169,7 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
         bias.assign(saved)
 
 
+@pytest.mark.xla_cpu
 @pytest.mark.parametrize("beam", [1, 2])
 def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
     """buffer_length: fixed shapes for XLA, yet each row still stops at its own

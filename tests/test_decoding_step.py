@@ -95,6 +95,7 @@ def assert_caches_close(got, expected, atol):
                 )
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("rows", ["many_rows", "few_rows_conv", "few_rows_matmul"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):

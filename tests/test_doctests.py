@@ -9,6 +9,8 @@ has one (tests/test_ctranslate2.py).
 import pytest
 from examples import modules_with_examples, run_examples
 
+pytestmark = pytest.mark.quick
+
 MISSING_EXTRAS: list = []
 MODULES = modules_with_examples(MISSING_EXTRAS)
 

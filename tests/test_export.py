@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 # Custom ops the stock tensorflow_model_server ships besides core TF: TF Text's SentencePiece ops.

@@ -14,6 +14,8 @@ from keras_transformer.layers import Dense, Dropout, LayerNormalization
 
 from layer_harness import run_layer_test
 
+pytestmark = pytest.mark.quick
+
 
 def _values_and_gradients(layer, x, upstream):
     x = tf.constant(x)

@@ -6,6 +6,8 @@ from keras_transformer.layers import FeedForward
 import reference
 from layer_harness import run_layer_test
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "swish", "silu"])
 def test_feed_forward_matches_formula(activation):

@@ -7,6 +7,8 @@ import pytest
 
 from keras_transformer import hardware
 
+pytestmark = pytest.mark.quick
+
 AMD_AVX2 = """processor\t: 0
 vendor_id\t: AuthenticAMD
 model name\t: AMD EPYC
@@ -96,6 +98,7 @@ def test_without_cpuinfo_the_record_still_has_every_field(cpuinfo, tmp_path, mon
     assert not record["bf16_units"] and record["avx512"] == []
 
 
+@pytest.mark.programs
 def test_every_benchmark_report_carries_the_cpu(capsys, tmp_path):
     from benchmarks.report import emit
 

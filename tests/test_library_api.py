@@ -10,6 +10,8 @@ import pytest
 import keras_transformer as kt
 from keras_transformer import files
 
+pytestmark = pytest.mark.programs
+
 SENTENCES = [
     "the big dog sees 3 red cats",
     "a boy sleeps",

@@ -24,6 +24,8 @@ pytest.importorskip("safetensors")
 
 from marian_checkpoint import greedy_generate, torch_logits, write_marian_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 SENTENCES = 6  # test sentences: the first of the checkpoint's training pairs, and some new ones

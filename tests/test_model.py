@@ -9,6 +9,8 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.layers import padding_mask
 
+pytestmark = pytest.mark.quick
+
 
 def tiny(**overrides):
     values = dict(vocab_size=40, dropout=0.0, max_length=32)
@@ -104,6 +106,7 @@ def test_cached_step_by_step_decoding_equals_full_pass(norm_first, share, fixed)
     np.testing.assert_allclose(incremental[real], full[real], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.xla_cpu
 def test_cached_decoding_inside_a_static_shape_while_loop():
     """The fixed-size cache keeps every loop variable's shape: XLA/TPU friendly."""
     model = kt.Transformer(tiny())
@@ -148,6 +151,7 @@ def test_shared_and_tied_embeddings_change_the_variables():
     assert separate.count_params() - shared.count_params() == 2 * 40 * 64 + 40
 
 
+@pytest.mark.xla_cpu
 def test_tf_function_and_xla_match_eager():
     model = kt.Transformer(tiny())
     src, tgt = batch(6)
@@ -173,6 +177,7 @@ def _fit_once(model, jit_compile):
     return history.history["loss"]
 
 
+@pytest.mark.xla_cpu
 def test_fit_with_xla():
     losses = _fit_once(kt.Transformer(tiny(dropout=0.1)), jit_compile=True)
     assert all(np.isfinite(losses)) and losses[1] < losses[0]

@@ -127,6 +127,7 @@ def _op_types(layer, training, jit_compile=False):
     return types
 
 
+@pytest.mark.xla_cpu
 def test_used_in_training_only_and_never_under_xla(ops):
     layer = LayerNormalization(epsilon=1e-6)
     assert NATIVE_OPS & _op_types(layer, training=True) == {"KerasTransformerLayerNorm"}

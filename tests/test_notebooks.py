@@ -9,6 +9,7 @@ working directory is the checkout, and any cell error fails the test.
 """
 
 import base64
+import importlib.metadata
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,9 @@ from pathlib import Path
 import nbclient
 import nbformat
 import pytest
+from record_check import verify_record
+
+pytestmark = pytest.mark.programs
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = CHECKOUT / "colab"
@@ -39,9 +43,17 @@ def _parameters_index(notebook) -> int:
     return tagged[0]
 
 
-def inject_parameters(notebook, parameters: dict):
-    """Insert a cell setting ``parameters`` right after the ``parameters`` cell (papermill's convention)."""
+def inject_parameters(notebook, parameters: dict, in_colab: bool = False):
+    """Insert a cell setting ``parameters`` right after the ``parameters`` cell (papermill's convention).
+
+    With ``in_colab``, the cell also registers a stand-in ``google.colab`` module, as Colab's kernel
+    has it imported, so that the setup cell takes its Colab branch."""
     lines = ["# Parameters injected by tests/test_notebooks.py"]
+    if in_colab:
+        lines += [
+            "import sys, types",
+            'sys.modules.setdefault("google.colab", types.ModuleType("google.colab"))',
+        ]
     lines += [f"{name} = {value!r}" for name, value in parameters.items()]
     cell = nbformat.v4.new_code_cell(
         "\n".join(lines) + "\n" + KERNEL_CHECK, id="injected-parameters"
@@ -150,6 +162,43 @@ def test_train_translate_export_runs_in_smoke_mode(tmp_path):
         "export/1/assets.extra/tf_serving_warmup_requests",
     ):
         assert (tmp_path / path).exists(), path
+
+
+# What Colab's runtime brings and an install must keep (the distributions' names).
+RUNTIME = ("tensorflow", "keras", "tensorflow-text")
+
+
+@pytest.mark.colab_runtime  # pip-installs the checkout into this venv: make test-colab runs it
+def test_train_translate_export_installs_and_runs_as_in_colab(tmp_path):
+    """The notebook as Colab runs it: the setup cell's Colab branch installs this checkout (as its
+    clone) with colab/install_runtime.py, then smoke mode runs top to bottom. The runtime's
+    TensorFlow, Keras and TF Text are kept: the same versions, every file of their RECORD intact."""
+    before = {name: importlib.metadata.version(name) for name in RUNTIME}
+    parameters = {
+        "SMOKE": True,
+        "REPO_DIR": str(CHECKOUT),
+        "WORKDIR": str(tmp_path / "run"),
+        "EXPORT_DIR": str(tmp_path / "export"),
+    }
+    notebook = inject_parameters(_read(NOTEBOOKS[0]), parameters, in_colab=True)
+    try:
+        execute(notebook)
+    finally:
+        nbformat.write(notebook, tmp_path / NOTEBOOKS[0])  # for a look: pytest --basetemp=DIR
+    _check_kernel(notebook)
+
+    setup = _text(_cell(notebook, "setup"))
+    assert "pip install -q -e .[train,tfds,tflite,plots]" in setup, setup
+    assert f"checkout: {CHECKOUT}" in setup
+    assert importlib.metadata.version("keras-transformer-nmt")
+    after = {name: importlib.metadata.version(name) for name in RUNTIME}
+    assert after == before
+    site_packages = Path(importlib.metadata.distribution("tensorflow").locate_file(""))
+    for name in RUNTIME:
+        assert verify_record(name, site_packages) == [], f"pip changed files of {name}"
+    assert '"bleu":' in _text(_cell(notebook, "bleu"))
+    assert "same ids as greedy_decode" in _text(_cell(notebook, "tflite"))
+    assert (tmp_path / "export/1/saved_model.pb").exists()
 
 
 def test_layers_walkthrough_runs(tmp_path):

@@ -21,8 +21,10 @@ except ModuleNotFoundError:  # Python 3.10
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-import suites
 from record_check import Mismatch, verify_record
+from tiers import excluded_before_import, module_marks
+
+pytestmark = pytest.mark.quick
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())
@@ -164,43 +166,77 @@ def test_all_is_every_runtime_extra():
     assert requirement.extras == set(EXTRAS) - {"all", "test", "bench"}
 
 
-def test_tensorflow_range_starts_at_the_newest_tensorflow_tpu():
-    """tensorflow-tpu stops at 2.20: the oldest supported TensorFlow is the one TPU users get."""
-    (tensorflow,) = [Requirement(r) for r in PROJECT["dependencies"] if name(r) == "tensorflow"]
-    assert tensorflow.specifier.contains("2.20.0") and not tensorflow.specifier.contains("2.19.1")
+# Colab's announced runtime (TensorFlow 2.19.0, Keras 3.10.0, TF Text 2.19.0), the newest
+# tensorflow-tpu (2.20.0), and the newest TensorFlow tested (2.21).
+COLAB_RUNTIME = {"tensorflow": "2.19.0", "keras": "3.10.0", "tensorflow-text": "2.19.0"}
 
 
-# --------------------------------------------------------------------------- tests/suites.py
+@pytest.mark.parametrize("package", ["tensorflow", "tensorflow-text", "tensorflow-serving-api"])
+def test_tensorflow_range_is_colabs_runtime_through_the_newest_tested(package):
+    """2.19 (Colab's runtime) through 2.21 for TensorFlow and the packages built against it."""
+    requirements = PROJECT["dependencies"] + EXTRAS["serving"]
+    (requirement,) = [Requirement(r) for r in requirements if name(r) == package]
+    for version in ("2.19.0", "2.19.1", "2.20.0", "2.21.0"):
+        assert requirement.specifier.contains(version), (package, version)
+    for version in ("2.18.1", "2.22.0"):
+        assert not requirement.specifier.contains(version), (package, version)
 
 
-def test_every_test_file_is_in_one_suite():
-    files = {f"tests/{path.name}" for path in (CHECKOUT / "tests").glob("test_*.py")}
-    library, programs = set(suites.LIBRARY_TESTS), set(suites.PROGRAM_TESTS)
-    assert not library & programs
-    assert library | programs == files
-    for node in suites.LIBRARY_DESELECT:
-        path, test = node.split("::")
-        assert path in library, node
-        assert f"def {test.split('[')[0]}(" in (CHECKOUT / path).read_text(), f"no test {node}"
+def test_colabs_runtime_satisfies_every_core_requirement_on_it():
+    """pip keeps an installed runtime only while every requirement accepts it."""
+    for line in PROJECT["dependencies"] + EXTRAS["train"]:
+        pinned = COLAB_RUNTIME.get(name(line))
+        if pinned is not None:
+            assert Requirement(line).specifier.contains(pinned), line
+    (tensorboard,) = [Requirement(r) for r in EXTRAS["train"] if name(r) == "tensorboard"]
+    assert tensorboard.specifier.contains("2.19.0")  # TF 2.19 requires tensorboard~=2.19.0
 
 
-def test_the_quick_tier_names_library_tests_that_exist():
-    """`make test-quick` runs library tests only (no trained workdir, no program)."""
-    for node in suites.QUICK_TESTS:
-        path, _, test = node.partition("::")
-        assert path in suites.LIBRARY_TESTS, node
-        assert not test or f"def {test}(" in (CHECKOUT / path).read_text(), f"no test {node}"
-    args = suites.quick_pytest_args()
-    assert "tests/test_model.py::test_fit_with_xla" in args[args.index("--deselect") + 1 :]
+# --------------------------------------------------------------------------- test tiers (markers)
+
+TEST_FILES = sorted((CHECKOUT / "tests").glob("test_*.py"))
 
 
-@pytest.mark.parametrize("path", suites.LIBRARY_TESTS)
+def test_every_mark_is_declared():
+    """--strict-markers fails on an unknown mark; the tiers' marks are the declared ones."""
+    declared = {
+        line.split(":")[0] for line in PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
+    }
+    assert {"slow", "install", "programs", "xla_cpu", "quick", "colab_runtime"} <= declared
+    for path in TEST_FILES:
+        assert module_marks(path) <= declared, path.name
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda path: path.name)
 def test_library_tests_import_no_program(path):
-    """The library suite runs where only the package is installed: no module-level imports of
-    the checkout's programs (tests in LIBRARY_DESELECT may import them inside)."""
-    text = (CHECKOUT / path).read_text()
+    """The library suite (every test not marked ``programs``) runs where only the package is
+    installed: a module without the ``programs`` mark imports none of the checkout's programs at
+    module level and uses no trained demo workdir (its tests marked ``programs`` may import them
+    inside). A new test file is in the library suite unless it says otherwise."""
+    if "programs" in module_marks(path):
+        return
+    text = path.read_text(encoding="utf-8")
     assert not re.search(r"^(from|import) (training|export|benchmarks)\b", text, re.MULTILINE)
     assert not re.search(r"def \w+\([^)]*\btiny_workdir\b", text)  # the trained demo workdir
+
+
+def test_not_programs_leaves_program_modules_out_unimported():
+    programs = [path for path in TEST_FILES if "programs" in module_marks(path)]
+    assert len(programs) >= 14
+    for path in programs:
+        assert excluded_before_import(path, "not slow and not programs and not xla_cpu")
+        assert not excluded_before_import(path, "not slow")
+    library = [path for path in TEST_FILES if "programs" not in module_marks(path)]
+    assert not any(excluded_before_import(path, "not programs") for path in library)
+
+
+def test_the_quick_tier_is_library_tests():
+    """`make test-quick` runs library tests only (no trained workdir, no program)."""
+    quick = [path for path in TEST_FILES if "quick" in module_marks(path)]
+    quick += [path for path in TEST_FILES if "@pytest.mark.quick" in path.read_text()]
+    assert len(quick) >= 10
+    for path in quick:
+        assert "programs" not in module_marks(path), path.name
 
 
 # --------------------------------------------------------------------------- import circles

@@ -9,6 +9,8 @@ from keras_transformer.layers import PositionalEmbedding, sinusoidal_positions
 import reference
 from layer_harness import run_layer_test
 
+pytestmark = pytest.mark.quick
+
 
 @pytest.mark.parametrize("d_model", [16, 7])
 def test_sinusoidal_table_matches_paper_formula(d_model):

@@ -13,6 +13,8 @@ from keras_transformer.precision import (
     resolve_precision,
 )
 
+pytestmark = pytest.mark.quick
+
 T4 = Accelerator("GPU", "Tesla T4", (7, 5))
 V100 = Accelerator("GPU", "Tesla V100-SXM2-16GB", (7, 0))
 A100 = Accelerator("GPU", "NVIDIA A100-SXM4-40GB", (8, 0))

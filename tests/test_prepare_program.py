@@ -14,6 +14,8 @@ from training import prepare, trainer
 from training.config import load_config
 from training.corpus import load_corpus
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 TINY = [
     "data.synthetic={train: 200, valid: 10, test: 10, seed: 1}",

@@ -13,6 +13,8 @@ import pytest
 from keras_transformer import Workdir
 from training.config import load_config
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 TINY = [

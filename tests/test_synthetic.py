@@ -17,6 +17,8 @@ from keras_transformer.data import (
 )
 from keras_transformer.data import synthetic, write_parallel_files
 
+pytestmark = pytest.mark.quick
+
 PERSON_SUFFIXES = ("m", "s", "t", "mos", "tis", "nt")
 TARGET_VERB_FORMS = {
     negation + verb.stem + infix + suffix

@@ -167,16 +167,46 @@ def test_shared_and_separate_vocabularies(tmp_path):
     assert "▁the" not in tgt_tokenizer.pieces(range(tgt_tokenizer.vocab_size))
 
 
-def model_proto(path):
-    from sentencepiece import sentencepiece_model_pb2
+def proto_fields(data: bytes) -> dict[int, list]:
+    """A protobuf message's fields by number: varints as ints, length-delimited ones as bytes.
 
-    proto = sentencepiece_model_pb2.ModelProto()
-    proto.ParseFromString(path.read_bytes())
-    return proto
+    sentencepiece's generated ``sentencepiece_model_pb2`` needs a newer protobuf runtime than
+    TensorFlow 2.19 allows, so the tests read the two fields they need off the wire."""
+
+    def varint(position):
+        value = shift = 0
+        while True:
+            byte = data[position]
+            value |= (byte & 0x7F) << shift
+            position, shift = position + 1, shift + 7
+            if byte < 0x80:
+                return value, position
+
+    fields, position = {}, 0
+    while position < len(data):
+        key, position = varint(position)
+        number, wire_type = key >> 3, key & 7
+        if wire_type == 0:
+            value, position = varint(position)
+        elif wire_type == 2:
+            size, position = varint(position)
+            value, position = data[position : position + size], position + size
+        else:  # fixed 64 or 32 bits (the pieces' float scores)
+            width = 8 if wire_type == 1 else 4
+            value, position = data[position : position + width], position + width
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def trainer_input_sentence_size(path) -> int:
+    """ModelProto.trainer_spec (field 2).input_sentence_size (field 11); 0 when unset."""
+    (trainer_spec,) = proto_fields(path.read_bytes())[2]
+    return proto_fields(trainer_spec).get(11, [0])[0]
 
 
 def pieces_and_scores(path) -> list[tuple[str, float]]:
-    return [(piece.piece, piece.score) for piece in model_proto(path).pieces]
+    processor = spm.SentencePieceProcessor(model_file=str(path))
+    return [(processor.id_to_piece(i), processor.get_score(i)) for i in range(len(processor))]
 
 
 def test_a_corpus_within_max_sentences_gives_the_unlimited_model_byte_for_byte(tmp_path):
@@ -206,10 +236,12 @@ def test_max_sentences_trains_on_a_seeded_sample(tmp_path):
     sampled, again, other_seed = train("a"), train("b"), train("c", seed=1)
     assert sampled.read_bytes() == again.read_bytes()  # deterministic
     assert pieces_and_scores(sampled) != pieces_and_scores(other_seed)
-    assert (
-        model_proto(sampled).trainer_spec.input_sentence_size == 0
-    )  # sampled here, not by SentencePiece
-    full = train("full", max_sentences=None)
+    assert trainer_input_sentence_size(sampled) == 0  # sampled here, not by SentencePiece
+    assert trainer_input_sentence_size(full := train("full", max_sentences=None)) == 0
+    reservoir = train_sentencepiece(
+        SOURCES, tmp_path / "reservoir", vocab_size=200, input_sentence_size=120
+    )
+    assert trainer_input_sentence_size(reservoir) == 120  # the reader sees it set
     assert pieces_and_scores(sampled) != pieces_and_scores(full)
     expected = SubwordTokenizer.from_file(
         train_sentencepiece(sample_sentences(SOURCES, 150), tmp_path / "direct", vocab_size=200)

@@ -66,6 +66,7 @@ def test_graph_runs_top_k_over_blocks_only():
     assert top_k_inputs and max(top_k_inputs) < 32000 // 4
 
 
+@pytest.mark.xla_cpu
 def test_compiles_with_xla():
     values = tf.random.stateless_normal([3, 32000], seed=[4, 5])
     expected = tf.math.top_k(values, k=16)

@@ -16,6 +16,8 @@ from keras_transformer import (
 
 import reference
 
+pytestmark = pytest.mark.quick
+
 
 def paper_lr(step, d_model, warmup):
     return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)

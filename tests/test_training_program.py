@@ -16,6 +16,8 @@ from training.config import apply_override, config_path, load_config
 from loopback import free_ports
 from training.strategy import make_strategy
 
+pytestmark = pytest.mark.programs
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 MICRO = [
     "--set",

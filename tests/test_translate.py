@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.programs
+
 
 @pytest.mark.parametrize(
     "beam_size", [1, pytest.param(3, marks=pytest.mark.slow)]
