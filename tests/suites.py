@@ -19,6 +19,7 @@ LIBRARY_TESTS = [
     "tests/test_data.py",
     "tests/test_decoding.py",
     "tests/test_decoding_step.py",
+    "tests/test_docstrings.py",
     "tests/test_doctests.py",
     "tests/test_encoding.py",
     "tests/test_fast_layers.py",

@@ -1,4 +1,10 @@
-"""Data for training and the offline demo."""
+"""Data for training and the offline demo.
+
+Read parallel text with ``PairSource`` (files, TSV, TFDS or a list), turn it
+into padded id batches with ``make_dataset`` (or, for a corpus tokenized once,
+``prepare_shards`` and ``sharded_dataset``), and generate the demo language
+pair with ``generate_pairs`` / ``demo_splits``.
+"""
 
 from keras_transformer.data.batching import bucket_batch_sizes, default_bucket_bounds
 from keras_transformer.data.normalize import normalize_whitespace, normalize_whitespace_tf
