@@ -1,11 +1,12 @@
 """Every public name's docstring states its contract first (the keras-hub layout).
 
-For each name in ``keras_transformer.__all__``, ``keras_transformer.data.__all__``,
-``keras_transformer.tokenization.__all__``, ``keras_transformer.exporters.__all__``, the
-translators and the public methods of those classes: the docstring exists, its first
-line is one sentence, a function or method with parameters has an ``Args:`` section and
-one that returns a value has ``Returns:`` (a generator ``Yields:``); a class documents
-its constructor's arguments in its own docstring or its ``__init__``'s.
+For each name in the ``__all__`` of ``keras_transformer``, ``keras_transformer.data``,
+``keras_transformer.layers``, ``keras_transformer.tokenization`` and
+``keras_transformer.exporters``, the translators, and the public methods of those
+classes: the docstring exists, its first line is one sentence, a function or method with
+parameters has an ``Args:`` section and one that returns a value has ``Returns:`` (a
+generator ``Yields:``); a class documents its constructor's arguments in its own
+docstring or its ``__init__``'s.
 
 Constants (``PAD_ID``, ``PRESETS``) carry no docstring of their own and are skipped; a
 module needs a docstring with a one-sentence first line.
@@ -27,6 +28,7 @@ import pytest
 import keras_transformer
 import keras_transformer.data
 import keras_transformer.exporters
+import keras_transformer.layers
 import keras_transformer.tokenization
 import keras_transformer.translate
 
@@ -94,6 +96,7 @@ def _documented_names() -> list[tuple[str, object]]:
     entries = (
         _public(keras_transformer, keras_transformer.__all__)
         + _public(keras_transformer.data, keras_transformer.data.__all__)
+        + _public(keras_transformer.layers, keras_transformer.layers.__all__)
         + _public(keras_transformer.tokenization, keras_transformer.tokenization.__all__)
         + _public(keras_transformer.exporters, keras_transformer.exporters.__all__)
         + _public(keras_transformer.translate, ["Translator", "SavedModelTranslator"])
