@@ -2,11 +2,11 @@
 
 For each name in the ``__all__`` of ``keras_transformer``, ``keras_transformer.data``,
 ``keras_transformer.layers``, ``keras_transformer.tokenization`` and
-``keras_transformer.exporters``, the translators, and the public methods of those
-classes: the docstring exists, its first line is one sentence, a function or method with
-parameters has an ``Args:`` section and one that returns a value has ``Returns:`` (a
-generator ``Yields:``); a class documents its constructor's arguments in its own
-docstring or its ``__init__``'s.
+``keras_transformer.exporters``, the translators, the Marian importer, and the public
+methods of those classes: the docstring exists, its first line is one sentence, a
+function or method with parameters has an ``Args:`` section and one that returns a value
+has ``Returns:`` (a generator ``Yields:``); a class documents its constructor's arguments
+in its own docstring or its ``__init__``'s.
 
 Constants (``PAD_ID``, ``PRESETS``) carry no docstring of their own and are skipped; a
 module needs a docstring with a one-sentence first line.
@@ -29,6 +29,7 @@ import keras_transformer
 import keras_transformer.data
 import keras_transformer.exporters
 import keras_transformer.layers
+import keras_transformer.marian
 import keras_transformer.tokenization
 import keras_transformer.translate
 
@@ -52,6 +53,19 @@ PENDING_OTHER_BRANCH = {
     "keras_transformer.translate.SavedModelTranslator",
     "keras_transformer.translate.Translator",
 }
+
+# The Marian importer's public names (the module has no __all__).
+MARIAN_IMPORTER = [
+    "CheckpointError",
+    "MarianCheckpoint",
+    "import_marian",
+    "load_model",
+    "load_weights",
+    "read_weights",
+    "transformer_config",
+    "weight_names",
+    "workdir_config",
+]
 
 # Keras and TensorFlow hooks: their contract is the framework's, documented there.
 FRAMEWORK_HOOKS = {
@@ -100,6 +114,7 @@ def _documented_names() -> list[tuple[str, object]]:
         + _public(keras_transformer.tokenization, keras_transformer.tokenization.__all__)
         + _public(keras_transformer.exporters, keras_transformer.exporters.__all__)
         + _public(keras_transformer.translate, ["Translator", "SavedModelTranslator"])
+        + _public(keras_transformer.marian, MARIAN_IMPORTER)
     )
     unique: dict[int, tuple[str, object]] = {}
     for qualified, value in entries:
