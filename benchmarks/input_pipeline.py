@@ -75,12 +75,11 @@ def main(argv=None) -> int:
     import tensorflow as tf
 
     from keras_transformer.data import (
+        PairSource,
         count_tokens,
         generate_pairs,
         make_dataset,
-        pairs_from_list,
         prepare_shards,
-        read_text_file_pairs,
         sharded_dataset,
     )
     from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
@@ -89,7 +88,7 @@ def main(argv=None) -> int:
         pairs = generate_pairs(args.pairs, seed=0)
         corpus = f"generate_pairs({args.pairs}, seed=0)"
     else:
-        text = read_text_file_pairs(args.src, args.tgt)
+        text = PairSource.from_text_files(args.src, args.tgt).read()
         pairs = list(zip(text.sources, text.targets))
         corpus = f"{args.src} / {args.tgt}"
     limits = dict(max_src_length=args.max_length, max_tgt_length=args.max_length - 1)
@@ -107,7 +106,7 @@ def main(argv=None) -> int:
         )
         tokenizer = SubwordTokenizer.from_file(src_path)
         tokenizer_seconds = time.perf_counter() - started
-        dataset = pairs_from_list(pairs)
+        dataset = PairSource.from_pairs(pairs).dataset()
 
         started = time.perf_counter()
         counts = count_tokens(

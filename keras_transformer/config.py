@@ -15,15 +15,17 @@ PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters of the encoder–decoder Transformer.
+    """Hyper-parameters of the encoder–decoder Transformer, checked when it is made.
 
     Defaults are the paper's base model (Table 3) with separate 8,192-token
     vocabularies; ``from_preset`` gives named sizes.
 
-    Attributes:
-        src_vocab_size, tgt_vocab_size: vocabulary sizes (ids include the
+    Args:
+        src_vocab_size: the source vocabulary size (its ids include the
             reserved pad/unk/bos/eos ids).
-        num_encoder_layers, num_decoder_layers: N for each stack.
+        tgt_vocab_size: the target vocabulary size.
+        num_encoder_layers: N for the encoder stack.
+        num_decoder_layers: N for the decoder stack.
         d_model: model width; ``d_k = d_v = d_model / num_heads``.
         num_heads: attention heads h.
         d_ff: feed-forward inner width.
@@ -50,12 +52,24 @@ class TransformerConfig:
         final_logits_bias: a trainable ``[tgt_vocab_size]`` bias (zeros at
             first) added to the logits, after the output projection (Marian's
             ``final_logits_bias``); the paper's tied projection has none.
-        pad_id, unk_id, bos_id, eos_id: reserved ids, anywhere in the
-            vocabulary. pad, unk and eos are distinct; ``bos_id`` differs from
-            unk and eos and may equal ``pad_id``: the decoder then starts from
-            the pad id, as Marian does (no BOS token), and the first target
-            position still counts as a real token. Decoders never emit pad or
-            BOS.
+        pad_id: the padding id, masked everywhere.
+        unk_id: the unknown-piece id.
+        bos_id: the decoder's start id. It differs from unk and eos and may
+            equal ``pad_id``: the decoder then starts from the pad id, as
+            Marian does (no BOS token), and the first target position still
+            counts as a real token. Decoders never emit pad or BOS.
+        eos_id: the end-of-sentence id. pad, unk and eos are distinct; all
+            four lie anywhere in the vocabulary.
+
+    Raises:
+        ValueError: the values do not make a valid model; the message lists
+            each problem and what to change.
+
+    Example:
+
+    >>> config = TransformerConfig.from_preset("tiny", vocab_size=100)
+    >>> (config.d_model, config.num_heads, config.head_dim, config.src_vocab_size)
+    (64, 4, 16, 100)
     """
 
     src_vocab_size: int = 8192
@@ -161,14 +175,29 @@ class TransformerConfig:
 
     @property
     def head_dim(self) -> int:
+        """The width of one attention head, ``d_model // num_heads`` (d_k = d_v)."""
         return self.d_model // self.num_heads
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
-        """A named size with optional overrides.
+        """Makes the config of a named size (``PRESETS``), with optional overrides.
 
-        Besides the field names, ``vocab_size=N`` sets both vocabularies and
-        ``num_layers=N`` both stacks.
+        Args:
+            name: ``"tiny"``, ``"small"``, ``"base"`` or ``"big"``.
+            **overrides: field values; besides the field names, ``vocab_size=N``
+                sets both vocabularies and ``num_layers=N`` both stacks.
+
+        Returns:
+            The ``TransformerConfig``.
+
+        Raises:
+            ValueError: the preset is unknown, a key is unknown, or the values do
+                not make a valid model.
+
+        Example:
+
+        >>> TransformerConfig.from_preset("base", vocab_size=32000).num_encoder_layers
+        6
         """
         if name not in PRESETS:
             raise ValueError(f"Unknown preset {name!r}; choose one of {sorted(PRESETS)}.")
@@ -176,6 +205,18 @@ class TransformerConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+        """Makes a config from a dict of field values, as ``to_dict`` writes it.
+
+        Args:
+            values: field values; ``vocab_size`` and ``num_layers`` set both sides,
+                explicit per-side values win.
+
+        Returns:
+            The ``TransformerConfig``.
+
+        Raises:
+            ValueError: a key is unknown, or the values do not make a valid model.
+        """
         values = dict(values)
         if "vocab_size" in values:
             size = values.pop("vocab_size")  # explicit per-side sizes win
@@ -195,12 +236,38 @@ class TransformerConfig:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
+        """Gives the fields as a dict, which ``from_dict`` reads back.
+
+        Returns:
+            ``{field name: value}``.
+        """
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
+        """Gives the fields as JSON text (sorted keys), as a workdir's ``model_config.json`` holds it.
+
+        Returns:
+            The JSON text.
+        """
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     def replace(self, **overrides: Any) -> "TransformerConfig":
+        """Makes a copy with some fields changed, checked again.
+
+        Args:
+            **overrides: field values (``vocab_size`` and ``num_layers`` as in ``from_dict``).
+
+        Returns:
+            The new ``TransformerConfig``.
+
+        Raises:
+            ValueError: a key is unknown, or the values do not make a valid model.
+
+        Example:
+
+        >>> TransformerConfig.from_preset("tiny").replace(dropout=0.0).dropout
+        0.0
+        """
         return self.from_dict({**self.to_dict(), **overrides})
 
 

@@ -81,8 +81,11 @@ def has_int8_dot_product() -> bool:
 
 
 def cpu_kind() -> str:
-    """One of ``"AVX-512 + BF16"``, ``"AVX-512"``, ``"AVX2"``, or the machine
-    name for other CPUs: the rows of ``benchmarks/README.md``."""
+    """Names the kind of CPU that decides speed: ``"AVX-512 + BF16"``, ``"AVX-512"`` or ``"AVX2"``.
+
+    Returns:
+        The kind, or the machine name (``platform.machine()``) for other CPUs.
+    """
     flags = cpu_flags()
     if "avx512f" in flags:
         return "AVX-512 + BF16" if has_bf16_units() else "AVX-512"
@@ -92,7 +95,12 @@ def cpu_kind() -> str:
 
 
 def cpu_record() -> dict:
-    """What a benchmark record or a quality report says about the CPU it came from."""
+    """Describes the CPU a benchmark record or a quality report came from.
+
+    Returns:
+        A JSON-able dict: ``model``, ``vendor``, ``cores``, ``kind``, ``avx2``,
+        ``avx512`` (the AVX-512 flags), ``bf16_units`` and ``int8_dot_product``.
+    """
     flags = cpu_flags()
     return {
         "model": cpu_model(),

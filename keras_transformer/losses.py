@@ -14,7 +14,7 @@ def _token_mask(y_true, pad_id):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
-    """Cross-entropy against smoothed targets, averaged over non-pad tokens.
+    """Cross-entropy against label-smoothed targets, averaged over the non-pad tokens.
 
     The target distribution is ``(1 - ε)·onehot(y) + ε/V`` (paper §5.4,
     ε = 0.1; the same convention as Keras and fairseq). Per-token losses are
@@ -24,12 +24,25 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
 
     Args:
         label_smoothing: ε in [0, 1).
-        pad_id: label id that is ignored.
+        pad_id: the label id that is ignored.
+        name: the loss's name.
+        **kwargs: further ``keras.losses.Loss`` arguments.
 
     Call arguments:
         y_true: int ids ``[batch, tgt_len]``.
         y_pred: logits ``[batch, tgt_len, vocab]`` (not probabilities).
         sample_weight: optional ``[batch]`` or ``[batch, tgt_len]`` weights.
+
+    Raises:
+        ValueError: ``label_smoothing`` is outside [0, 1).
+
+    Example:
+
+    >>> loss = MaskedLabelSmoothedCrossEntropy(label_smoothing=0.0)
+    >>> labels = tf.constant([[1, 0]])  # the second position is padding
+    >>> logits = tf.constant([[[0.0, 0.0], [5.0, -5.0]]])
+    >>> round(float(loss(labels, logits)), 4)  # ln 2, from the first position alone
+    0.6931
     """
 
     def __init__(
@@ -62,9 +75,20 @@ class MaskedLabelSmoothedCrossEntropy(keras.losses.Loss):
         )
 
     def reduce_token_losses(self, y_true, token_losses, sample_weight=None):
-        """This loss's value from per-token losses computed elsewhere (the
-        ``Transformer``'s fused training step): the same pad mask, sample
-        weights, Keras reduction and replica scaling as calling the loss."""
+        """Reduces per-token losses computed elsewhere to this loss's value.
+
+        The ``Transformer``'s fused training step computes the per-token losses
+        itself; this applies the same pad mask, sample weights, Keras reduction
+        and replica scaling as calling the loss.
+
+        Args:
+            y_true: int ids ``[batch, tgt_len]``.
+            token_losses: the loss of each token ``[batch, tgt_len]``.
+            sample_weight: optional ``[batch]`` or ``[batch, tgt_len]`` weights.
+
+        Returns:
+            The loss, a scalar.
+        """
         return _PrecomputedTokenLosses(
             self.label_smoothing,
             self.pad_id,
@@ -99,11 +123,27 @@ class _PrecomputedTokenLosses(MaskedLabelSmoothedCrossEntropy):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 def masked_accuracy(y_true, y_pred, pad_id: int = 0) -> tf.Tensor:
-    """Fraction of non-pad target tokens whose arg-max prediction is right.
+    """Computes the fraction of non-pad target tokens whose arg-max prediction is right.
 
     As a compiled metric (``metrics=[masked_accuracy]``) Keras averages the
     per-batch fractions; ``MaskedAccuracy`` weights batches by their tokens.
-    Registered, so a model compiled with it reloads from a ``.keras`` file."""
+    It is registered, so a model compiled with it reloads from a ``.keras`` file.
+
+    Args:
+        y_true: int ids ``[batch, tgt_len]``.
+        y_pred: logits or probabilities ``[batch, tgt_len, vocab]``.
+        pad_id: the label id that is ignored.
+
+    Returns:
+        The accuracy, a float32 scalar (0 when every label is padding).
+
+    Example:
+
+    >>> labels = tf.constant([[1, 1, 0]])
+    >>> logits = tf.constant([[[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]]])
+    >>> float(masked_accuracy(labels, logits))
+    0.5
+    """
     correct, count = _correct_and_count(y_true, y_pred, pad_id)
     return tf.math.divide_no_nan(tf.reduce_sum(correct), tf.reduce_sum(count))
 
@@ -123,8 +163,23 @@ def _correct_and_count(y_true, y_pred, pad_id, sample_weight=None):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class MaskedAccuracy(keras.metrics.Metric):
-    """Token accuracy over non-pad labels, accumulated token-weighted across
-    batches (a plain mean of per-batch ratios would over-weight short batches)."""
+    """Token accuracy over the non-pad labels, accumulated token-weighted across batches.
+
+    A plain mean of per-batch ratios (``masked_accuracy`` as a compiled
+    metric) would over-weight short batches.
+
+    Args:
+        pad_id: the label id that is ignored.
+        name: the metric's name.
+        **kwargs: further ``keras.metrics.Metric`` arguments.
+
+    Example:
+
+    >>> metric = MaskedAccuracy()
+    >>> metric.update_state(tf.constant([[1, 0]]), tf.constant([[[0.0, 1.0], [1.0, 0.0]]]))
+    >>> float(metric.result())
+    1.0
+    """
 
     def __init__(self, pad_id: int = 0, name: str = "masked_accuracy", **kwargs):
         super().__init__(name=name, **kwargs)

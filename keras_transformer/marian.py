@@ -102,7 +102,9 @@ class CheckpointError(ValueError):
 class MarianCheckpoint:
     """A Hugging Face Marian checkpoint directory, read and checked.
 
-    Attributes:
+    Make one with ``MarianCheckpoint.read``.
+
+    Args:
         path: the directory.
         hf_config: its ``config.json``.
         config: the ``TransformerConfig`` that computes the same function.
@@ -116,6 +118,20 @@ class MarianCheckpoint:
 
     @classmethod
     def read(cls, path: PathLike, allow_pickle: bool = False) -> "MarianCheckpoint":
+        """Reads and checks a checkpoint directory.
+
+        Args:
+            path: the folder ``save_pretrained`` wrote (or a downloaded OPUS-MT model).
+            allow_pickle: accept ``pytorch_model.bin`` when there is no
+                ``model.safetensors`` (a pickle runs code: only for trusted files).
+
+        Returns:
+            The ``MarianCheckpoint``.
+
+        Raises:
+            CheckpointError: a file is missing or malformed, or the model is a
+                variant this package cannot compute.
+        """
         path = Path(path)
         if not path.is_dir():
             raise CheckpointError(
@@ -171,8 +187,19 @@ def _weights_file(path: Path, allow_pickle: bool) -> Path:
 
 
 def transformer_config(hf_config: Mapping[str, Any], unk_id: int) -> TransformerConfig:
-    """The ``TransformerConfig`` of a Marian ``config.json``; ``CheckpointError``
-    for a variant this model cannot compute."""
+    """Maps a Marian ``config.json`` to the ``TransformerConfig`` that computes the same function.
+
+    Args:
+        hf_config: the parsed ``config.json``.
+        unk_id: the unknown-token id (from ``vocab.json``).
+
+    Returns:
+        The ``TransformerConfig``.
+
+    Raises:
+        CheckpointError: the config is not Marian's, lacks a key, or describes
+            a variant this model cannot compute.
+    """
     c = dict(hf_config)
     if c.get("model_type") != "marian":
         raise CheckpointError(
@@ -242,7 +269,18 @@ def transformer_config(hf_config: Mapping[str, Any], unk_id: int) -> Transformer
 
 
 def read_weights(checkpoint: MarianCheckpoint) -> dict[str, np.ndarray]:
-    """The checkpoint's tensors by name, as float32 NumPy arrays."""
+    """Reads the checkpoint's tensors.
+
+    Args:
+        checkpoint: the checkpoint.
+
+    Returns:
+        ``{tensor name: float32 NumPy array}``.
+
+    Raises:
+        CheckpointError: the file cannot be read, or the package it needs
+            (safetensors, or torch for a pickle) is missing.
+    """
     path = checkpoint.weights_file
     if path.name == SAFETENSORS:
         try:
@@ -313,9 +351,21 @@ def _first(tensors: Mapping[str, np.ndarray], *names: str) -> str:
 def weight_names(
     config: TransformerConfig, tensors: Mapping[str, np.ndarray]
 ) -> dict[str, tuple[str, bool]]:
-    """Each weight of a ``Transformer`` built from ``config`` (its path without the
-    model's own name) → the checkpoint tensor it takes, and whether transposed
-    (PyTorch's ``Linear`` keeps ``[out, in]``, Keras' ``Dense`` ``[in, out]``)."""
+    """Maps each weight of a ``Transformer`` built from ``config`` to the checkpoint tensor it takes.
+
+    PyTorch's ``Linear`` keeps ``[out, in]`` and Keras' ``Dense`` ``[in, out]``,
+    so such kernels are transposed.
+
+    Args:
+        config: the model's config (``transformer_config``).
+        tensors: the checkpoint's tensors by name.
+
+    Returns:
+        ``{weight path without the model's name: (tensor name, transposed)}``.
+
+    Raises:
+        CheckpointError: the checkpoint has no embedding tensor.
+    """
     source = _first(tensors, "model.shared.weight", "model.encoder.embed_tokens.weight")
     names = {"source_embedding/token_embedding/embeddings": (source, False)}
     if not config.share_embeddings:
@@ -372,9 +422,19 @@ def _check_copies(
 
 
 def load_weights(model, tensors: Mapping[str, np.ndarray]) -> None:
-    """Assign a Marian checkpoint's ``tensors`` to a built ``Transformer`` whose
-    config came from ``transformer_config``; every weight is set exactly once and
-    every tensor is used (or is a copy of a used one)."""
+    """Assigns a Marian checkpoint's tensors to a built ``Transformer``.
+
+    The model's config came from ``transformer_config``; every weight is set
+    exactly once and every tensor is used (or is a copy of a used one).
+
+    Args:
+        model: the built ``Transformer``.
+        tensors: the checkpoint's tensors by name (``read_weights``).
+
+    Raises:
+        CheckpointError: a weight has no tensor or the wrong shape, or a tensor
+            has no place in the model.
+    """
     names = weight_names(model.config, tensors)
     weights = {variable.path.split("/", 1)[1]: variable for variable in model.weights}
     unset = sorted(set(weights) - set(names))
@@ -396,7 +456,18 @@ def load_weights(model, tensors: Mapping[str, np.ndarray]) -> None:
 
 
 def load_model(checkpoint: MarianCheckpoint | PathLike, allow_pickle: bool = False):
-    """A built float32 ``Transformer`` with the checkpoint's weights."""
+    """Builds a float32 ``Transformer`` with the checkpoint's weights.
+
+    Args:
+        checkpoint: a ``MarianCheckpoint`` or its directory.
+        allow_pickle: as in ``MarianCheckpoint.read``.
+
+    Returns:
+        The built model.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be read or does not fit the model.
+    """
     import keras
 
     from keras_transformer.model import Transformer
@@ -412,8 +483,19 @@ def load_model(checkpoint: MarianCheckpoint | PathLike, allow_pickle: bool = Fal
 def workdir_config(
     config: TransformerConfig, max_src_length: int, max_tgt_length: int
 ) -> dict[str, Any]:
-    """The ``config.yaml`` of an imported workdir: the training schema's sections,
-    with the model's own lengths and no corpus (fine-tuning brings its own)."""
+    """Builds the ``config.yaml`` of an imported workdir.
+
+    It has the training schema's sections, with the model's own lengths and no
+    corpus (fine-tuning brings its own).
+
+    Args:
+        config: the model's ``TransformerConfig``.
+        max_src_length: the source length limit.
+        max_tgt_length: the target length limit.
+
+    Returns:
+        The config, a YAML-serializable dict.
+    """
     return {
         "data": {"kind": "text", "dir": None},
         "tokenizer": {"vocab_size": config.tgt_vocab_size, "shared": False},
@@ -436,7 +518,7 @@ def import_marian(
     allow_pickle: bool = False,
     overwrite: bool = False,
 ) -> Workdir:
-    """Write a Hugging Face Marian checkpoint directory as a workdir.
+    """Writes a Hugging Face Marian checkpoint directory as a workdir.
 
     ``W/model.keras`` holds the model, ``W/model_config.json`` its config,
     ``W/tokenizer/`` the checkpoint's tokenizer files as they are, and
@@ -449,14 +531,19 @@ def import_marian(
     Args:
         checkpoint: the directory ``save_pretrained`` wrote (or a hub download).
         workdir: where the workdir goes.
-        max_src_length, max_tgt_length: sources are truncated to this many
-            subwords; translations stop at this many.
+        max_src_length: sources are truncated to this many subwords.
+        max_tgt_length: translations stop at this many subwords.
         allow_pickle: read ``pytorch_model.bin`` when there is no
             ``model.safetensors`` (a pickle runs code: only for trusted files).
         overwrite: replace an existing ``workdir``.
 
     Returns:
         The ``Workdir``; ``Workdir(workdir).load()`` gives the translator's parts.
+
+    Raises:
+        CheckpointError: the checkpoint cannot be read or does not fit the model.
+        FileExistsError: ``workdir`` exists and ``overwrite`` is not set.
+        ValueError: a length limit is outside the model's range.
     """
     checkpoint = MarianCheckpoint.read(checkpoint, allow_pickle)
     target = Path(workdir)

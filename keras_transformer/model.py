@@ -54,6 +54,11 @@ class Transformer(keras.Model):
 
     Args:
         config: a ``TransformerConfig`` (or its dict).
+        **kwargs: further ``keras.Model`` arguments (``name``, ``dtype``: the
+            dtype policy).
+
+    Raises:
+        ValueError: ``config`` is a dict that makes no valid ``TransformerConfig``.
 
     Example:
         >>> model = Transformer(TransformerConfig.from_preset("tiny"))
@@ -111,8 +116,7 @@ class Transformer(keras.Model):
 
     @property
     def input_dtype(self):
-        """Token ids are int32 under every dtype policy (Keras would otherwise
-        take the compute dtype, e.g. float32 or bfloat16, for exported inputs)."""
+        """Token ids are int32 under every dtype policy, for exported inputs too."""
         return "int32"
 
     def build(self, input_shape=None):
@@ -163,8 +167,15 @@ class Transformer(keras.Model):
         return self.logits(self.decoder_states(inputs, training=training), training=training)
 
     def decoder_states(self, inputs, training=None) -> tf.Tensor:
-        """Last decoder layer's states ``[batch, tgt_len, d_model]`` for a
-        teacher-forced pass: ``call`` without the output projection."""
+        """Runs a teacher-forced pass up to the last decoder layer: ``call`` without the output projection.
+
+        Args:
+            inputs: ``(source_ids, target_in_ids)``, int ``[batch, src_len]`` and ``[batch, tgt_len]``.
+            training: whether dropout is on.
+
+        Returns:
+            The last decoder layer's states ``[batch, tgt_len, d_model]``.
+        """
         source_ids, target_ids = _unpack_inputs(inputs)
         source_padding = padding_mask(source_ids, self.config.pad_id)
         memory = self.encode(source_ids, training=training)
@@ -177,7 +188,15 @@ class Transformer(keras.Model):
         )
 
     def encode(self, source_ids, training=None) -> tf.Tensor:
-        """Encoder memory ``[batch, src_len, d_model]`` for ``source_ids``."""
+        """Runs the encoder.
+
+        Args:
+            source_ids: int ids ``[batch, src_len]``, padded with ``pad_id``.
+            training: whether dropout is on.
+
+        Returns:
+            The encoder memory ``[batch, src_len, d_model]``.
+        """
         self._build_if_needed()
         source_padding = padding_mask(source_ids, self.config.pad_id)
         return self.encoder(
@@ -187,9 +206,18 @@ class Transformer(keras.Model):
         )
 
     def logits(self, hidden, training=None, output_kernel=None) -> tf.Tensor:
-        """Pre-softmax projection of decoder states, plus ``final_logits_bias``
-        when the config has one (added in float32); float32 under any policy.
-        ``output_kernel``: ``output_kernel()``, read once by a decoder."""
+        """Projects decoder states to the vocabulary, in float32 under any dtype policy.
+
+        ``final_logits_bias`` is added (in float32) when the config has one.
+
+        Args:
+            hidden: decoder states ``[..., d_model]``.
+            training: whether dropout is on.
+            output_kernel: ``output_kernel()``, read once by a decoder before its loop.
+
+        Returns:
+            The logits ``[..., tgt_vocab_size]``, float32.
+        """
         if self.output_projection is not None:
             logits = self.output_projection(hidden)
         elif output_kernel is not None:
@@ -205,12 +233,12 @@ class Transformer(keras.Model):
         return logits
 
     def output_kernel(self) -> tf.Tensor | None:
-        """The tied output projection's kernel ``[d_model, vocab]`` in the compute
-        dtype (the target embedding, transposed), or ``None`` when the
-        projection is a layer of its own. Decoders read it once, before their
-        loop, and pass it to ``decode``: a product with the ``[vocab, d_model]``
-        embedding transposed in place is several times slower for a few rows
-        on a CPU, and a decoding step has a few rows."""
+        """Gives the tied output projection's kernel, for decoders to read once before their loop.
+
+        Returns:
+            The target embedding transposed, ``[d_model, vocab]`` in the compute
+            dtype, or ``None`` when the projection is a layer of its own.
+        """
         self._build_if_needed()
         if self.output_projection is not None:
             return None
@@ -339,9 +367,19 @@ class Transformer(keras.Model):
     # --- incremental decoding -------------------------------------------------------
 
     def initial_cache(self, memory, max_length: int | None = None) -> list:
-        """Decoder caches for ``memory``: cross-attention keys/values projected
-        once; self-attention empty and growing (``max_length=None``) or a
-        zeroed ``max_length`` buffer for static-shape decoding."""
+        """Builds the decoder caches for ``memory``.
+
+        Cross-attention keys and values are projected once; self-attention
+        caches start empty and grow (``max_length=None``) or are a zeroed
+        ``max_length`` buffer for static-shape decoding.
+
+        Args:
+            memory: the encoder memory ``[batch, src_len, d_model]`` (``encode``).
+            max_length: the fixed self-attention cache length, or ``None`` to grow.
+
+        Returns:
+            One cache dict per decoder layer, as a list.
+        """
         self._build_if_needed()
         return self.decoder.initial_cache(memory, max_length)
 
@@ -354,13 +392,23 @@ class Transformer(keras.Model):
         training=None,
         output_kernel=None,
     ):
-        """Logits for ``target_ids`` ``[batch, n]`` (usually n = 1) given the
-        cache of everything decoded before them; returns ``(logits, cache)``.
-        ``output_kernel``: ``output_kernel()``, read before the decoding loop.
+        """Computes the logits of the next target positions, given the cache of those before.
 
         Positions continue from the cache: its length for a growing cache, or
-        ``cache_index`` for a fixed-size one. (The model is built: the cache
-        came from ``initial_cache``.)
+        ``cache_index`` for a fixed-size one. The model is built (the cache came
+        from ``initial_cache``).
+
+        Args:
+            target_ids: int ids ``[batch, n]`` (usually n = 1).
+            cache: the caches from ``initial_cache`` or the previous ``decode``.
+            memory_padding_mask: the source padding mask, as the decoders build it.
+            cache_index: where ``target_ids`` go in a fixed-size cache.
+            training: whether dropout is on.
+            output_kernel: ``output_kernel()``, read before the decoding loop.
+
+        Returns:
+            ``(logits, cache)``: float32 logits ``[batch, n, tgt_vocab_size]`` and
+            the caches with ``target_ids`` added.
         """
         if cache_index is None:
             start = tf.shape(cache[0]["self"]["key"])[2]
@@ -381,7 +429,7 @@ class Transformer(keras.Model):
     def export(
         self, filepath, format="tf_saved_model", verbose=None, input_signature=None, **kwargs
     ):
-        """``keras.Model.export``: a SavedModel whose ``serve`` endpoint returns the logits.
+        """Exports a SavedModel whose ``serve`` endpoint returns the logits.
 
         ``model.export("exports/logits")`` writes it; after
         ``serving = tf.saved_model.load("exports/logits")``,
@@ -397,6 +445,17 @@ class Transformer(keras.Model):
         to a ``keras.export.ExportArchive``. For strings in and out with the
         tokenizer inside, beam size and length penalty fixed at export, and TF
         Serving's warm-up requests, use ``python -m export.saved_model``.
+
+        Args:
+            filepath: the folder to write.
+            format: ``"tf_saved_model"`` (Keras' other formats pass through).
+            verbose: whether Keras prints the endpoints.
+            input_signature: the ``serve`` endpoint's inputs; ``None`` gives
+                int32 ids of any batch size and length.
+            **kwargs: further ``keras.Model.export`` arguments.
+
+        Returns:
+            What ``keras.Model.export`` returns.
 
         Example:
             >>> from keras_transformer.beam_search import beam_search

@@ -16,7 +16,13 @@ FLOAT16_MASK_VALUE = -6.0e4
 
 
 def masked_score_value(dtype) -> float:
-    """A finite stand-in for -inf that is representable in ``dtype``.
+    """Gives a finite stand-in for -inf that is representable in ``dtype``.
+
+    Args:
+        dtype: the dtype of the scores (a name or a ``tf.DType``).
+
+    Returns:
+        -6e4 for float16, -1e9 otherwise.
 
     Example:
         >>> masked_score_value("float32"), masked_score_value("float16")

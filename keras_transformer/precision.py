@@ -160,15 +160,26 @@ def resolve_precision(precision: str, **choose_options) -> PrecisionChoice:
 
 
 def with_precision(model: keras.Model, precision: str) -> keras.Model:
-    """``model`` computing in ``precision``: the same weights in a rebuilt model
-    (``model`` itself when it already computes in it).
+    """Rebuilds ``model`` to compute in ``precision``, with the same weights.
+
+    Args:
+        model: a built ``Transformer``.
+        precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+
+    Returns:
+        A new model computing in ``precision``, or ``model`` itself when it
+        already does.
+
+    Raises:
+        ValueError: ``precision`` is not a key of ``PRECISIONS``.
 
     Example:
-        >>> import keras_transformer as kt
-        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=40))
-        >>> model.build()
-        >>> with_precision(model, "bf16").dtype_policy.name
-        'mixed_bfloat16'
+
+    >>> import keras_transformer as kt
+    >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=40))
+    >>> model.build()
+    >>> with_precision(model, "bf16").dtype_policy.name
+    'mixed_bfloat16'
     """
     policy = dtype_policy(precision)
     if model.dtype_policy.name == policy:

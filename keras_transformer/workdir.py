@@ -60,15 +60,22 @@ class WorkdirError(ValueError):
 class TrainedModel:
     """A ``Transformer`` with its tokenizers and the lengths it was trained for.
 
+    What the translators and exporters take, whether it came from a workdir
+    (``Workdir.load``) or from a model trained in a notebook.
+
     Args:
         model: the trained, built ``keras_transformer.Transformer``.
-        src_tokenizer, tgt_tokenizer: its ``SubwordTokenizer``s (the same
-            object twice for a shared vocabulary), or the two
-            ``MarianSubwordTokenizer``s of an imported Marian model.
+        src_tokenizer: its source ``SubwordTokenizer``, or the source
+            ``MarianSubwordTokenizer`` of an imported Marian model.
+        tgt_tokenizer: its target tokenizer (the same object as
+            ``src_tokenizer`` for a shared SentencePiece model).
         max_src_length: sources are truncated to this many subwords
             (default: the model's ``max_length``).
         max_tgt_length: the longest target trained on (default: the model's
             ``max_length`` minus one, for EOS).
+
+    Raises:
+        ValueError: a length limit is outside ``[1, model.config.max_length]``.
 
     Example (after ``model.fit`` in a notebook)::
 
@@ -98,9 +105,11 @@ class TrainedModel:
 
     @property
     def shared_vocabulary(self) -> bool:
-        """Whether an id means the same piece on both sides. A Marian model has
-        one vocabulary but a SentencePiece model per language: its vocabulary is
-        shared, its tokenizer model is not (``shared_tokenizer_model``)."""
+        """Whether an id means the same piece on both sides.
+
+        A Marian model has one vocabulary but a SentencePiece model per language:
+        its vocabulary is shared, its tokenizer model is not (``shared_tokenizer_model``).
+        """
         src_vocabulary = getattr(self.src_tokenizer, "vocabulary", None)
         tgt_vocabulary = getattr(self.tgt_tokenizer, "vocabulary", None)
         if src_vocabulary is not None or tgt_vocabulary is not None:
@@ -115,10 +124,14 @@ class TrainedModel:
 
 @dataclasses.dataclass(frozen=True)
 class Workdir:
-    """The layout of a training run's directory.
+    """The layout of a training run's directory, and loading what the run wrote.
 
     ``Workdir(path)`` does not touch the disk; ``load`` checks that the run
-    finished and raises ``WorkdirError`` naming what is missing.
+    finished and raises ``WorkdirError`` naming what is missing. The layout
+    is in the module's docstring.
+
+    Args:
+        path: the run's folder (``--workdir`` of ``python -m training.train``).
 
     Example:
         >>> run = Workdir("runs/demo")
@@ -134,48 +147,67 @@ class Workdir:
     # The files and folders of a run.
     @property
     def config_path(self) -> Path:
+        """The resolved training config, ``W/config.yaml``."""
         return self.path / "config.yaml"
 
     @property
     def model_path(self) -> Path:
+        """The final (averaged) model, ``W/model.keras``."""
         return self.path / "model.keras"
 
     @property
     def model_config_path(self) -> Path:
+        """The model's ``TransformerConfig`` as JSON, ``W/model_config.json``."""
         return self.path / "model_config.json"
 
     @property
     def tokenizer_dir(self) -> Path:
+        """The folder of the tokenizer models, ``W/tokenizer/``."""
         return self.path / "tokenizer"
 
     @property
     def metrics_path(self) -> Path:
+        """The run's history and scores, ``W/metrics.json``."""
         return self.path / "metrics.json"
 
     @property
     def backup_dir(self) -> Path:
+        """The resumable state while training runs, ``W/backup/``."""
         return self.path / "backup"
 
     @property
     def checkpoints_dir(self) -> Path:
+        """The last epochs' weights, for averaging, ``W/checkpoints/``."""
         return self.path / "checkpoints"
 
     @property
     def logs_dir(self) -> Path:
+        """The TensorBoard summaries, ``W/logs/``."""
         return self.path / "logs"
 
     @property
     def prepared_dir(self) -> Path:
-        """The prepared training split (``keras_transformer.data.prepare_shards``)."""
+        """The prepared training split (``prepare_shards``), ``W/prepared/``."""
         return self.path / "prepared"
 
     def worker(self, task_id: int) -> "Workdir":
-        """Where a non-chief worker of a multi-worker run writes (its outputs are not the run's)."""
+        """Gives the folder a non-chief worker of a multi-worker run writes to (its outputs are not the run's).
+
+        Args:
+            task_id: the worker's task index.
+
+        Returns:
+            The worker's ``Workdir``, ``W/worker_{task_id}``.
+        """
         return Workdir(self.path / f"worker_{task_id}")
 
     # The resolved config.
     def save_config(self, config: dict[str, Any]) -> None:
-        """Write the resolved training config atomically (and keep it as ``config``)."""
+        """Writes the resolved training config atomically, and keeps it as ``config``.
+
+        Args:
+            config: the config, a YAML-serializable mapping.
+        """
         write_text_atomically(
             self.config_path, yaml.safe_dump(copy.deepcopy(config), sort_keys=False)
         )
@@ -183,8 +215,11 @@ class Workdir:
 
     @functools.cached_property
     def config(self) -> dict[str, Any]:
-        """The run's ``config.yaml``, read once (the training program writes it
-        when a run starts and does not change it)."""
+        """The run's ``config.yaml``, read once (a run writes it when it starts and does not change it).
+
+        Raises:
+            WorkdirError: the file is missing or holds no mapping.
+        """
         if not self.config_path.is_file():
             raise WorkdirError(
                 f"{self.path} is not a training workdir: {self.config_path} not found "
@@ -202,16 +237,21 @@ class Workdir:
 
     @property
     def shared_vocabulary(self) -> bool:
-        """Whether both sides number their pieces alike: a Marian tokenizer unless it
-        has a ``target_vocab.json``, else the config's ``tokenizer.shared``."""
+        """Whether both sides number their pieces alike.
+
+        A Marian tokenizer shares its vocabulary unless it has a
+        ``target_vocab.json``; otherwise the config's ``tokenizer.shared`` says.
+        """
         if self.is_marian:
             return not (self.tokenizer_dir / MARIAN_TARGET_VOCAB).is_file()
         return bool(self.config.get("tokenizer", {}).get("shared", True))
 
     @property
     def tokenizer_paths(self) -> tuple[Path, Path]:
-        """The (source, target) SentencePiece models; the same path twice when shared
-        (a Marian tokenizer has two: ``source.spm``, ``target.spm``)."""
+        """The (source, target) SentencePiece models; the same path twice when shared.
+
+        A Marian tokenizer has two: ``source.spm`` and ``target.spm``.
+        """
         if self.is_marian:
             return self.tokenizer_dir / MARIAN_SOURCE_SPM, self.tokenizer_dir / MARIAN_TARGET_SPM
         return tokenizer_paths(self.tokenizer_dir, self.shared_vocabulary)
@@ -241,8 +281,19 @@ class Workdir:
 
     # Loading.
     def transformer_config(self) -> TransformerConfig:
-        """The model's architecture from ``model_config.json``: its sizes and ids,
-        without TensorFlow building or loading the model."""
+        """Reads the model's architecture from ``model_config.json``, without building or loading the model.
+
+        Returns:
+            The ``TransformerConfig``: its sizes and ids.
+
+        Raises:
+            WorkdirError: the file is missing or does not hold a valid config.
+
+        Example:
+
+        >>> Workdir("runs/demo").transformer_config().src_vocab_size > 4
+        True
+        """
         if not self.model_config_path.is_file():
             raise WorkdirError(
                 f"{self.model_config_path} not found: the run has not built its model yet "
@@ -263,8 +314,16 @@ class Workdir:
         tuple[SubwordTokenizer, SubwordTokenizer]
         | tuple[MarianSubwordTokenizer, MarianSubwordTokenizer]
     ):
-        """The (source, target) tokenizers: the Marian pair when ``W/tokenizer/``
-        holds ``vocab.json`` (``load_marian_tokenizers``), else ``SubwordTokenizer``s."""
+        """Loads the (source, target) tokenizers of the run.
+
+        Returns:
+            The Marian pair when ``W/tokenizer/`` holds ``vocab.json``
+            (``load_marian_tokenizers``), else ``SubwordTokenizer`` objects (the
+            same object twice for a shared model).
+
+        Raises:
+            WorkdirError: a tokenizer file is missing or malformed.
+        """
         if self.is_marian:
             try:
                 return load_marian_tokenizers(self.tokenizer_dir)
@@ -278,12 +337,22 @@ class Workdir:
         return src, src if tgt_path == src_path else SubwordTokenizer.from_file(tgt_path)
 
     def load_model(self, precision: str | None = "fp32"):
-        """The trained ``Transformer`` computing in ``precision``.
+        """Loads the trained ``Transformer``, computing in ``precision``.
 
-        ``fp32`` is the default whatever the training precision: a model
-        trained under ``mixed_bfloat16`` keeps float32 weights, and every
-        runtime runs float32 (TFLite builtins, CPUs without bf16 units).
-        ``None`` keeps the training precision.
+        ``fp32`` is the default whatever the training precision: a model trained
+        under ``mixed_bfloat16`` keeps float32 weights, and every runtime runs
+        float32 (TFLite builtins, CPUs without bf16 units).
+
+        Args:
+            precision: ``"fp32"``, ``"bf16"`` or ``"fp16"``; ``None`` keeps the
+                training precision.
+
+        Returns:
+            The model.
+
+        Raises:
+            ValueError: ``precision`` is unknown.
+            WorkdirError: the run has no final model.
         """
         if precision is not None and precision not in PRECISIONS:
             raise ValueError(f"precision {precision!r}: use one of {sorted(PRECISIONS)}.")
@@ -296,7 +365,17 @@ class Workdir:
         return model if precision is None else with_precision(model, precision)
 
     def load(self, precision: str | None = "fp32") -> TrainedModel:
-        """The trained model with its tokenizers and length limits."""
+        """Loads the trained model with its tokenizers and length limits.
+
+        Args:
+            precision: as in ``load_model``.
+
+        Returns:
+            The ``TrainedModel``.
+
+        Raises:
+            WorkdirError: the run has no config, tokenizers or final model.
+        """
         self.check()
         model = self.load_model(precision)
         src, tgt = self.load_tokenizers()
@@ -304,7 +383,14 @@ class Workdir:
         return TrainedModel(model, src, tgt, max_src_length=max_src, max_tgt_length=max_tgt)
 
     def check(self) -> "Workdir":
-        """Raise ``WorkdirError`` unless the run has a config, tokenizers and a final model."""
+        """Checks that the run has a config, tokenizers and a final model.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            WorkdirError: something is missing; the message names it.
+        """
         if not self.path.is_dir():
             raise WorkdirError(f"workdir {self.path} does not exist.")
         _ = self.config
@@ -315,7 +401,18 @@ class Workdir:
 
 
 def as_trained_model(source, precision: str | None = "fp32") -> TrainedModel:
-    """A ``TrainedModel`` from itself, a ``Workdir`` or a workdir path."""
+    """Gives a ``TrainedModel`` from itself, a ``Workdir`` or a workdir path.
+
+    Args:
+        source: a ``TrainedModel``, a ``Workdir`` or the path of one.
+        precision: the precision to compute in (``None``: as it is).
+
+    Returns:
+        The ``TrainedModel``.
+
+    Raises:
+        TypeError: ``source`` is none of those.
+    """
     if isinstance(source, TrainedModel):
         return (
             source

@@ -21,12 +21,6 @@ from keras_transformer.data import (
     make_dataset,
     normalize_whitespace,
     normalize_whitespace_tf,
-    pairs_from_list,
-    read_text_file_pairs,
-    read_tsv_pairs,
-    text_file_pairs,
-    tfds_pairs,
-    tsv_pairs,
 )
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
 
@@ -75,7 +69,9 @@ def as_text(tensor) -> list[str]:
 
 
 def test_element_spec_and_id_layout(tokenizers, lengths):
-    dataset = make_dataset(pairs_from_list(PAIRS), *tokenizers, batch_tokens=512, seed=0, **WIDE)
+    dataset = make_dataset(
+        PairSource.from_pairs(PAIRS).dataset(), *tokenizers, batch_tokens=512, seed=0, **WIDE
+    )
     spec = dataset.element_spec
     assert all(
         s.dtype == tf.int32 and s.shape.as_list() == [None, None] for s in tf.nest.flatten(spec)
@@ -113,7 +109,7 @@ def test_detokenized_sources_are_normalised_text(tokenizers, tmp_path):
     ]
     (tmp_path / "a.src").write_text("".join(s + "\n" for s, _ in messy), encoding="utf-8")
     (tmp_path / "a.tgt").write_text("".join(t + "\n" for _, t in messy), encoding="utf-8")
-    pairs = text_file_pairs(tmp_path / "a.src", tmp_path / "a.tgt")
+    pairs = PairSource.from_text_files(tmp_path / "a.src", tmp_path / "a.tgt").dataset()
     # One bucket, no shuffling: input order is kept.
     dataset = make_dataset(
         pairs, *tokenizers, batch_size=16, bucket_boundaries=(), training=False, **WIDE
@@ -140,7 +136,7 @@ def test_length_filter_drop(tokenizers, lengths):
     keep = (src_lengths + 1 <= max_src) & (tgt_lengths <= max_tgt)
     assert 0 < keep.sum() < len(PAIRS)  # the limit bites
     dataset = make_dataset(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         batch_size=32,
         max_src_length=max_src,
@@ -159,7 +155,7 @@ def test_length_filter_truncate_keeps_eos(tokenizers, lengths):
     src_lengths, tgt_lengths = lengths
     max_src, max_tgt = 12, 10
     dataset = make_dataset(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         batch_size=32,
         max_src_length=max_src,
@@ -184,7 +180,7 @@ def test_length_filter_truncate_keeps_eos(tokenizers, lengths):
 def test_buckets_bound_lengths_and_tokens(tokenizers):
     bounds, batch_tokens = (8, 16, 24, 48), 160
     dataset = make_dataset(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         batch_tokens=batch_tokens,
         bucket_boundaries=bounds[:-1],
@@ -214,7 +210,7 @@ def test_same_seed_same_order_different_seed_different(tokenizers):
     def order(seed):
         return rows(
             make_dataset(
-                pairs_from_list(PAIRS),
+                PairSource.from_pairs(PAIRS).dataset(),
                 *tokenizers,
                 batch_tokens=256,
                 shuffle_buffer=64,
@@ -232,7 +228,7 @@ def test_same_seed_same_order_different_seed_different(tokenizers):
 def test_cache_to_file(tokenizers, tmp_path):
     def build():
         return make_dataset(
-            pairs_from_list(PAIRS[:50]),
+            PairSource.from_pairs(PAIRS[:50]).dataset(),
             *tokenizers,
             batch_size=8,
             training=False,
@@ -247,7 +243,7 @@ def test_cache_to_file(tokenizers, tmp_path):
 
 def test_repeat_reshuffles_each_epoch(tokenizers):
     dataset = make_dataset(
-        pairs_from_list(PAIRS[:48]),
+        PairSource.from_pairs(PAIRS[:48]).dataset(),
         *tokenizers,
         batch_size=8,
         bucket_boundaries=(),
@@ -268,7 +264,7 @@ def test_repeat_reshuffles_each_epoch(tokenizers):
 
 def test_static_shapes(tokenizers):
     dataset = make_dataset(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         batch_size=32,
         max_src_length=40,
@@ -287,7 +283,7 @@ def test_static_shapes(tokenizers):
     assert counts.batches == len(static_batches) >= 5 and counts.sentences == 32 * counts.batches
     assert counts.src_padded == counts.batches * 32 * 40 > counts.src_tokens
     by_tokens = make_dataset(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         batch_tokens=1000,
         max_src_length=40,
@@ -321,14 +317,12 @@ def test_static_shapes(tokenizers):
 def test_make_dataset_argument_errors(tokenizers, overrides, message):
     arguments = {"batch_size": 8, **WIDE, **overrides}
     with pytest.raises(ValueError, match=message):
-        make_dataset(pairs_from_list(PAIRS[:4]), *tokenizers, **arguments)
+        make_dataset(PairSource.from_pairs(PAIRS[:4]).dataset(), *tokenizers, **arguments)
 
 
 def test_make_dataset_rejects_non_pair_datasets(tokenizers):
     ids = tf.data.Dataset.from_tensor_slices(tf.constant([[1, 2]]))
-    with pytest.raises(
-        ValueError, match="text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list"
-    ):
+    with pytest.raises(ValueError, match=r"PairSource\(\.\.\.\)\.dataset\(\)"):
         make_dataset(ids, *tokenizers, batch_size=8, **WIDE)
 
 
@@ -343,7 +337,7 @@ def test_mismatched_line_counts_name_both_files(tmp_path):
     write_lines(tmp_path / "train.src", [b"one", b"two", b"three"])
     write_lines(tmp_path / "train.tgt", [b"uno", b"dos"])
     with pytest.raises(ValueError, match=r"train\.src'? has 3 lines but .*train\.tgt'? has 2"):
-        text_file_pairs(tmp_path / "train.src", tmp_path / "train.tgt")
+        PairSource.from_text_files(tmp_path / "train.src", tmp_path / "train.tgt").dataset()
 
 
 def test_empty_and_invalid_utf8_lines_are_skipped_and_counted(tmp_path, caplog):
@@ -361,7 +355,7 @@ def test_empty_and_invalid_utf8_lines_are_skipped_and_counted(tmp_path, caplog):
     write_lines(tmp_path / "x.src", src)
     write_lines(tmp_path / "x.tgt", tgt)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        corpus = read_text_file_pairs(tmp_path / "x.src", tmp_path / "x.tgt")
+        corpus = PairSource.from_text_files(tmp_path / "x.src", tmp_path / "x.tgt").read()
     stats = corpus.stats
     assert (stats.lines, stats.pairs, stats.empty, stats.invalid_utf8) == (7, 3, 2, 2)
     assert stats.empty_lines == (2, 5) and stats.invalid_utf8_lines == (4, 7) and stats.skipped == 4
@@ -372,7 +366,7 @@ def test_empty_and_invalid_utf8_lines_are_skipped_and_counted(tmp_path, caplog):
     assert "x.src" in record.getMessage() and "x.tgt" in record.getMessage()
     assert "2 empty (lines 2, 5)" in record.getMessage()
     assert "2 not valid UTF-8 (lines 4, 7)" in record.getMessage()
-    dataset = text_file_pairs(tmp_path / "x.src", tmp_path / "x.tgt")
+    dataset = PairSource.from_text_files(tmp_path / "x.src", tmp_path / "x.tgt").dataset()
     pairs = [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()]
     assert pairs == list(zip(corpus.sources, corpus.targets))
 
@@ -389,7 +383,7 @@ def test_tsv_rows(tmp_path, caplog):
     ]
     write_lines(tmp_path / "c.tsv", lines)
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        corpus = read_tsv_pairs(tmp_path / "c.tsv", src_column=2, tgt_column=1)
+        corpus = PairSource.from_tsv(tmp_path / "c.tsv", src_column=2, tgt_column=1).read()
     assert corpus.sources == ("tgt", "salve munde", "vale")  # a header row is just a pair
     assert corpus.targets == ("src", "hello world", "good bye")
     stats = corpus.stats
@@ -406,23 +400,25 @@ def test_tsv_rows(tmp_path, caplog):
         and stats.invalid_utf8_lines == (6,)
     )
     assert "1 with too few columns (line 3)" in caplog.text and "c.tsv" in caplog.text
-    assert len(list(tsv_pairs(tmp_path / "c.tsv"))) == 4  # columns 0/1: only "3\t\t" is empty
+    assert (
+        len(list(PairSource.from_tsv(tmp_path / "c.tsv").dataset())) == 4
+    )  # columns 0/1: only "3\t\t" is empty
     with pytest.raises(ValueError, match="different columns"):
-        read_tsv_pairs(tmp_path / "c.tsv", 1, 1)
+        PairSource.from_tsv(tmp_path / "c.tsv", 1, 1).read()
     with pytest.raises(ValueError, match="does not exist"):
-        read_tsv_pairs(tmp_path / "missing.tsv")
+        PairSource.from_tsv(tmp_path / "missing.tsv").read()
 
 
-def test_pairs_from_list_checks_and_normalises(caplog):
+def test_from_pairs_checks_and_normalises(caplog):
     with caplog.at_level(logging.WARNING, logger="keras_transformer.data"):
-        dataset = pairs_from_list([(" a\u00a0 b ", "c  d"), ("", "x"), ("e", "f")])
+        dataset = PairSource.from_pairs([(" a\u00a0 b ", "c  d"), ("", "x"), ("e", "f")]).dataset()
     assert [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()] == [
         ("a b", "c d"),
         ("e", "f"),
     ]
     assert "1 empty (line 2)" in caplog.text
     with pytest.raises(ValueError, match="Item 1"):
-        pairs_from_list([("a", "b"), ("only one",)])
+        PairSource.from_pairs([("a", "b"), ("only one",)]).dataset()
 
 
 BOM = b"\xef\xbb\xbf"
@@ -478,7 +474,7 @@ def test_stream_keeps_exactly_the_pairs_the_in_memory_reader_keeps(tmp_path, com
     write_corpus(tmp_path / f"m.src{suffix}", src, compress=compress)
     write_corpus(tmp_path / f"m.tgt{suffix}", tgt, newline_at_end=False, compress=compress)
     paths = tmp_path / f"m.src{suffix}", tmp_path / f"m.tgt{suffix}"
-    corpus = read_text_file_pairs(*paths)
+    corpus = PairSource.from_text_files(*paths).read()
     expected = [
         ("the cat sleeps", "cata dormit"),
         ("a dog runs", "hunda kurit"),
@@ -519,7 +515,7 @@ def test_streamed_tsv_rows_equal_the_in_memory_reader(tmp_path):
     ]
     write_corpus(tmp_path / "c.tsv", lines, newline_at_end=False)
     for columns in ((0, 1), (2, 1), (1, 2)):
-        corpus = read_tsv_pairs(tmp_path / "c.tsv", *columns)
+        corpus = PairSource.from_tsv(tmp_path / "c.tsv", *columns).read()
         source = PairSource.from_tsv(tmp_path / "c.tsv", *columns)
         assert streamed(source) == list(zip(corpus.sources, corpus.targets)) == list(source)
         assert source.stats == corpus.stats
@@ -534,7 +530,7 @@ def test_streamed_tsv_rows_equal_the_in_memory_reader(tmp_path):
 def test_edge_files_count_and_read_alike(tmp_path, content, lines):
     (tmp_path / "e.src").write_bytes(content)
     (tmp_path / "e.tgt").write_bytes(content.replace(b"x", b"y"))
-    corpus = read_text_file_pairs(tmp_path / "e.src", tmp_path / "e.tgt")
+    corpus = PairSource.from_text_files(tmp_path / "e.src", tmp_path / "e.tgt").read()
     source = PairSource.from_text_files(tmp_path / "e.src", tmp_path / "e.tgt")
     assert corpus.stats.lines == source.stats.lines == lines
     assert streamed(source) == list(zip(corpus.sources, corpus.targets))
@@ -632,18 +628,21 @@ def test_tfds_pairs_with_mock_data(tokenizers):
         ]
         raw = [pair for pair in raw if all(pair)]
         supervised = [
-            (s.decode(), t.decode()) for s, t in tfds_pairs(name, "train").as_numpy_iterator()
+            (s.decode(), t.decode())
+            for s, t in PairSource.from_tfds(name, "train").dataset().as_numpy_iterator()
         ]
         swapped = [
             (s.decode(), t.decode())
-            for s, t in tfds_pairs(name, "train", src_key="en", tgt_key="pt").as_numpy_iterator()
+            for s, t in PairSource.from_tfds(name, "train", src_key="en", tgt_key="pt")
+            .dataset()
+            .as_numpy_iterator()
         ]
         with pytest.raises(ValueError, match="pass both"):
-            tfds_pairs(name, "train", src_key="en")
+            PairSource.from_tfds(name, "train", src_key="en").dataset()
         with pytest.raises(ValueError, match=r"no feature\(s\) \['de'\].*\['pt', 'en'\]"):
-            tfds_pairs(name, "train", src_key="de", tgt_key="en")
+            PairSource.from_tfds(name, "train", src_key="de", tgt_key="en").dataset()
         dataset = make_dataset(
-            tfds_pairs(name, "train"),
+            PairSource.from_tfds(name, "train").dataset(),
             *tokenizers,
             batch_size=4,
             seed=0,
@@ -666,7 +665,13 @@ def test_tfds_pairs_with_mock_data(tokenizers):
 def test_one_fit_step_on_pipeline(tokenizers):
     src_tok, tgt_tok = tokenizers
     dataset = make_dataset(
-        pairs_from_list(PAIRS[:64]), src_tok, tgt_tok, batch_tokens=256, seed=0, repeat=True, **WIDE
+        PairSource.from_pairs(PAIRS[:64]).dataset(),
+        src_tok,
+        tgt_tok,
+        batch_tokens=256,
+        seed=0,
+        repeat=True,
+        **WIDE,
     )
     config = keras_transformer.TransformerConfig.from_preset(
         "tiny", src_vocab_size=src_tok.vocab_size, tgt_vocab_size=tgt_tok.vocab_size, max_length=64

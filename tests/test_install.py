@@ -111,7 +111,7 @@ def test_installed_library_trains_exports_and_translates_outside_the_checkout(
         }}
 
         # A user's own notebook: data, tokenizer, model.fit, export, both translators.
-        from keras_transformer.data import demo_splits, make_dataset, pairs_from_list
+        from keras_transformer.data import PairSource, demo_splits, make_dataset
         from keras_transformer.tokenization import train_tokenizers
         pairs = demo_splits(train=400, valid=10, test=10, seed=3)["train"]
         path, _ = train_tokenizers([s for s, _ in pairs], [t for _, t in pairs], "tokenizer", vocab_size=200,
@@ -121,7 +121,7 @@ def test_installed_library_trains_exports_and_translates_outside_the_checkout(
                                                                 d_model=32, d_ff=64, max_length=48))
         model.compile(optimizer=kt.paper_adam(d_model=32, warmup_steps=10),
                       loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), metrics=[kt.MaskedAccuracy()])
-        data = make_dataset(pairs_from_list(pairs), tokenizer, tokenizer, batch_size=32, max_src_length=32,
+        data = make_dataset(PairSource.from_pairs(pairs).dataset(), tokenizer, tokenizer, batch_size=32, max_src_length=32,
                             max_tgt_length=32, repeat=True, seed=0)
         history = model.fit(data, epochs=2, steps_per_epoch=8, verbose=0).history
         trained = kt.TrainedModel(model, tokenizer, tokenizer, max_src_length=32, max_tgt_length=32)

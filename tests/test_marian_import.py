@@ -268,14 +268,14 @@ def test_one_epoch_of_fit_lowers_the_loss(trained, checkpoint):
     import keras
 
     import keras_transformer as kt
-    from keras_transformer.data import make_dataset, pairs_from_list
+    from keras_transformer.data import PairSource, make_dataset
 
     model = trained.model
     pairs = checkpoint["train_pairs"][:256]
 
     def data():
         return make_dataset(
-            pairs_from_list(pairs),
+            PairSource.from_pairs(pairs).dataset(),
             trained.src_tokenizer,
             trained.tgt_tokenizer,
             max_src_length=64,

@@ -18,9 +18,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.data import (
+    PairSource,
     count_tokens,
     make_dataset,
-    pairs_from_list,
     prepare_shards,
     sharded_dataset,
     source_ids,
@@ -288,7 +288,7 @@ def test_make_dataset_pads_with_the_pad_id_and_starts_targets_with_it(tokenizers
     pad, eos = src.pad_id, src.eos_id
     pairs = _pairs()
     dataset = make_dataset(
-        pairs_from_list(pairs),
+        PairSource.from_pairs(pairs).dataset(),
         src,
         tgt,
         batch_size=len(pairs),
@@ -319,7 +319,7 @@ def test_make_dataset_pads_with_the_pad_id_and_starts_targets_with_it(tokenizers
 def test_static_shapes_pad_with_the_pad_id(tokenizers):
     src, tgt = tokenizers
     dataset = make_dataset(
-        pairs_from_list(_pairs()),
+        PairSource.from_pairs(_pairs()).dataset(),
         src,
         tgt,
         batch_size=2,
@@ -340,7 +340,12 @@ def test_prepared_shards_read_back_the_marian_layout(tokenizers, tmp_path):
     pairs = _pairs() * 3
     kwargs = dict(max_src_length=64, max_tgt_length=63)
     prepared = prepare_shards(
-        pairs_from_list(pairs), src, tgt, tmp_path / "prepared", examples_per_shard=4, **kwargs
+        PairSource.from_pairs(pairs).dataset(),
+        src,
+        tgt,
+        tmp_path / "prepared",
+        examples_per_shard=4,
+        **kwargs,
     )
     assert prepared.special_ids == {
         "pad_id": src.pad_id,
@@ -352,7 +357,7 @@ def test_prepared_shards_read_back_the_marian_layout(tokenizers, tmp_path):
         tmp_path / "prepared", batch_size=1, bucket_boundaries=(), shuffle_buffer=0, training=False
     )
     direct = make_dataset(
-        pairs_from_list(pairs),
+        PairSource.from_pairs(pairs).dataset(),
         src,
         tgt,
         batch_size=1,
@@ -387,7 +392,12 @@ def test_mismatched_pad_ids_are_refused(tokenizers):
     other = MarianSubwordTokenizer(tgt.model_bytes, tgt.vocabulary, eos_id=0, unk_id=1, pad_id=2)
     with pytest.raises(ValueError, match="pad"):
         make_dataset(
-            pairs_from_list(_pairs()), src, other, batch_size=2, max_src_length=8, max_tgt_length=7
+            PairSource.from_pairs(_pairs()).dataset(),
+            src,
+            other,
+            batch_size=2,
+            max_src_length=8,
+            max_tgt_length=7,
         )
 
 

@@ -17,13 +17,13 @@ import tensorflow as tf
 
 from keras_transformer.config import BOS_ID, PAD_ID
 from keras_transformer.data import (
+    PairSource,
     PreparationError,
     PreparedShards,
     StalePreparationError,
     batch_examples,
     demo_splits,
     make_dataset,
-    pairs_from_list,
     prepare_shards,
     sharded_dataset,
     tokenize_pairs,
@@ -48,7 +48,7 @@ def tokenizers(tmp_path_factory) -> tuple[SubwordTokenizer, SubwordTokenizer]:
 @pytest.fixture(scope="module")
 def prepared(tokenizers, tmp_path_factory) -> PreparedShards:
     return prepare_shards(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         tmp_path_factory.mktemp("p") / "prepared",
         **LIMITS,
@@ -70,7 +70,7 @@ def example_rows(dataset) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 
 def tokenized_rows(tokenizers) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    examples = tokenize_pairs(pairs_from_list(PAIRS), *tokenizers, **LIMITS)
+    examples = tokenize_pairs(PairSource.from_pairs(PAIRS).dataset(), *tokenizers, **LIMITS)
     return [(tuple(src.numpy()), tuple(tgt_out.numpy())) for (src, _), tgt_out in examples]
 
 
@@ -79,16 +79,18 @@ def tokenized_rows(tokenizers) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
 
 def test_make_dataset_is_tokenize_pairs_then_batch_examples(tokenizers):
     batching = dict(batch_tokens=128, shuffle_buffer=64, seed=2, **LIMITS)
-    whole = make_dataset(pairs_from_list(PAIRS), *tokenizers, **batching)
+    whole = make_dataset(PairSource.from_pairs(PAIRS).dataset(), *tokenizers, **batching)
     staged = batch_examples(
-        tokenize_pairs(pairs_from_list(PAIRS), *tokenizers, **LIMITS), **batching
+        tokenize_pairs(PairSource.from_pairs(PAIRS).dataset(), *tokenizers, **LIMITS), **batching
     )
     assert example_rows(whole) == example_rows(staged)
     assert whole.element_spec == staged.element_spec
     with pytest.raises(ValueError, match="tokenize_pairs or sharded_dataset"):
-        batch_examples(pairs_from_list(PAIRS), batch_size=8, **LIMITS)
+        batch_examples(PairSource.from_pairs(PAIRS).dataset(), batch_size=8, **LIMITS)
     with pytest.raises(ValueError, match="length_filter must be one of"):
-        tokenize_pairs(pairs_from_list(PAIRS), *tokenizers, **LIMITS, length_filter="clip")
+        tokenize_pairs(
+            PairSource.from_pairs(PAIRS).dataset(), *tokenizers, **LIMITS, length_filter="clip"
+        )
 
 
 # --------------------------------------------------------------------------- preparing
@@ -127,7 +129,7 @@ def test_same_seed_same_bytes_other_seed_other_order(prepared, tokenizers, tmp_p
         return [path.read_bytes() for path in sorted(Path(directory).glob("shard-*"))]
 
     again = prepare_shards(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         tmp_path / "again",
         **LIMITS,
@@ -140,7 +142,7 @@ def test_same_seed_same_bytes_other_seed_other_order(prepared, tokenizers, tmp_p
         prepared.directory / "manifest.json"
     ).read_text()
     other = prepare_shards(
-        pairs_from_list(PAIRS),
+        PairSource.from_pairs(PAIRS).dataset(),
         *tokenizers,
         tmp_path / "other",
         **LIMITS,
@@ -156,7 +158,9 @@ def test_more_shards_than_open_files_and_int32_ids(tokenizers, tmp_path, monkeyp
     a source of unknown length is counted first."""
     monkeypatch.setattr(shards_module, "MAX_OPEN_FILES", 2)
     monkeypatch.setattr(shards_module, "_id_dtype", lambda *args: np.dtype("<i4"))
-    unknown_length = pairs_from_list(PAIRS).filter(lambda source, target: True)  # counted first
+    unknown_length = (
+        PairSource.from_pairs(PAIRS).dataset().filter(lambda source, target: True)
+    )  # counted first
     prepared = prepare_shards(
         unknown_length, *tokenizers, tmp_path / "p", **LIMITS, examples_per_shard=60, seed=1
     )
@@ -170,7 +174,11 @@ def test_more_shards_than_open_files_and_int32_ids(tokenizers, tmp_path, monkeyp
 def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_path, monkeypatch):
     target = tmp_path / "p"
     first = prepare_shards(
-        pairs_from_list(PAIRS[:100]), *tokenizers, target, **LIMITS, examples_per_shard=60
+        PairSource.from_pairs(PAIRS[:100]).dataset(),
+        *tokenizers,
+        target,
+        **LIMITS,
+        examples_per_shard=60,
     )
     before = {path.name: path.read_bytes() for path in target.iterdir()}
 
@@ -180,7 +188,13 @@ def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_
 
     monkeypatch.setattr(shards_module, "_write_records", dies)
     with pytest.raises(KeyboardInterrupt):
-        prepare_shards(pairs_from_list(PAIRS), *tokenizers, target, **LIMITS, examples_per_shard=60)
+        prepare_shards(
+            PairSource.from_pairs(PAIRS).dataset(),
+            *tokenizers,
+            target,
+            **LIMITS,
+            examples_per_shard=60,
+        )
     assert {path.name: path.read_bytes() for path in target.iterdir()} == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["p"]  # no staging folder left
     assert PreparedShards.load(target) == first
@@ -189,14 +203,22 @@ def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_
     elsewhere.mkdir()
     (elsewhere / "notes.txt").write_text("keep me")
     with pytest.raises(FileExistsError, match="holds no prepared corpus"):
-        prepare_shards(pairs_from_list(PAIRS), *tokenizers, elsewhere, **LIMITS)
+        prepare_shards(PairSource.from_pairs(PAIRS).dataset(), *tokenizers, elsewhere, **LIMITS)
     with pytest.raises(ValueError, match="examples_per_shard must be an integer >= 1"):
         prepare_shards(
-            pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", **LIMITS, examples_per_shard=0
+            PairSource.from_pairs(PAIRS).dataset(),
+            *tokenizers,
+            tmp_path / "q",
+            **LIMITS,
+            examples_per_shard=0,
         )
     with pytest.raises(ValueError, match="nothing to prepare"):
         prepare_shards(
-            pairs_from_list(PAIRS), *tokenizers, tmp_path / "q", max_src_length=2, max_tgt_length=1
+            PairSource.from_pairs(PAIRS).dataset(),
+            *tokenizers,
+            tmp_path / "q",
+            max_src_length=2,
+            max_tgt_length=1,
         )
     assert not (tmp_path / "q").exists()
 

@@ -13,11 +13,11 @@ from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from keras_transformer.data import PairSource, generate_pairs
 from keras_transformer.tokenization import (
     SubwordTokenizer,
-    _sample_batches,
     sample_sentences,
     train_sentencepiece,
     train_tokenizers,
 )
+from keras_transformer.tokenization.sentencepiece_trainer import _sample_batches
 
 PAIRS = generate_pairs(200, seed=0)
 SOURCES = [source for source, _ in PAIRS]

@@ -927,9 +927,9 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
     """A text corpus goes from files to batches without a list of its pairs: tokenizers from
     the stream (the same model as from the in-memory pairs), batches from dataset()."""
     from keras_transformer.data import (
+        PairSource,
         demo_splits,
         make_dataset,
-        read_text_file_pairs,
         write_parallel_files,
     )
     from keras_transformer.tokenization import train_sentencepiece
@@ -950,7 +950,9 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
     )
     corpus = load_corpus(config["data"])
     src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path / "run")
-    text = read_text_file_pairs(tmp_path / "data" / "train.src", tmp_path / "data" / "train.tgt")
+    text = PairSource.from_text_files(
+        tmp_path / "data" / "train.src", tmp_path / "data" / "train.tgt"
+    ).read()
     unlimited = train_sentencepiece(
         text.sources + text.targets, tmp_path / "old" / "spm", vocab_size=200
     )

@@ -86,13 +86,13 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def evaluate() -> int:
-        from keras_transformer.data import read_text_file_pairs
+        from keras_transformer.data import PairSource
         from keras_transformer.files import write_text_atomically
         from keras_transformer.hardware import cpu_record
         from keras_transformer.translate import Translator
         from training.scoring import score_translations
 
-        text = read_text_file_pairs(args.src, args.ref)
+        text = PairSource.from_text_files(args.src, args.ref).read()
         if args.saved_model:
             translator = Translator.from_saved_model(args.saved_model, beam_size=args.beam)
             out = args.out or translator.path.parent / "eval.json"

@@ -40,7 +40,6 @@ from keras_transformer.data import (
     StalePreparationError,
     count_tokens,
     make_dataset,
-    pairs_from_list,
     prepare_shards,
     sharded_dataset,
     sharded_dataset_fn,
@@ -368,7 +367,7 @@ def datasets(
     valid = None
     if corpus["valid"]:
         valid = make_dataset(
-            pairs_from_list(corpus["valid"]),
+            PairSource.from_pairs(corpus["valid"]).dataset(),
             src_tok,
             tgt_tok,
             **common,

@@ -59,14 +59,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def tune() -> int:
-        from keras_transformer.data import read_text_file_pairs
+        from keras_transformer.data import PairSource
         from keras_transformer.files import write_text_atomically
         from keras_transformer.hardware import cpu_record
         from keras_transformer.translate import Translator
         from keras_transformer.workdir import Workdir
         from training.scoring import score_translations
 
-        text = read_text_file_pairs(args.src, args.ref)
+        text = PairSource.from_text_files(args.src, args.ref).read()
         trained = Workdir(args.workdir).load(args.precision)
         grid = [
             (beam, alpha) for beam in args.beams for alpha in ([0.0] if beam == 1 else args.alphas)

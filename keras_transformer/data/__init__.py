@@ -1,4 +1,10 @@
-"""Data for training and the offline demo."""
+"""Data for training and the offline demo.
+
+Read parallel text with ``PairSource`` (files, TSV, TFDS or a list), turn it
+into padded id batches with ``make_dataset`` (or, for a corpus tokenized once,
+``prepare_shards`` and ``sharded_dataset``), and generate the demo language
+pair with ``generate_pairs`` / ``demo_splits``.
+"""
 
 from keras_transformer.data.batching import bucket_batch_sizes, default_bucket_bounds
 from keras_transformer.data.normalize import normalize_whitespace, normalize_whitespace_tf
@@ -25,12 +31,6 @@ from keras_transformer.data.sources import (
     ParallelText,
     ReadStats,
     Sentences,
-    pairs_from_list,
-    read_text_file_pairs,
-    read_tsv_pairs,
-    text_file_pairs,
-    tfds_pairs,
-    tsv_pairs,
 )
 from keras_transformer.data.synthetic import (
     Clause,
@@ -67,19 +67,13 @@ __all__ = [
     "normalize_whitespace",
     "normalize_whitespace_tf",
     "pad_id_of",
-    "pairs_from_list",
     "preparation_fingerprint",
     "prepare_shards",
-    "read_text_file_pairs",
-    "read_tsv_pairs",
     "sample_sentence",
     "sharded_dataset",
     "sharded_dataset_fn",
     "source_ids",
     "target_ids",
-    "text_file_pairs",
-    "tfds_pairs",
     "tokenize_pairs",
-    "tsv_pairs",
     "write_parallel_files",
 ]

@@ -16,11 +16,32 @@ from typing import Sequence
 def default_bucket_bounds(
     max_length: int, min_bound: int = 8, growth: float = 1.1, multiple: int = 8
 ) -> tuple[int, ...]:
-    """Bounds from ``min_bound`` to ``max_length`` growing by ``growth`` (at least
-    ``multiple`` per step, rounded up to multiples of ``multiple`` for
-    accelerator-friendly shapes), as in tensor2tensor; the last is ``max_length``.
-    A bound within ``multiple / 2`` of ``max_length`` is left out so the last
-    bucket is not a sliver (e.g. 257 gives ..., 240, 257, not ..., 256, 257)."""
+    """Computes length-bucket bounds from ``min_bound`` up to ``max_length``, as tensor2tensor does.
+
+    Bounds grow by ``growth`` (at least ``multiple`` per step, rounded up to
+    multiples of ``multiple`` for accelerator-friendly shapes); the last is
+    ``max_length``. A bound within ``multiple / 2`` of ``max_length`` is left
+    out so the last bucket is not a sliver.
+
+    Args:
+        max_length: the longest sequence, the last bound.
+        min_bound: the first bound.
+        growth: the factor between neighbouring bounds.
+        multiple: bounds are multiples of this (except the last).
+
+    Returns:
+        The inclusive upper bounds, increasing.
+
+    Raises:
+        ValueError: ``max_length`` is below 1.
+
+    Example:
+
+    >>> default_bucket_bounds(64)
+    (8, 16, 24, 32, 40, 48, 56, 64)
+    >>> default_bucket_bounds(257)[-3:]
+    (216, 240, 257)
+    """
     if max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length}.")
     bounds = []
@@ -54,6 +75,18 @@ def resolve_bucket_bounds(
 
 
 def bucket_batch_sizes(bounds: Sequence[int], batch_tokens: int) -> tuple[int, ...]:
-    """Sentences per batch for each bucket: ``max(1, batch_tokens // bound)``, so a padded
-    batch never holds more than ``batch_tokens`` ids per side."""
+    """Computes each bucket's batch size so that a padded batch holds at most ``batch_tokens`` ids.
+
+    Args:
+        bounds: the buckets' inclusive upper lengths.
+        batch_tokens: the most ids per side in one padded batch.
+
+    Returns:
+        Sentences per batch for each bucket, ``max(1, batch_tokens // bound)``.
+
+    Example:
+
+    >>> bucket_batch_sizes((8, 16, 64), batch_tokens=256)
+    (32, 16, 4)
+    """
     return tuple(max(1, batch_tokens // bound) for bound in bounds)

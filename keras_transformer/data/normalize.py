@@ -19,11 +19,35 @@ _WHITESPACE_RUN = r"[\s\v\x{1c}-\x{1f}\x{85}\p{Z}]+"
 
 
 def normalize_whitespace(text: str) -> str:
-    """Strip ``text`` and collapse each whitespace run (NBSP included) to one space."""
+    r"""Strips ``text`` and collapses each whitespace run (NBSP included) to one space.
+
+    Args:
+        text: the text.
+
+    Returns:
+        The normalised text.
+
+    Example:
+
+    >>> normalize_whitespace("  a\u00a0 b\tc ")
+    'a b c'
+    """
     return " ".join(text.split())
 
 
 def normalize_whitespace_tf(texts: tf.Tensor) -> tf.Tensor:
-    """``normalize_whitespace`` as TensorFlow ops, for lazily read sources (TFDS)."""
+    r"""Applies ``normalize_whitespace`` as TensorFlow ops, for text read in the graph.
+
+    Args:
+        texts: a string tensor of any shape.
+
+    Returns:
+        The normalised strings, of the same shape.
+
+    Example:
+
+    >>> normalize_whitespace_tf(tf.constant(["  a\u00a0 b\tc "])).numpy()
+    array([b'a b c'], dtype=object)
+    """
     collapsed = tf.strings.regex_replace(texts, _WHITESPACE_RUN, " ")
     return tf.strings.strip(collapsed)

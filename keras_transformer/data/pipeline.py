@@ -56,7 +56,7 @@ def _check_pairs(pairs: tf.data.Dataset) -> None:
     if not (isinstance(spec, tuple) and len(spec) == 2 and all(_is_scalar_string(s) for s in spec)):
         raise ValueError(
             f"make_dataset and tokenize_pairs need a tf.data.Dataset of (source, target) scalar strings, got "
-            f"element_spec {spec}; build it with text_file_pairs, tsv_pairs, tfds_pairs or pairs_from_list."
+            f"element_spec {spec}; build it with PairSource(...).dataset()."
         )
 
 
@@ -232,8 +232,20 @@ class _BatchPlan:
 
 
 def pad_id_of(src_tokenizer, tgt_tokenizer) -> int:
-    """The pad id that batches of this tokenizer pair are padded with: both
-    tokenizers' ``pad_id``, which must agree (the model masks one pad id)."""
+    """Gives the pad id that batches of a tokenizer pair are padded with.
+
+    Both tokenizers' ``pad_id`` must agree: the model masks one pad id.
+
+    Args:
+        src_tokenizer: the source-side tokenizer.
+        tgt_tokenizer: the target-side tokenizer.
+
+    Returns:
+        The shared ``pad_id``.
+
+    Raises:
+        ValueError: the two tokenizers pad with different ids.
+    """
     if src_tokenizer.pad_id != tgt_tokenizer.pad_id:
         raise ValueError(
             f"The source tokenizer pads with id {src_tokenizer.pad_id}, the target one with "
@@ -297,19 +309,26 @@ def tokenize_pairs(
     max_tgt_length: int,
     length_filter: str = "drop",
 ) -> tf.data.Dataset:
-    """Steps 1-2 of ``make_dataset``: string pairs to unbatched id examples.
+    """Tokenizes string pairs into unbatched id examples (steps 1-2 of ``make_dataset``).
 
     Elements are ``((src_ids, tgt_in_ids), tgt_out_ids)``, int32 vectors laid
     out as ``keras_transformer.data.sequences`` describes, in the order of
     ``pairs``; pairs over the length limits are dropped or truncated.
 
     Args:
-        pairs: ``(source, target)`` scalar-string dataset (see ``sources``).
-        src_tokenizer, tgt_tokenizer: ``SubwordTokenizer``s (the same one for a
-            shared vocabulary).
+        pairs: a dataset of ``(source, target)`` scalar strings (``PairSource.dataset()``).
+        src_tokenizer: the source-side ``SubwordTokenizer``.
+        tgt_tokenizer: the target-side one (the same one for a shared vocabulary).
         max_src_length: longest ``src_ids`` row, EOS included.
         max_tgt_length: most target tokens, BOS/EOS excluded.
         length_filter: ``"drop"`` longer pairs or ``"truncate"`` them (EOS kept).
+
+    Returns:
+        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` examples.
+
+    Raises:
+        ValueError: ``pairs`` is not a dataset of string pairs, or a length
+            argument is out of range.
     """
     _check_pairs(pairs)
     _check_lengths(max_src_length, max_tgt_length)
@@ -343,13 +362,45 @@ def batch_examples(
     training: bool = True,
     pad_id: int = PAD_ID,
 ) -> tf.data.Dataset:
-    """Steps 3-6 of ``make_dataset``: id examples to padded batches.
+    """Batches id examples into padded batches (steps 3-6 of ``make_dataset``).
 
     ``examples`` yields ``((src_ids, tgt_in_ids), tgt_out_ids)`` int32 vectors
     within the length limits (``tokenize_pairs``, or records read back by
-    ``sharded_dataset``). The arguments are ``make_dataset``'s; the length
-    limits set the padded shapes and the longest bucket, they filter nothing;
-    ``pad_id`` is the tokenizers' pad id (``pad_id_of``).
+    ``sharded_dataset``). The length limits set the padded shapes and the
+    longest bucket; they filter nothing.
+
+    Args:
+        examples: a dataset of ``((src_ids, tgt_in_ids), tgt_out_ids)`` vectors.
+        batch_tokens: ids per batch and side, padding included: each length
+            bucket gets ``max(1, batch_tokens // bucket_bound)`` sentences.
+        batch_size: sentences per batch instead. Give exactly one of the two.
+        max_src_length: longest ``src_ids`` row, EOS included.
+        max_tgt_length: most target tokens, BOS/EOS excluded; decoder rows are
+            at most ``max_tgt_length + 1`` long. The model's ``max_length``
+            must cover ``max(max_src_length, max_tgt_length + 1)``.
+        bucket_boundaries: inclusive upper lengths of the buckets (length of a
+            pair = its longer side); ``None`` picks ~1.1x-spaced bounds
+            (``default_bucket_bounds``), ``()`` puts everything in one bucket.
+        shuffle_buffer: examples in the shuffle buffer; 0 disables shuffling. A
+            corpus stored in length order needs a buffer as large as the corpus.
+        seed: shuffle seed; the same seed (and global TF seed) gives the same order.
+        cache: cache tokenized examples in memory (``True``), in files at
+            this path prefix (a path), or not at all (``False``).
+        repeat: repeat forever (then pass ``steps_per_epoch`` to ``fit``).
+        static_shapes: pad every batch to ``(batch_size, max_src_length)`` /
+            ``(batch_size, max_tgt_length + 1)`` and drop the last partial
+            batch, so ``element_spec`` is fully static (TPU/XLA). With
+            ``batch_tokens``, ``batch_size = batch_tokens // longest row``.
+        drop_remainder: drop partial batches; defaults to ``static_shapes``.
+        training: ``False`` turns shuffling and tf.data autotuning off (evaluation).
+        pad_id: the tokenizers' pad id (``pad_id_of``).
+
+    Returns:
+        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` int32
+        batches ``[batch, length]``.
+
+    Raises:
+        ValueError: ``examples`` has another structure, or an argument is out of range.
     """
     _check_examples(examples)
     plan = _BatchPlan.resolve(
@@ -389,13 +440,16 @@ def make_dataset(
     drop_remainder: bool | None = None,
     training: bool = True,
 ) -> tf.data.Dataset:
-    """Batches ``((src_ids, tgt_in_ids), tgt_out_ids)`` for ``Transformer.fit``:
-    ``tokenize_pairs`` then ``batch_examples``.
+    """Turns string pairs into padded id batches for ``Transformer.fit``.
+
+    It is ``tokenize_pairs`` followed by ``batch_examples``. Batches are
+    ``((src_ids, tgt_in_ids), tgt_out_ids)``, int32 ``[batch, length]``, padded
+    with the tokenizers' pad id.
 
     Args:
-        pairs: ``(source, target)`` scalar-string dataset (see ``sources``).
-        src_tokenizer, tgt_tokenizer: ``SubwordTokenizer``s (the same one for a
-            shared vocabulary).
+        pairs: a dataset of ``(source, target)`` scalar strings (``PairSource.dataset()``).
+        src_tokenizer: the source-side ``SubwordTokenizer``.
+        tgt_tokenizer: the target-side one (the same one for a shared vocabulary).
         batch_tokens: ids per batch and side, padding included: each length
             bucket gets ``max(1, batch_tokens // bucket_bound)`` sentences.
         batch_size: sentences per batch instead. Give exactly one of the two.
@@ -405,11 +459,10 @@ def make_dataset(
             must cover ``max(max_src_length, max_tgt_length + 1)``.
         length_filter: ``"drop"`` longer pairs or ``"truncate"`` them (EOS kept).
         bucket_boundaries: inclusive upper lengths of the buckets (length of a
-            pair = its longer side); ``None`` picks ~1.1x-spaced bounds, ``()``
-            puts everything in one bucket (no reordering).
+            pair = its longer side); ``None`` picks ~1.1x-spaced bounds
+            (``default_bucket_bounds``), ``()`` puts everything in one bucket.
         shuffle_buffer: examples in the shuffle buffer; 0 disables shuffling. A
-            corpus stored in length order (Tatoeba's is) needs a buffer as large as
-            the corpus, or training sees short sentences first and long ones last.
+            corpus stored in length order needs a buffer as large as the corpus.
         seed: shuffle seed; the same seed (and global TF seed) gives the same order.
         cache: cache tokenized examples in memory (``True``), in files at
             this path prefix (a path), or not at all (``False``).
@@ -420,6 +473,13 @@ def make_dataset(
             ``batch_tokens``, ``batch_size = batch_tokens // longest row``.
         drop_remainder: drop partial batches; defaults to ``static_shapes``.
         training: ``False`` turns shuffling and tf.data autotuning off (evaluation).
+
+    Returns:
+        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` batches.
+
+    Raises:
+        ValueError: ``pairs`` is not a dataset of string pairs, the tokenizers'
+            pad ids differ, or an argument is out of range.
     """
     _check_pairs(pairs)
     _check_length_filter(length_filter)
@@ -455,6 +515,14 @@ class TokenCounts:
 
     ``tgt_tokens`` counts ``tgt_out`` ids (EOS included): the positions the
     model is trained to predict, the usual numerator for tokens/s.
+
+    Args:
+        batches: the batches counted.
+        sentences: the sentences (rows) in them.
+        src_tokens: the non-pad source ids.
+        tgt_tokens: the non-pad ``tgt_out`` ids.
+        src_padded: the source ids including padding.
+        tgt_padded: the ``tgt_out`` ids including padding.
     """
 
     batches: int
@@ -466,6 +534,7 @@ class TokenCounts:
 
     @property
     def padding_fraction(self) -> float:
+        """The share of all ids, both sides together, that are padding."""
         padded = self.src_padded + self.tgt_padded
         return 1.0 - (self.src_tokens + self.tgt_tokens) / padded if padded else 0.0
 
@@ -473,8 +542,20 @@ class TokenCounts:
 def count_tokens(
     dataset: tf.data.Dataset, max_batches: int | None = None, *, pad_id: int = PAD_ID
 ) -> TokenCounts:
-    """Count sentences and ids in ``make_dataset`` batches (e.g. to report tokens/s);
-    ids equal to ``pad_id`` (the tokenizers' pad id) are padding."""
+    """Counts the sentences and ids in ``make_dataset`` batches, e.g. to report tokens/s.
+
+    Args:
+        dataset: batches ``((src_ids, tgt_in_ids), tgt_out_ids)``.
+        max_batches: count only this many batches (needed for a repeating dataset).
+        pad_id: the tokenizers' pad id; ids equal to it are padding.
+
+    Returns:
+        The ``TokenCounts``.
+
+    Raises:
+        ValueError: ``dataset`` has another structure, or repeats forever
+            without ``max_batches``.
+    """
     spec = dataset.element_spec
     if not (
         isinstance(spec, tuple)

@@ -41,7 +41,24 @@ def _ragged_batch(tokens) -> tf.RaggedTensor:
 def source_ids(
     tokens: tf.RaggedTensor, max_length: int | None = None, *, eos_id: int = EOS_ID
 ) -> tf.RaggedTensor:
-    """``tokens + [eos_id]`` per row; with ``max_length``, rows are cut to ``max_length`` ids, EOS kept."""
+    """Builds encoder input ids: each row's tokens followed by EOS.
+
+    Args:
+        tokens: token ids, a ``RaggedTensor[batch, None]`` (``tokenize`` output).
+        max_length: cut each row to at most this many ids, EOS kept (at least 2).
+        eos_id: the end-of-sentence id.
+
+    Returns:
+        ``tokens + [eos_id]`` per row, a ``RaggedTensor[batch, None]`` of int32.
+
+    Raises:
+        ValueError: ``tokens`` is not ragged ``[batch, None]``, or ``max_length`` is below 2.
+
+    Example:
+
+    >>> source_ids(tf.ragged.constant([[5, 6, 7], [8]]), max_length=3).to_list()
+    [[5, 6, 3], [8, 3]]
+    """
     tokens = _ragged_batch(tokens)
     if max_length is not None:
         if max_length < 2:
@@ -57,7 +74,26 @@ def target_ids(
     bos_id: int = BOS_ID,
     eos_id: int = EOS_ID,
 ) -> tuple[tf.RaggedTensor, tf.RaggedTensor]:
-    """``([bos_id] + tokens, tokens + [eos_id])``; with ``max_length``, at most that many target tokens are kept."""
+    """Builds decoder inputs and labels: ``BOS + tokens`` and ``tokens + EOS`` per row.
+
+    Args:
+        tokens: token ids, a ``RaggedTensor[batch, None]`` (``tokenize`` output).
+        max_length: keep at most this many target tokens per row (at least 1).
+        bos_id: the decoder's start id.
+        eos_id: the end-of-sentence id.
+
+    Returns:
+        ``(tgt_in_ids, tgt_out_ids)``, each a ``RaggedTensor[batch, None]`` of int32.
+
+    Raises:
+        ValueError: ``tokens`` is not ragged ``[batch, None]``, or ``max_length`` is below 1.
+
+    Example:
+
+    >>> tgt_in, tgt_out = target_ids(tf.ragged.constant([[5, 6]]))
+    >>> tgt_in.to_list(), tgt_out.to_list()
+    ([[2, 5, 6]], [[5, 6, 3]])
+    """
     tokens = _ragged_batch(tokens)
     if max_length is not None:
         if max_length < 1:
@@ -71,10 +107,21 @@ def target_ids(
 
 
 def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.RaggedTensor:
-    """Encoder input ids for a 1-D batch of texts, exactly as ``make_dataset`` builds them.
+    """Builds encoder input ids for a batch of texts, exactly as ``make_dataset`` builds them.
 
     Apply the same whitespace normalisation first if the texts are raw
     (``normalize_whitespace``); SentencePiece's own normalisation covers most of it.
+
+    Args:
+        tokenizer: a ``SubwordTokenizer`` or ``MarianSubwordTokenizer``.
+        texts: a 1-D batch of strings.
+        max_length: cut each row to at most this many ids, EOS kept.
+
+    Returns:
+        The ids, a ``RaggedTensor[batch, None]`` of int32 ending in the tokenizer's EOS.
+
+    Raises:
+        ValueError: ``texts`` is not a 1-D batch.
     """
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
     if texts.shape.rank != 1:

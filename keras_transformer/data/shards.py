@@ -129,11 +129,22 @@ def preparation_fingerprint(
     length_filter: str,
     source: Any = None,
 ) -> dict[str, Any]:
-    """What decides which examples a preparation holds, as a JSON-able dict.
+    """Describes what decides which examples a preparation holds, as a JSON-able dict.
 
-    ``source`` describes the corpus (e.g. a config's ``data`` section); it
-    must be JSON-serializable. The shuffle seed and shard size are not part
-    of it: they change the order and the files, not the examples.
+    The shuffle seed and shard size are not part of it: they change the order
+    and the files, not the examples.
+
+    Args:
+        src_tokenizer: the source-side tokenizer (its model is hashed).
+        tgt_tokenizer: the target-side tokenizer.
+        max_src_length: the source length limit.
+        max_tgt_length: the target length limit.
+        length_filter: ``"drop"`` or ``"truncate"``.
+        source: a JSON-serializable description of the corpus (e.g. a config's
+            ``data`` section).
+
+    Returns:
+        The fingerprint, a dict that ``json.dumps`` accepts.
     """
     try:
         source = json.loads(json.dumps(source, sort_keys=True))
@@ -154,23 +165,30 @@ def preparation_fingerprint(
 
 @dataclasses.dataclass(frozen=True)
 class PreparedShards:
-    """A prepared corpus: its ``manifest.json``, read by ``PreparedShards.load``.
+    """A prepared corpus, as its ``manifest.json`` describes it.
 
-    Attributes:
+    ``prepare_shards`` writes one and ``PreparedShards.load`` reads it back;
+    ``sharded_dataset`` batches it.
+
+    Args:
         directory: the folder of the shards.
         files: shard file names, in order.
         examples_per_file: examples in each shard.
         pairs_read: pairs the source yielded.
         dropped_too_long: pairs dropped by the length limits (``"drop"``).
-        max_src_length, max_tgt_length, length_filter: the limits applied.
+        max_src_length: the source length limit applied.
+        max_tgt_length: the target length limit applied.
+        length_filter: ``"drop"`` or ``"truncate"``.
         id_dtype: how ids are stored (``"uint16"`` or ``"int32"``).
-        seed, examples_per_shard: the layout's settings.
-        src_tokens, tgt_tokens: ids over all examples (``src_ids`` and
-            ``tgt_out_ids``, EOS included).
-        longest_src, longest_tgt: the longest ``src_ids`` / ``tgt_out_ids``.
+        seed: the shuffle's seed.
+        examples_per_shard: the examples per shard asked for.
+        src_tokens: ``src_ids`` over all examples, EOS included.
+        tgt_tokens: ``tgt_out_ids`` over all examples, EOS included.
+        longest_src: the longest ``src_ids``.
+        longest_tgt: the longest ``tgt_out_ids``.
         fingerprint: ``preparation_fingerprint`` of what made it.
-        special_ids: the ids reading adds back (``special_ids_of``: pad, the
-            source's EOS, the target's BOS and EOS).
+        special_ids: the ids reading adds back (pad, the source's EOS, the
+            target's BOS and EOS).
     """
 
     directory: Path
@@ -195,21 +213,40 @@ class PreparedShards:
 
     @property
     def examples(self) -> int:
+        """The examples over all shards."""
         return sum(self.examples_per_file)
 
     @property
     def paths(self) -> tuple[Path, ...]:
+        """The shard files' paths, in order."""
         return tuple(self.directory / name for name in self.files)
 
     @staticmethod
     def exists(directory: PathLike) -> bool:
-        """Whether ``directory`` holds a manifest (``load`` checks the rest)."""
+        """Tells whether ``directory`` holds a manifest (``load`` checks the rest).
+
+        Args:
+            directory: the folder to look in.
+
+        Returns:
+            ``True`` when ``directory/manifest.json`` exists.
+        """
         return (Path(directory) / MANIFEST).is_file()
 
     @classmethod
     def load(cls, directory: PathLike) -> "PreparedShards":
-        """Read ``directory/manifest.json``; ``PreparationError`` if it is missing,
-        of another format, or names a shard that is not there."""
+        """Reads a prepared corpus from its ``manifest.json``.
+
+        Args:
+            directory: the folder ``prepare_shards`` wrote.
+
+        Returns:
+            The ``PreparedShards``.
+
+        Raises:
+            PreparationError: the manifest is missing, of another format, or names
+                a shard that is not there.
+        """
         directory = Path(directory)
         path = directory / MANIFEST
         if not path.is_file():
@@ -254,6 +291,11 @@ class PreparedShards:
         return prepared
 
     def to_json(self) -> dict[str, Any]:
+        """Gives the manifest's content.
+
+        Returns:
+            The fields as a JSON-able dict, the shards listed with their counts.
+        """
         record = {"format": FORMAT, "examples": self.examples}
         for field in dataclasses.fields(self):
             if field.name not in ("directory", "files", "examples_per_file"):
@@ -274,8 +316,22 @@ class PreparedShards:
         length_filter: str = "drop",
         source: Any = None,
     ) -> "PreparedShards":
-        """Raise ``StalePreparationError`` naming what differs unless the shards were
-        made with these tokenizers, limits and source; returns ``self``."""
+        """Checks that the shards were made with these tokenizers, limits and source.
+
+        Args:
+            src_tokenizer: the source-side tokenizer training uses.
+            tgt_tokenizer: the target-side tokenizer training uses.
+            max_src_length: the source length limit training uses.
+            max_tgt_length: the target length limit training uses.
+            length_filter: ``"drop"`` or ``"truncate"``.
+            source: the corpus description given to ``prepare_shards``.
+
+        Returns:
+            ``self``, when everything matches.
+
+        Raises:
+            StalePreparationError: something differs; the message names it.
+        """
         wanted = preparation_fingerprint(
             src_tokenizer,
             tgt_tokenizer,
@@ -438,18 +494,21 @@ def prepare_shards(
     seed: int = 0,
     source: Any = None,
 ) -> PreparedShards:
-    """Tokenize ``pairs`` once and write them shuffled, in shards, to ``directory``.
+    """Tokenizes ``pairs`` once and writes them shuffled, in shards, to ``directory``.
 
     Args:
-        pairs: finite ``(source, target)`` scalar-string dataset (see
-            ``sources``). One of unknown length is read once more first, to
-            count it (text only, no tokenizing).
-        src_tokenizer, tgt_tokenizer: ``SubwordTokenizer``s.
+        pairs: a finite dataset of ``(source, target)`` scalar strings
+            (``PairSource.dataset()``). One of unknown length is read once more
+            first, to count it (text only, no tokenizing).
+        src_tokenizer: the source-side ``SubwordTokenizer``.
+        tgt_tokenizer: the target-side one.
         directory: the folder to write; a previous preparation there is
             replaced (atomically, once the new one is complete). A folder that
             holds something else is refused.
-        max_src_length, max_tgt_length, length_filter: as in ``make_dataset``;
-            ``sharded_dataset`` batches with the same limits.
+        max_src_length: as in ``make_dataset``; ``sharded_dataset`` batches
+            with the same limits.
+        max_tgt_length: as in ``make_dataset``.
+        length_filter: as in ``make_dataset``.
         examples_per_shard: examples per shard file, about (fewer when many
             pairs are dropped as too long). Training splits the files over
             its input pipelines, so it needs at least one file per worker.
@@ -459,6 +518,11 @@ def prepare_shards(
 
     Returns:
         The ``PreparedShards`` written.
+
+    Raises:
+        ValueError: an argument is out of range, the corpus is empty, or
+            every pair is over the length limits.
+        FileExistsError: ``directory`` holds something other than a preparation.
     """
     directory = Path(directory)
     _check_pairs(pairs)
@@ -641,35 +705,41 @@ def sharded_dataset(
     input_pipeline_index: int = 0,
     cycle_length: int = 4,
 ) -> tf.data.Dataset:
-    """Batches of a prepared corpus, as ``make_dataset`` gives them.
+    """Reads a prepared corpus back as batches, the same batches ``make_dataset`` gives.
 
     The shard files are split over the input pipelines (workers) by file:
     pipeline ``i`` reads files ``i, i + n, i + 2n, ...``, so pipelines see
     disjoint parts that together are the corpus, once per pass. Each pass
     reads its files in a new order (seeded; training only), ``cycle_length``
-    at a time interleaved, through a shuffle buffer of ``shuffle_buffer``
-    examples (the shards are shuffled already: the buffer mixes the files),
-    then batches with ``make_dataset``'s batching (``batch_examples``), the
-    prepared length limits giving the buckets and static shapes. With
-    ``repeat`` the passes follow one another, each the corpus once.
-
-    With ``num_input_pipelines > 1`` tf.distribute's auto-sharding is turned
-    off (the files are split here already). For
-    ``strategy.distribute_datasets_from_function`` use ``sharded_dataset_fn``;
-    with one pipeline the dataset can go to ``experimental_distribute_dataset``
-    or ``model.fit`` directly.
+    at a time interleaved, through a shuffle buffer, then batches with
+    ``batch_examples``, the prepared length limits giving the buckets and
+    static shapes. With ``num_input_pipelines > 1`` tf.distribute's
+    auto-sharding is turned off (the files are split here already); for
+    ``strategy.distribute_datasets_from_function`` use ``sharded_dataset_fn``.
 
     Args:
         prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote.
-        batch_tokens, batch_size, bucket_boundaries, static_shapes,
-            drop_remainder, training: as in ``make_dataset`` (per pipeline).
+        batch_tokens: as in ``make_dataset`` (per pipeline).
+        batch_size: as in ``make_dataset`` (per pipeline).
+        bucket_boundaries: as in ``make_dataset``.
         shuffle_buffer: examples in the shuffle buffer; 0 disables it.
         seed: the order of files and examples (with the global TF seed).
         repeat: repeat forever (then pass ``steps_per_epoch`` to ``fit``).
-        num_input_pipelines, input_pipeline_index: how many pipelines read the
-            corpus, and which one this is (``tf.distribute.InputContext``'s
-            ``num_input_pipelines`` and ``input_pipeline_id``).
+        static_shapes: as in ``make_dataset``.
+        drop_remainder: as in ``make_dataset``.
+        training: as in ``make_dataset``.
+        num_input_pipelines: how many pipelines read the corpus
+            (``tf.distribute.InputContext.num_input_pipelines``).
+        input_pipeline_index: which one this is
+            (``tf.distribute.InputContext.input_pipeline_id``).
         cycle_length: files read at once.
+
+    Returns:
+        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` batches.
+
+    Raises:
+        PreparationError: ``prepared`` is a folder without a usable preparation.
+        ValueError: an argument is out of range, or this pipeline has no file.
     """
     if not isinstance(prepared, PreparedShards):
         prepared = PreparedShards.load(prepared)
@@ -748,14 +818,23 @@ def sharded_dataset_fn(
     batch_size: int | None = None,
     **kwargs,
 ) -> Callable:
-    """A ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
+    """Builds a ``dataset_fn(input_context)`` for ``strategy.distribute_datasets_from_function``.
 
     ``batch_tokens`` / ``batch_size`` are global: each replica gets batches of
     ``batch_tokens // replicas`` tokens (a budget, rounded down), or of
     ``batch_size / replicas`` sentences (which must divide: see
     ``input_context.get_per_replica_batch_size``). Each input pipeline (one per
     worker under ``MultiWorkerMirroredStrategy``, one per host on TPUs) reads
-    its own files (``sharded_dataset``); ``kwargs`` are ``sharded_dataset``'s.
+    its own files (``sharded_dataset``).
+
+    Args:
+        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote.
+        batch_tokens: tokens per global batch and side.
+        batch_size: sentences per global batch instead.
+        **kwargs: further ``sharded_dataset`` arguments.
+
+    Returns:
+        The ``dataset_fn``, which returns this pipeline's ``sharded_dataset``.
 
     Example::
 

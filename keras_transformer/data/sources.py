@@ -16,15 +16,13 @@ Every reader applies the same cleaning:
 Skips are counted in a ``ReadStats`` and logged as a warning on the
 ``keras_transformer.data`` logger with the first few line numbers (1-based).
 
-``PairSource`` reads a corpus of any size without holding it in memory:
-``PairSource.from_text_files`` (plain or ``.gz``), ``from_tsv``, ``from_tfds``,
-``from_pairs``. Its ``dataset()`` streams through ``tf.data`` and cleans in
-the graph (``TextLineDataset`` lines); its ``stats``, its iteration (e.g. to
-train a tokenizer) and ``read()`` make chunked passes in Python, a few times
-faster than the graph for a whole pass. The two are kept equal by the tests.
-``read_text_file_pairs`` / ``read_tsv_pairs`` read a small corpus into memory
-(``ParallelText``: the sentences and their ``ReadStats``); ``text_file_pairs``
-/ ``tsv_pairs`` / ``pairs_from_list`` give those as a ``tf.data.Dataset``.
+``PairSource`` is the one way in: make one with ``PairSource.from_text_files``
+(plain or ``.gz``), ``from_tsv``, ``from_tfds`` or ``from_pairs`` (an
+in-memory list), then take its ``dataset()`` (a ``tf.data.Dataset`` of
+``(source, target)`` strings, for ``make_dataset``), its ``stats``, its
+sentences (to train a tokenizer) or ``read()`` (the whole corpus in memory,
+a ``ParallelText``). ``dataset()`` cleans in the graph, the other readers in
+Python; the tests keep the two equal.
 """
 
 from __future__ import annotations
@@ -62,8 +60,25 @@ PROBLEMS = {EMPTY: "empty", INVALID_UTF8: "invalid_utf8", MALFORMED: "malformed"
 class ReadStats:
     """What reading a corpus kept and skipped.
 
-    ``*_lines`` hold the first ``MAX_REPORTED_LINES`` offending line numbers
-    (1-based) of each kind; the counts are complete.
+    The counts are complete; ``*_lines`` hold the first ``MAX_REPORTED_LINES``
+    offending line numbers (1-based) of each kind.
+
+    Args:
+        files: the files read (or a label such as ``"<list>"``).
+        lines: the lines (rows, examples) read.
+        pairs: the pairs kept.
+        empty: pairs skipped because a side is empty after normalising.
+        invalid_utf8: lines skipped because they are not valid UTF-8.
+        malformed: TSV rows skipped because they have too few columns.
+        empty_lines: the first line numbers of the ``empty`` skips.
+        invalid_utf8_lines: the first line numbers of the ``invalid_utf8`` skips.
+        malformed_lines: the first line numbers of the ``malformed`` skips.
+
+    Example:
+
+    >>> stats = PairSource.from_pairs([("a", "b"), ("", "c")]).stats
+    >>> (stats.lines, stats.pairs, stats.empty, stats.empty_lines)
+    (2, 1, 1, (2,))
     """
 
     files: tuple[str, ...]
@@ -78,9 +93,15 @@ class ReadStats:
 
     @property
     def skipped(self) -> int:
+        """The lines skipped, of every kind."""
         return self.empty + self.invalid_utf8 + self.malformed
 
     def summary(self) -> str:
+        """One line of text saying what was kept and skipped (what the log shows).
+
+        Returns:
+            The summary, e.g. ``"Read 3 pairs from a.src / a.tgt."``.
+        """
         parts = []
         for label, count, lines in (
             ("empty", self.empty, self.empty_lines),
@@ -102,7 +123,19 @@ class ReadStats:
 
 @dataclasses.dataclass(frozen=True)
 class ParallelText:
-    """Cleaned, aligned sentences and the stats of reading them."""
+    """Cleaned, aligned sentences held in memory, and the stats of reading them.
+
+    Args:
+        sources: the kept source sentences, in corpus order.
+        targets: the kept target sentences, aligned with ``sources``.
+        stats: what reading kept and skipped.
+
+    Example:
+
+    >>> text = PairSource.from_pairs([("a  b", "c"), ("d", "e")]).read()
+    >>> (len(text), text.sources)
+    (2, ('a b', 'd'))
+    """
 
     sources: tuple[str, ...]
     targets: tuple[str, ...]
@@ -112,6 +145,11 @@ class ParallelText:
         return len(self.sources)
 
     def to_dataset(self) -> tf.data.Dataset:
+        """The sentences as a ``tf.data.Dataset``.
+
+        Returns:
+            A dataset of ``(source, target)`` scalar strings, in corpus order.
+        """
         return _dataset_from_lists(self.sources, self.targets)
 
 
@@ -430,23 +468,32 @@ def _graph_pass(classified: Callable[[], tf.data.Dataset]):
 
 
 class PairSource:
-    """A parallel corpus read as a stream, never held in memory whole.
+    """A parallel corpus of ``(source, target)`` pairs, read as a stream.
 
     Make one with ``from_text_files``, ``from_tsv``, ``from_tfds`` or
-    ``from_pairs`` (an in-memory list). Then:
+    ``from_pairs``; the corpus is never held in memory whole unless
+    ``read()`` is asked for. Every reader cleans alike (see the module).
+    Then:
 
     * ``dataset()``: a ``tf.data.Dataset`` of the kept ``(source, target)``
-      scalar strings in corpus order, cleaned in the graph (what
-      ``make_dataset`` takes);
-    * ``stats``: the ``ReadStats``, from one pass over the corpus made on
-      first use and logged like the in-memory readers log theirs;
-      ``len(source)`` and ``source.pairs`` are its kept-pair count;
-    * iterating gives the kept pairs as Python ``str`` tuples,
+      scalar strings in corpus order (what ``make_dataset`` takes);
+    * ``stats``: the ``ReadStats``, from one pass made on first use and
+      logged; ``len(source)`` and ``source.pairs`` are its kept-pair count;
+    * iterating gives the kept pairs as Python ``str`` tuples;
       ``sentences(side)`` one side of them (a sized stream, e.g. to train a
-      tokenizer on), ``read()`` the whole corpus in memory as ``ParallelText``
-      (for small splits such as valid/test).
+      tokenizer on); ``read()`` the whole corpus in memory (``ParallelText``).
 
     Each of these reads the corpus afresh (``stats`` once).
+
+    Example:
+
+    >>> source = PairSource.from_pairs([("the cat", "die Katze"), ("a  dog", "ein Hund")])
+    >>> len(source)
+    2
+    >>> [(s.decode(), t.decode()) for s, t in source.dataset().as_numpy_iterator()]
+    [('the cat', 'die Katze'), ('a dog', 'ein Hund')]
+    >>> list(source.sentences("target"))
+    ['die Katze', 'ein Hund']
     """
 
     def __init__(
@@ -457,10 +504,16 @@ class PairSource:
         stats: ReadStats | None = None,
         text: ParallelText | None = None,
     ):
-        """Use the ``from_*`` constructors. ``graph_batches`` builds the
-        classified batches of ``dataset()``; ``python_pass(tally, keep)``
-        yields kept ``(sources, targets)`` lists; ``text`` is the corpus when
-        it is in memory already."""
+        """Builds a source from its two readers; use the ``from_*`` constructors instead.
+
+        Args:
+            files: the files read, for ``ReadStats`` and the log.
+            graph_batches: builds the classified batches of ``dataset()``.
+            python_pass: ``python_pass(tally, keep)`` yields the kept
+                ``(sources, targets)`` lists of one pass.
+            stats: the ``ReadStats``, when already known.
+            text: the corpus, when it is in memory already.
+        """
         self.files = tuple(files)
         self._graph_batches = graph_batches
         self._python_pass = python_pass
@@ -471,9 +524,27 @@ class PairSource:
 
     @classmethod
     def from_text_files(cls, src_path: PathLike, tgt_path: PathLike) -> "PairSource":
-        """Two line-aligned UTF-8 files, line i of one translating line i of the
-        other; ``.gz`` files are read through gzip. Different line counts are a
-        ``ValueError`` here, found by counting newlines in chunks."""
+        """Reads two line-aligned UTF-8 files: line i of one translates line i of the other.
+
+        Args:
+            src_path: the source-language file (plain, or gzip when it ends in ``.gz``).
+            tgt_path: the target-language file, with as many lines.
+
+        Returns:
+            A ``PairSource`` that streams the files.
+
+        Raises:
+            ValueError: a file does not exist, or the files have different line counts
+                (every pair after the first missing line would be misaligned).
+
+        Example:
+
+        >>> _ = Path("a.src").write_text("the cat\\n\\na dog\\n")
+        >>> _ = Path("a.tgt").write_text("die Katze\\nverwaist\\nein Hund\\n")
+        >>> text = PairSource.from_text_files("a.src", "a.tgt").read()
+        >>> text.sources, text.stats.empty_lines
+        (('the cat', 'a dog'), (2,))
+        """
         src_path, tgt_path = _check_file(src_path), _check_file(tgt_path)
         src_facts, tgt_facts = _file_facts(src_path), _file_facts(tgt_path)
         if src_facts.lines != tgt_facts.lines:
@@ -494,7 +565,30 @@ class PairSource:
 
     @classmethod
     def from_tsv(cls, path: PathLike, src_column: int = 0, tgt_column: int = 1) -> "PairSource":
-        """A tab-separated file (plain or ``.gz``), one pair per row; see ``read_tsv_pairs``."""
+        """Reads a tab-separated file, one pair per row.
+
+        Fields are split on tabs only, without CSV quoting (quotes are text, as
+        in Tatoeba/ParaCrawl dumps). A blank row counts as empty, a row with
+        fewer than ``max(src_column, tgt_column) + 1`` fields as malformed.
+
+        Args:
+            path: the file (plain, or gzip when it ends in ``.gz``).
+            src_column: the 0-based column of the source sentence.
+            tgt_column: the 0-based column of the target sentence.
+
+        Returns:
+            A ``PairSource`` that streams the file.
+
+        Raises:
+            ValueError: the file does not exist, or the columns are negative or equal.
+
+        Example:
+
+        >>> _ = Path("c.tsv").write_text("1\\tthe cat\\tdie Katze\\n2\\tonly one\\n")
+        >>> text = PairSource.from_tsv("c.tsv", src_column=1, tgt_column=2).read()
+        >>> text.sources, text.stats.malformed
+        (('the cat',), 1)
+        """
         _check_columns(src_column, tgt_column)
         path = _check_file(path)
         facts = _file_facts(path)
@@ -522,7 +616,26 @@ class PairSource:
         *,
         download: bool = True,
     ) -> "PairSource":
-        """A TFDS translation split (see ``tfds_pairs``); its line numbers count examples."""
+        """Reads a TensorFlow Datasets translation split (needs the ``[tfds]`` extra).
+
+        Without ``src_key``/``tgt_key`` the builder's ``supervised_keys`` give
+        the direction; the ``ReadStats`` line numbers count examples.
+
+        Args:
+            name: the TFDS builder, e.g. ``"ted_hrlr_translate/pt_to_en"``.
+            split: the split, or a slice of it such as ``"train[:1%]"``.
+            src_key: the feature holding the source text (with ``tgt_key``).
+            tgt_key: the feature holding the target text (with ``src_key``).
+            data_dir: where TFDS keeps its data (its default when ``None``).
+            download: ``False`` reads only what ``data_dir`` already holds (offline).
+
+        Returns:
+            A ``PairSource`` that streams the split.
+
+        Raises:
+            ValueError: only one of ``src_key``/``tgt_key`` is given, they do not
+                name two text features, or the builder has no ``supervised_keys``.
+        """
         from keras_transformer.data.tfds_source import tfds_examples
 
         examples = tfds_examples(name, split, src_key, tgt_key, data_dir, download=download)
@@ -534,7 +647,24 @@ class PairSource:
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "PairSource":
-        """In-memory ``(source, target)`` pairs, normalised like files (see ``pairs_from_list``)."""
+        """Takes in-memory ``(source, target)`` pairs, cleaned like a file's lines.
+
+        Empty pairs are skipped and logged with their 1-based positions.
+
+        Args:
+            pairs: ``(source, target)`` string pairs, e.g. from ``generate_pairs``.
+
+        Returns:
+            A ``PairSource`` over the cleaned pairs (held in memory).
+
+        Raises:
+            ValueError: an item is not a pair of ``str``.
+
+        Example:
+
+        >>> PairSource.from_pairs([(" a\\u00a0 b ", "c  d"), ("e", "f")]).read().sources
+        ('a b', 'e')
+        """
         text = _collect_pairs(pairs)
 
         def python_pass(tally: _Tally, keep: Keep):
@@ -545,7 +675,11 @@ class PairSource:
     # ------------------------------------------------------------------ reading
 
     def dataset(self) -> tf.data.Dataset:
-        """The kept ``(source, target)`` pairs as scalar strings, in corpus order."""
+        """The kept pairs as a ``tf.data.Dataset``, streamed and cleaned in the graph.
+
+        Returns:
+            A dataset of ``(source, target)`` scalar strings, in corpus order.
+        """
         if self._text is not None:
             return self._text.to_dataset()
         return (
@@ -583,13 +717,27 @@ class PairSource:
             yield from zip(sources, targets)
 
     def sentences(self, side: str) -> "Sentences":
-        """The ``"source"`` or ``"target"`` side of the kept pairs, streamed."""
+        """One side of the kept pairs, streamed.
+
+        Args:
+            side: ``"source"`` or ``"target"``.
+
+        Returns:
+            A ``Sentences`` stream (sized: its length is the pair count).
+
+        Raises:
+            ValueError: ``side`` is neither.
+        """
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}, got {side!r}.")
         return Sentences(self, SIDES.index(side))
 
     def read(self) -> ParallelText:
-        """The whole corpus in memory (for small splits such as valid/test)."""
+        """Reads the whole corpus into memory (for small splits such as valid/test).
+
+        Returns:
+            The kept sentences and their ``ReadStats``, as a ``ParallelText``.
+        """
         if self._text is not None:
             return self._text
         tally = _Tally(self.files)
@@ -608,8 +756,15 @@ class PairSource:
 
 
 class Sentences:
-    """One side of a ``PairSource``'s kept pairs: a sized, re-iterable stream of
-    ``str`` (``len`` is the pair count), as ``train_tokenizers`` takes it."""
+    """One side of a ``PairSource``'s kept pairs, as a sized, re-iterable stream of ``str``.
+
+    ``len`` is the pair count; ``train_tokenizers`` takes it as training text.
+    Make one with ``PairSource.sentences``.
+
+    Args:
+        source: the pairs.
+        column: 0 for the source side, 1 for the target side.
+    """
 
     def __init__(self, source: PairSource, column: int):
         self._source = source
@@ -623,7 +778,11 @@ class Sentences:
             yield from batch
 
     def batches(self) -> Iterator[list[str]]:
-        """The sentences a list at a time (cheaper than one at a time)."""
+        """The sentences a list at a time (cheaper than one at a time).
+
+        Returns:
+            An iterator of lists of sentences.
+        """
         keep = (self._column == 0, self._column == 1)
         for batch in self._source._batches(keep):
             yield list(batch[self._column])
@@ -650,55 +809,6 @@ def _check_columns(src_column, tgt_column) -> None:
         )
 
 
-def read_text_file_pairs(src_path: PathLike, tgt_path: PathLike) -> ParallelText:
-    """Read two line-aligned UTF-8 files (plain or ``.gz``) into memory: line i of
-    one translates line i of the other. ``PairSource.from_text_files`` streams them."""
-    return PairSource.from_text_files(src_path, tgt_path).read()
-
-
-def read_tsv_pairs(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> ParallelText:
-    """Read a tab-separated file (plain or ``.gz``) into memory, one pair per row.
-
-    Fields are split on tabs only, without CSV quoting (quotes are text, as in
-    Tatoeba/ParaCrawl dumps). A blank row counts as empty, a row with fewer
-    than ``max(src_column, tgt_column) + 1`` fields as malformed.
-    ``PairSource.from_tsv`` streams the file.
-    """
-    return PairSource.from_tsv(path, src_column, tgt_column).read()
-
-
-def text_file_pairs(src_path: PathLike, tgt_path: PathLike) -> tf.data.Dataset:
-    """Pairs from two line-aligned files, read into memory; ``read_text_file_pairs``
-    also gives the ``ReadStats``, ``PairSource.from_text_files`` streams."""
-    return read_text_file_pairs(src_path, tgt_path).to_dataset()
-
-
-def tsv_pairs(path: PathLike, src_column: int = 0, tgt_column: int = 1) -> tf.data.Dataset:
-    """Pairs from a TSV file, read into memory; ``read_tsv_pairs`` also gives the
-    ``ReadStats``, ``PairSource.from_tsv`` streams."""
-    return read_tsv_pairs(path, src_column, tgt_column).to_dataset()
-
-
-def tfds_pairs(
-    name: str,
-    split: str,
-    src_key: str | None = None,
-    tgt_key: str | None = None,
-    data_dir: PathLike | None = None,
-    *,
-    download: bool = True,
-) -> tf.data.Dataset:
-    """Cleaned pairs from a TFDS dataset split (``split`` may be a slice, e.g. ``"train[:1%]"``),
-    streamed. Without ``src_key``/``tgt_key`` the builder's ``supervised_keys`` give the
-    direction (``keras_transformer.data.tfds_source``).
-
-    ``download=False`` only reads what ``data_dir`` already holds (offline use).
-    """
-    return PairSource.from_tfds(
-        name, split, src_key, tgt_key, data_dir, download=download
-    ).dataset()
-
-
 def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
     tally = _Tally(("<list>",))
     sources: list[str] = []
@@ -710,7 +820,7 @@ def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
             or not all(isinstance(text, str) for text in pair)
         ):
             raise ValueError(
-                f"Item {index} is {pair!r}; pairs_from_list needs (source, target) str pairs."
+                f"Item {index} is {pair!r}; PairSource.from_pairs needs (source, target) str pairs."
             )
         tally.lines += 1
         source, target = normalize_whitespace(pair[0]), normalize_whitespace(pair[1])
@@ -721,11 +831,3 @@ def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
         sources.append(source)
         targets.append(target)
     return ParallelText(tuple(sources), tuple(targets), _logged(tally.stats()))
-
-
-def pairs_from_list(pairs: Iterable[tuple[str, str]]) -> tf.data.Dataset:
-    """In-memory ``(source, target)`` pairs (e.g. ``generate_pairs``), normalised like files.
-
-    Empty pairs are skipped and logged with their 1-based positions.
-    """
-    return _collect_pairs(pairs).to_dataset()

@@ -267,6 +267,15 @@ _BY_KIND = {
 
 @dataclasses.dataclass(frozen=True)
 class Pronoun:
+    """A personal pronoun of the demo grammar ("i", "she"; "mi", "sa").
+
+    Args:
+        person: a key of ``PRONOUNS``, e.g. ``"1sg"`` or ``"3sg.f"``.
+
+    Raises:
+        ValueError: ``person`` is not a key of ``PRONOUNS``.
+    """
+
     person: str  # a key of PRONOUNS
 
     def __post_init__(self):
@@ -275,18 +284,47 @@ class Pronoun:
 
     @property
     def agreement(self) -> str:
+        """The person and number the verb agrees with, e.g. ``"3sg"``."""
         return self.person.split(".")[0]
 
     def source(self, subject: bool) -> str:
+        """Spells the pronoun in the source language.
+
+        Args:
+            subject: the subject form ("i") rather than the object form ("me").
+
+        Returns:
+            The word.
+        """
         return PRONOUNS[self.person][0 if subject else 1]
 
     def target(self, case: str) -> str:
+        """Spells the pronoun in the target language.
+
+        Args:
+            case: a key of ``CASES`` (``"nominative"``, ``"accusative"``, ``"dative"``).
+
+        Returns:
+            The word.
+        """
         return PRONOUNS[self.person][2][list(CASES).index(case)]
 
 
 @dataclasses.dataclass(frozen=True)
 class NounPhrase:
-    """``[article] [number] adjective* noun [that verb]``; number 1 ⇔ singular."""
+    """A noun phrase of the demo grammar: ``[article] [number] adjective* noun [that verb]``.
+
+    Args:
+        noun: a key of ``NOUNS``.
+        plural: the plural form; must match ``number`` (1 is singular).
+        adjectives: keys of ``ADJECTIVES``, in order.
+        number: a numeral before the adjectives (copied digit by digit).
+        article: ``"the"``, ``"a"`` (singular, without a number) or ``""``.
+        relative: ``(intransitive verb, tense)`` of a "that ..." clause.
+
+    Raises:
+        ValueError: a word is unknown, or the parts do not agree.
+    """
 
     noun: str
     plural: bool = False
@@ -318,9 +356,19 @@ class NounPhrase:
 
     @property
     def agreement(self) -> str:
+        """The person and number the verb agrees with: ``"3sg"`` or ``"3pl"``."""
         return "3pl" if self.plural else "3sg"
 
     def source(self, subject: bool = True) -> str:
+        """Spells the phrase in the source language.
+
+        Args:
+            subject: whether the phrase is the clause's subject (kept for the
+                ``Pronoun`` interface; nouns do not change).
+
+        Returns:
+            The words, joined by spaces.
+        """
         noun = NOUNS[self.noun]
         words = [str(self.number)] if self.number is not None else []
         words += [*self.adjectives, noun.plural if self.plural else noun.singular]
@@ -336,6 +384,14 @@ class NounPhrase:
         return " ".join(words)
 
     def target(self, case: str) -> str:
+        """Spells the phrase in the target language, in a case.
+
+        Args:
+            case: a key of ``CASES``.
+
+        Returns:
+            The words, joined by spaces.
+        """
         suffix = CASES[case]
         words = [NOUNS[self.noun].stem + ("i" if self.plural else "a") + suffix]
         words += [
@@ -366,6 +422,24 @@ def _source_verb(verb: Verb, tense: str, agreement: str, negated: bool = False) 
 
 @dataclasses.dataclass(frozen=True)
 class Clause:
+    """One clause of the demo grammar: subject, verb and its objects.
+
+    The source is SVO; the target is SOV, with case suffixes on the objects
+    and the verb agreeing with the subject.
+
+    Args:
+        subject: a ``Pronoun`` or ``NounPhrase``.
+        verb: a key of ``VERBS``; its kind decides which objects it takes.
+        tense: a key of ``TENSES``.
+        negated: whether the verb is negated.
+        obj: the direct object (transitive and ditransitive verbs).
+        indirect: the indirect object (ditransitive verbs).
+        time: a key of ``TIME_ADVERBS``, or ``None``.
+
+    Raises:
+        ValueError: a word is unknown, or the objects do not fit the verb.
+    """
+
     subject: Phrase
     verb: str
     tense: str = "present"
@@ -396,6 +470,11 @@ class Clause:
             raise ValueError("Invalid Clause: " + "; ".join(problems) + ".")
 
     def source(self) -> str:
+        """Spells the clause in the source language.
+
+        Returns:
+            The sentence text.
+        """
         words = [self.time] if self.time else []
         words += [
             self.subject.source(subject=True),
@@ -410,6 +489,11 @@ class Clause:
         return " ".join(words)
 
     def target(self) -> str:
+        """Spells the clause in the target language.
+
+        Returns:
+            The sentence text.
+        """
         words = [TIME_ADVERBS[self.time][1]] if self.time else []
         words.append(self.subject.target("nominative"))
         if self.indirect is not None:
@@ -429,7 +513,17 @@ class Clause:
 
 @dataclasses.dataclass(frozen=True)
 class Sentence:
-    """One clause, or two joined by a conjunction ("because" swaps them in the target)."""
+    """A demo sentence: one clause, or two joined by a conjunction.
+
+    "because" swaps the two clauses in the target.
+
+    Args:
+        clauses: one or two ``Clause`` objects.
+        conjunction: a key of ``CONJUNCTIONS`` when there are two clauses.
+
+    Raises:
+        ValueError: the clause count and the conjunction do not fit.
+    """
 
     clauses: tuple[Clause, ...]
     conjunction: str | None = None
@@ -443,11 +537,21 @@ class Sentence:
             raise ValueError(f"conjunction must be one of {sorted(CONJUNCTIONS)}.")
 
     def source(self) -> str:
+        """Spells the sentence in the source language.
+
+        Returns:
+            The sentence text.
+        """
         if self.conjunction is None:
             return self.clauses[0].source()
         return f"{self.clauses[0].source()} {self.conjunction} {self.clauses[1].source()}"
 
     def target(self) -> str:
+        """Spells the sentence in the target language.
+
+        Returns:
+            The sentence text.
+        """
         if self.conjunction is None:
             return self.clauses[0].target()
         first, second = self.clauses
@@ -506,7 +610,14 @@ def _sample_clause(rng: random.Random) -> Clause:
 
 
 def sample_sentence(rng: random.Random) -> Sentence:
-    """One random sentence structure (any length; ``generate_pairs`` filters)."""
+    """Draws one random sentence structure (any length; ``generate_pairs`` filters).
+
+    Args:
+        rng: the random generator to draw from.
+
+    Returns:
+        The ``Sentence``.
+    """
     if rng.random() < 0.15:
         conjunction = rng.choice(list(CONJUNCTIONS))
         return Sentence((_sample_clause(rng), _sample_clause(rng)), conjunction)
@@ -517,10 +628,27 @@ MIN_WORDS, MAX_WORDS = 4, 20
 
 
 def generate_pairs(num_pairs: int, seed: int) -> list[tuple[str, str]]:
-    """``num_pairs`` (source, target) pairs of 4–20 source words, a pure function of ``seed``.
+    """Generates ``num_pairs`` (source, target) pairs of 4-20 source words, a pure function of ``seed``.
 
     Short sentences repeat across a large sample; use ``demo_splits`` for
     duplicate-free, non-overlapping splits.
+
+    Args:
+        num_pairs: how many pairs to generate.
+        seed: the random seed.
+
+    Returns:
+        The pairs, as a list of ``(source, target)`` strings.
+
+    Raises:
+        ValueError: ``num_pairs`` is not a non-negative integer.
+
+    Example:
+
+    >>> [len(pair) for pair in generate_pairs(3, seed=0)]
+    [2, 2, 2]
+    >>> generate_pairs(3, seed=0) == generate_pairs(3, seed=0)
+    True
     """
     if not isinstance(num_pairs, int) or num_pairs < 0:
         raise ValueError(f"num_pairs must be a non-negative integer, got {num_pairs!r}.")
@@ -537,7 +665,28 @@ def generate_pairs(num_pairs: int, seed: int) -> list[tuple[str, str]]:
 def demo_splits(
     train: int = 20_000, valid: int = 1_000, test: int = 1_000, seed: int = 0
 ) -> dict[str, list[tuple[str, str]]]:
-    """Train/valid/test splits with distinct source sentences, so held-out means unseen."""
+    """Generates train/valid/test splits with distinct source sentences, so held-out means unseen.
+
+    Args:
+        train: pairs in the training split.
+        valid: pairs in the validation split.
+        test: pairs in the test split.
+        seed: the random seed.
+
+    Returns:
+        ``{"train": pairs, "valid": pairs, "test": pairs}``, each a list of
+        ``(source, target)`` strings.
+
+    Raises:
+        ValueError: a size is negative, or the grammar cannot give that many
+            distinct sentences.
+
+    Example:
+
+    >>> splits = demo_splits(train=20, valid=5, test=5, seed=0)
+    >>> {name: len(pairs) for name, pairs in splits.items()}
+    {'train': 20, 'valid': 5, 'test': 5}
+    """
     sizes = {"train": train, "valid": valid, "test": test}
     for name, size in sizes.items():
         if not isinstance(size, int) or size < 0:
@@ -567,7 +716,21 @@ def demo_splits(
 def write_parallel_files(
     pairs: Iterable[tuple[str, str]], directory: str | os.PathLike, prefix: str
 ) -> tuple[Path, Path]:
-    """Write ``{prefix}.src`` and ``{prefix}.tgt`` (UTF-8, one sentence a line), each atomically."""
+    """Writes pairs as ``{prefix}.src`` and ``{prefix}.tgt``, UTF-8, one sentence a line.
+
+    Each file is written atomically; ``PairSource.from_text_files`` reads them back.
+
+    Args:
+        pairs: ``(source, target)`` strings.
+        directory: the folder to write into (created if missing).
+        prefix: the files' name without extension, e.g. ``"train"``.
+
+    Returns:
+        The paths ``(source_file, target_file)``.
+
+    Raises:
+        ValueError: a sentence contains a line break.
+    """
     pairs = list(pairs)
     for index, (source, target) in enumerate(pairs):
         if any(ch in text for text in (source, target) for ch in "\r\n"):

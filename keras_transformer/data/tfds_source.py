@@ -7,7 +7,7 @@ explicit keys the builder's direction is used (``as_supervised=True``);
 ``src_key``/``tgt_key`` pick features by name, e.g. to train the reverse
 direction. Texts are cleaned like files (``keras_transformer.data.sources``):
 whitespace normalised, pairs with an empty side or invalid UTF-8 dropped;
-``PairSource.from_tfds`` and ``tfds_pairs`` (in ``sources``) also count them (one scan
+``PairSource.from_tfds`` (in ``sources``) also counts them (one scan
 over the split); this module only reads the raw strings.
 ``tensorflow_datasets`` is imported on first use only (it is slow to import).
 """
@@ -32,7 +32,7 @@ def tfds_examples(
     *,
     download: bool = True,
 ) -> tf.data.Dataset:
-    """The raw ``(source, target)`` strings of a TFDS split, uncleaned (``sources.tfds_pairs``
+    """The raw ``(source, target)`` strings of a TFDS split, uncleaned (``PairSource.from_tfds``
     cleans them)."""
     import tensorflow_datasets as tfds
 

@@ -225,14 +225,31 @@ class MultiHeadAttention(keras.layers.Layer):
         self.built = True
 
     def initial_cache(self, batch_size, max_length: int | None = None, dtype=None) -> dict:
-        """An empty growing cache (``max_length=None``) or a zeroed fixed one."""
+        """Builds an empty growing self-attention cache, or a zeroed fixed-size one.
+
+        Args:
+            batch_size: the number of rows.
+            max_length: the fixed cache length, or ``None`` for a growing cache.
+            dtype: the cache's dtype (default: the layer's compute dtype).
+
+        Returns:
+            ``{"key": ..., "value": ...}``, each ``[batch, heads, length, depth]``.
+        """
         length = 0 if max_length is None else max_length
         shape = [batch_size, self.num_heads, length, self.depth]
         dtype = dtype or self.compute_dtype
         return {"key": tf.zeros(shape, dtype), "value": tf.zeros(shape, dtype)}
 
     def project_key_value(self, value: tf.Tensor, key: tf.Tensor | None = None) -> dict:
-        """Projected, head-split ``{"key", "value"}`` for ``key_value=``."""
+        """Projects and splits into heads the keys and values that ``key_value=`` takes.
+
+        Args:
+            value: the values ``[batch, len, d_model]`` (e.g. the encoder memory).
+            key: the keys (default: ``value``).
+
+        Returns:
+            ``{"key": ..., "value": ...}``, each ``[batch, heads, len, depth]``.
+        """
         key = value if key is None else key
         return {
             "key": _split_heads(self.key_dense(key), self.num_heads, self.depth),

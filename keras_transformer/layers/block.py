@@ -85,7 +85,11 @@ class TransformerBlockBase(keras.layers.Layer):
         }
 
     def block_kwargs(self) -> dict:
-        """Constructor arguments for a sublayer with the same hyper-parameters."""
+        """Gives the constructor arguments for a sublayer with the same hyper-parameters.
+
+        Returns:
+            The keyword arguments, with a fresh initializer and this layer's dtype policy.
+        """
         return {
             **self._hyper_parameters(),
             "kernel_initializer": self._initializer(),

@@ -16,8 +16,9 @@ from keras_transformer.layers.masks import causal_mask, key_padding_mask, merge_
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class DecoderLayer(TransformerBlockBase):
-    """Masked self-attention, cross-attention over the encoder memory, then
-    feed-forward; each in a residual + LayerNorm block.
+    """One decoder layer: masked self-attention, cross-attention, then feed-forward.
+
+    Each sublayer sits in a residual + LayerNorm block.
 
     Args: see ``TransformerBlockBase``.
 
@@ -118,8 +119,10 @@ class DecoderLayer(TransformerBlockBase):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Decoder(StackBase):
-    """A stack of ``num_layers`` ``DecoderLayer``s (plus a final LayerNorm when
-    ``norm_first``), building the look-ahead and padding masks itself.
+    """The decoder: a stack of ``num_layers`` ``DecoderLayer``s that builds its own masks.
+
+    A pre-LN stack (``norm_first``) ends with a final LayerNorm; the
+    look-ahead and padding masks are built here.
 
     Args:
         num_layers: N (6 in the paper).
@@ -151,11 +154,18 @@ class Decoder(StackBase):
         self._build_stack(DecoderLayer, x_shape, memory_shape)
 
     def initial_cache(self, memory, max_length: int | None = None) -> list:
-        """Per-layer caches for decoding against ``memory``.
+        """Builds the per-layer caches for decoding against ``memory``.
 
         Cross-attention keys/values are projected here, once per source. Self
         attention starts empty and grows a step at a time (``max_length=None``)
         or is a zeroed ``max_length`` buffer written in place (static shapes).
+
+        Args:
+            memory: the encoder output ``[batch, src_len, d_model]``.
+            max_length: the fixed self-attention cache length, or ``None`` to grow.
+
+        Returns:
+            One ``{"self": ..., "cross": ...}`` cache dict per layer, as a list.
         """
         batch_size = tf.shape(memory)[0]
         return [

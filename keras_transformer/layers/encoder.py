@@ -76,9 +76,10 @@ class EncoderLayer(TransformerBlockBase):
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class Encoder(StackBase):
-    """A stack of ``num_layers`` ``EncoderLayer``s (plus a final LayerNorm when
-    ``norm_first``). Takes embedded inputs: the embedding lives in the model so
-    that it can be shared with the decoder.
+    """The encoder: a stack of ``num_layers`` ``EncoderLayer``s over embedded inputs.
+
+    A pre-LN stack (``norm_first``) ends with a final LayerNorm. The
+    embedding lives in the model so that it can be shared with the decoder.
 
     Args:
         num_layers: N (6 in the paper).

@@ -32,8 +32,16 @@ class LayerNormalization(keras.layers.LayerNormalization):
     """
 
     def kernel_covers(self, rank: int) -> bool:
-        """Whether ``kernels.layer_norm`` computes this layer for rank-``rank``
-        inputs: the last axis alone, centred and scaled."""
+        """Tells whether ``kernels.layer_norm`` computes this layer for inputs of a rank.
+
+        It does for the last axis alone, centred and scaled.
+
+        Args:
+            rank: the inputs' rank.
+
+        Returns:
+            ``True`` when the kernel computes it, ``False`` when Keras' path does.
+        """
         last_axis_only = list(self.axis) in ([-1], [rank - 1])
         return (
             last_axis_only

@@ -27,7 +27,7 @@ def check_position_encoding(position_encoding: str) -> str:
 def sinusoidal_positions(
     length: int, d_model: int, position_encoding: str = "interleaved"
 ) -> tf.Tensor:
-    """The paper's fixed position table, ``[length, d_model]`` float32.
+    """Builds the paper's fixed position table, ``[length, d_model]`` float32.
 
     ``PE(pos, 2i) = sin(pos / 10000^(2i/d_model))`` and
     ``PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))``: sine and cosine
@@ -35,11 +35,16 @@ def sinusoidal_positions(
 
     ``position_encoding="halves"`` is the layout of Marian (and Hugging
     Face's ``MarianMTModel``): the same angles and positions, with every sine
-    in the first half of the columns and every cosine in the second,
-    ``[sin(pos·ω_0) .. sin(pos·ω_{d/2-1}), cos(pos·ω_0) .. cos(pos·ω_{d/2-1})]``
-    (an odd ``d_model`` has one sine more than cosines). (tensor2tensor's
-    table also puts sines first, but with other frequencies, counting
-    positions from 1: neither layout here.)
+    in the first half of the columns and every cosine in the second (an odd
+    ``d_model`` has one sine more than cosines).
+
+    Args:
+        length: the number of positions.
+        d_model: the model width, the table's columns.
+        position_encoding: ``"interleaved"`` (the paper) or ``"halves"`` (Marian).
+
+    Returns:
+        The table, a float32 tensor ``[length, d_model]``.
     """
     return tf.constant(sinusoidal_table(length, d_model, position_encoding))
 
