@@ -2,11 +2,9 @@
 
 ``Translator`` runs a Keras model in this process (``Translator.from_workdir``
 loads a training run); ``Translator.from_saved_model`` runs an exported
-SavedModel's signatures instead, the graph TF Serving runs::
-
-    translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
-    translator = Translator.from_saved_model("exports/demo")   # the newest version
-    translator.translate(["the boy sees 3 cats"])
+SavedModel's signatures instead, the graph TF Serving runs, with the same
+``translate``. ``best_ids``, ``decode_in_parts`` and ``pad_for_xla`` are the
+decoding calls they and the SavedModel exporter share.
 """
 
 from __future__ import annotations
