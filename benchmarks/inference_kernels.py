@@ -11,13 +11,13 @@ The choices a decoding step of few rows makes on TensorFlow's graph executor:
   attentions an iteration; µs an attention, over the same loop without them.
 * **tied logits**: ``[rows, d_model] × [vocab, d_model]ᵀ`` as one product against
   ``kernels.OUTPUT_SLICES`` products of slices of the embedding's rows, concatenated (the
-  few-rows step's). ``--copies`` embeddings take turns so that each product reads its
+  small-batch step's). ``--copies`` embeddings take turns so that each product reads its
   weights from memory rather than the CPU's caches (a step whose weights were evicted; on
   a server under load they may be in the cache); µs a product.
 * **layer products**: a decoder's 6 products a layer for ``--layers`` layers (``--d-model``,
   ``--d-ff``), with the bias fused into oneDNN's product (``BiasAdd``, as grappler fuses
-  it) against oneDNN's plain product and the bias apart (``kernels.projection.apart``, the
-  few-rows step's); µs a product.
+  it) against oneDNN's plain product and the bias unfused (``kernels.projection.unfused``, the
+  small-batch step's); µs a product.
 * **top-k**: the best ``--top-k`` of ``--candidates`` a row, ``tf.math.top_k`` against
   ``kernels.top_k`` (beam search's candidates); µs a call, over the same loop without it.
 
@@ -37,7 +37,7 @@ import tensorflow as tf
 from benchmarks.report import emit
 from keras_transformer import kernels
 from keras_transformer.kernels.decoding_step import output_slice_sizes
-from keras_transformer.kernels.projection import apart
+from keras_transformer.kernels.projection import unfused
 
 
 def by_sums(q, k, v):
@@ -177,7 +177,10 @@ def product_times(
 
         return run
 
-    functions = {"bias fused (BiasAdd)": loop(lambda bias: bias), "bias apart (Sub)": loop(apart)}
+    functions = {
+        "bias fused (BiasAdd)": loop(lambda bias: bias),
+        "bias unfused (Sub)": loop(unfused),
+    }
     seconds = interleaved(functions, repeats)
     return {name: 1e6 * value / iterations / len(shapes) for name, value in seconds.items()}
 

@@ -16,7 +16,7 @@ a batch's last sentences). This times such chains in a ``tf.while_loop`` in a
   with its own weights (8.3 MB for the Multi30k model's 4 layers, more
   than many CPUs' caches), as a decoding step reads them;
 * ``hot_conv``, ``decoder_conv``: the same products as 1×1 convolutions, as the
-  few-rows decoding step runs them (``kernels.projection.project_few_rows``).
+  small-batch decoding step runs them (``kernels.projection.project_pointwise``).
 
 ``--intra-op-threads`` / ``--inter-op-threads`` set TensorFlow's pools as TF
 Serving's ``--tensorflow_intra_op_parallelism`` / ``--tensorflow_inter_op_parallelism``
@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from benchmarks.report import emit
 from benchmarks.timing import add_thread_arguments, set_thread_pools
-from keras_transformer.kernels.projection import project_few_rows
+from keras_transformer.kernels.projection import project_pointwise
 
 STEPS = 40
 CHAIN = 24
@@ -71,7 +71,7 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
         return tf.matmul(x, kernel)
 
     def conv(x, kernel):
-        return project_few_rows(x, (kernel, None))
+        return project_pointwise(x, (kernel, None))
 
     def hot(product):
         def body(x):

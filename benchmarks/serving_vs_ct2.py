@@ -4,7 +4,7 @@
         --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
         [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL] \\
-        [--step-lanes N] [--step-products conv|matmul] [--ct2-backend fastest|library|mkl|dnnl]
+        [--step-splits N] [--step-products conv|matmul] [--ct2-backend fastest|library|mkl|dnnl]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -65,8 +65,8 @@ variables a ``tf.saved_model.load`` signature captures at every call.
 pools (0, the default: TensorFlow's choice, one thread a core for each) as
 TF Serving's ``--tensorflow_inter_op_parallelism`` and
 ``--tensorflow_intra_op_parallelism`` set them for a served model.
-``--step-lanes N`` exports the decoding step for a few rows with ``N``
-lanes (``export_saved_model(step_lanes=N)``; 1: none), to time that export
+``--step-splits N`` exports the small-batch decoding step with ``N``
+splits (``export_saved_model(step_splits=N)``; 1: none), to time that export
 under those pools; ``--step-products conv|matmul`` its products
 (``export_saved_model(step_products=…)``; default: what suits this
 process's TensorFlow, which ``TF_ENABLE_ONEDNN_OPTS`` may set).
@@ -371,18 +371,19 @@ def main(argv=None) -> int:
         help="also time the SavedModel's XLA signatures (export_saved_model(xla=True))",
     )
     parser.add_argument(
-        "--step-lanes",
+        "--step-splits",
+        "--step-lanes",  # its earlier name
         type=int,
         default=None,
         metavar="N",
-        help="the export's lanes for a few rows (export_saved_model(step_lanes=N); default: "
+        help="the export's small-batch step splits (export_saved_model(step_splits=N); default: "
         "the exporter's)",
     )
     parser.add_argument(
         "--step-products",
         choices=kernels.PRODUCT_OPS,
         default=None,
-        help="the export's products for a few rows (export_saved_model(step_products=...); "
+        help="the export's small-batch step products (export_saved_model(step_products=...); "
         "default: the exporter's choice for this process's TensorFlow)",
     )
     parser.add_argument(
@@ -408,8 +409,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
-    if args.step_lanes is not None and args.step_lanes < 1:
-        parser.error(f"--step-lanes must be >= 1, got {args.step_lanes}")
+    if args.step_splits is not None and args.step_splits < 1:
+        parser.error(f"--step-splits must be >= 1, got {args.step_splits}")
     set_thread_pools(parser, args)
     if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
         parser.error(
@@ -454,7 +455,7 @@ def main(argv=None) -> int:
             beam_size=args.beam,
             alpha=args.alpha,
             xla=args.xla,
-            step_lanes=args.step_lanes,
+            step_splits=args.step_splits,
             step_products=args.step_products,
         )
         probed = os.environ.get(_MODEL_ENV)  # the conversion a parent run probed, or one of its own
@@ -535,7 +536,7 @@ def main(argv=None) -> int:
         "warm": not args.cold,
         "inter_op_threads": args.inter_op_threads,
         "intra_op_threads": args.intra_op_threads,
-        "step_lanes": args.step_lanes,
+        "step_splits": args.step_splits,
         "step_products": args.step_products,
         "onednn_rewrites": kernels.onednn_rewrites(),
         "baseline": None if args.baseline is None else str(args.baseline),

@@ -60,11 +60,12 @@ def parse_args(argv=None):
         "(a server needs XLA for them; the default signatures stay plain graphs)",
     )
     parser.add_argument(
-        "--step-lanes",
+        "--step-splits",
+        "--step-lanes",  # its earlier name
         type=int,
         default=None,
         metavar="N",
-        help="lanes of the decoding step for a sentence or a beam, run side by side on the "
+        help="splits of the small-batch decoding step (a sentence or a beam), run side by side on the "
         "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)",
     )
     parser.add_argument(
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
             overwrite=args.overwrite,
             precision=args.precision,
             xla=args.xla,
-            step_lanes=args.step_lanes,
+            step_splits=args.step_splits,
             step_products=args.step_products,
             decode_parts=args.decode_parts,
             progress=True,

@@ -84,9 +84,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def translate() -> int:
-        from keras_transformer.translate import SavedModelTranslator
+        from keras_transformer.translate import Translator
 
-        translator = SavedModelTranslator(args.model, beam_size=args.beam)
+        translator = Translator.from_saved_model(args.model, beam_size=args.beam)
         if args.plot_attention is not None:
             print(plot_attention(translator, args.sentences[0], args.plot_attention))
             return 0

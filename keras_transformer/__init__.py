@@ -24,7 +24,7 @@ from keras_transformer.tokenization import (
     SubwordTokenizer,
     load_marian_tokenizers,
 )
-from keras_transformer.translate import SavedModelTranslator, Translator
+from keras_transformer.translate import Translator
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 
 __version__ = "0.2.0"
@@ -39,7 +39,6 @@ __all__ = [
     "PAD_ID",
     "PRECISIONS",
     "PRESETS",
-    "SavedModelTranslator",
     "SubwordTokenizer",
     "TrainedModel",
     "Transformer",

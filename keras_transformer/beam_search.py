@@ -5,10 +5,11 @@ reordered along with the beams, while the cross-attention keys/values, which
 are identical for every beam of a sentence, are computed once and never moved.
 Scores use the GNMT length penalty ``lp(n) = ((5 + n) / 6)^α`` of Wu et al. 2016.
 
-A sentence leaves the search as soon as it is settled (see ``stopping``): its
-best hypotheses are written to the output, and the dynamic-shape search drops
-its rows, so the rest of the batch decodes on fewer rows. A sentence therefore
-decodes the same alone and in any batch.
+A sentence is done as soon as no live beam can beat its finished hypotheses
+(see ``stopping``): its best hypotheses are written to the output, and the
+dynamic-shape search removes its rows (compaction), so the rest of the batch
+decodes on fewer rows. A sentence therefore decodes the same alone and in any
+batch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from keras_transformer.decoding import (
     decode_limits,
     decode_loop,
     decoding_steps,
+    keep_rows,
     loose_shape,
     never_emitted,
     scatter_rows,
@@ -35,7 +37,12 @@ STOPPING_RULES = ("exact", "heuristic")
 
 
 def check_stopping(stopping: str) -> str:
-    """``stopping`` if it names a rule of ``beam_search``, else a ``ValueError`` that lists them."""
+    """``stopping`` if it names a rule of ``beam_search`` (``STOPPING_RULES``), else a ``ValueError`` that lists them.
+
+    Example:
+        >>> check_stopping("exact")
+        'exact'
+    """
     if stopping not in STOPPING_RULES:
         raise ValueError(
             f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}."
@@ -43,12 +50,27 @@ def check_stopping(stopping: str) -> str:
     return stopping
 
 
+def check_beam_size(beam_size: int) -> int:
+    """``beam_size`` if it is at least 1 (1: greedy decoding), else a ``ValueError`` that says so.
+
+    Example:
+        >>> check_beam_size(4)
+        4
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    return beam_size
+
+
 class BeamSearchOutput(NamedTuple):
-    """``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding), best
-    first; ``scores`` ``[batch, beam]``: log-probability / length penalty, the
+    """What ``beam_search`` returns: each sentence's ``beam`` best hypotheses, best first.
+
+    ``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding);
+    ``scores`` ``[batch, beam]``: log-probability / length penalty, the
     ranking criterion; ``log_probs`` ``[batch, beam]``: the sequences' summed
     token log-probabilities under the model; ``steps`` ``[]`` int32: the
-    decoder steps the search ran (at most the longest output allowed)."""
+    decoder steps the search ran (at most the longest output allowed).
+    """
 
     tokens: tf.Tensor
     scores: tf.Tensor
@@ -58,7 +80,7 @@ class BeamSearchOutput(NamedTuple):
 
 class Hypotheses(NamedTuple):
     """The search's answer for every sentence of the input batch, filled in as
-    sentences settle: ``seq`` ``[batch, k, limit + 1]`` int32 (BOS first,
+    sentences are done: ``seq`` ``[batch, k, limit + 1]`` int32 (BOS first,
     pad-filled), ``scores`` and ``log_probs`` ``[batch, k]`` float32."""
 
     seq: tf.Tensor
@@ -70,7 +92,8 @@ class BeamState(NamedTuple):
     """The search's loop state, one step at a time (``k`` = beam size).
 
     A row is a sentence still being searched: ``rows`` starts as the batch
-    size and, in the dynamic-shape search, falls as sentences settle.
+    size and, in the dynamic-shape search, falls as compaction removes done
+    sentences.
     Sequences start with BOS and are ``[rows, k, len]`` int32, padded with
     ``pad_id``: ``len`` grows by one a step, or is the fixed buffer
     (``limit + 1``) with static shapes. Empty finished slots score ``_NEG``.
@@ -87,15 +110,23 @@ class BeamState(NamedTuple):
     )  # [rows, k] float32: their log-probability / length penalty, best first
     finished_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities
     finished_flags: tf.Tensor  # [rows, k] bool: the slot holds a finished hypothesis
-    done: tf.Tensor  # [rows] bool: settled (static shapes keep such rows, frozen, to the end)
+    done: (
+        tf.Tensor
+    )  # [rows] bool: the sentence is done (static shapes keep its row, frozen, to the end)
     sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
     row_limits: tf.Tensor  # [rows] int32: the row's longest output
     source_padding: tf.Tensor  # [rows·k, src_len] bool: True for real source tokens
-    results: Hypotheses  # [batch, ...]: the hypotheses of the sentences that left
+    results: Hypotheses  # [batch, ...]: the hypotheses of the rows compaction removed
     #                                (static shapes: (), every sentence keeps its row)
 
 
 def length_penalty(length, alpha: float) -> tf.Tensor:
+    """GNMT's length penalty ``((5 + length) / 6)^alpha`` (Wu et al. 2016), float32.
+
+    Example:
+        >>> round(float(length_penalty(7, 0.6)), 4)
+        1.5157
+    """
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
@@ -110,14 +141,14 @@ def beam_search(
     static_shapes: bool = False,
     buffer_length: int | None = None,
     stopping: str = "heuristic",
-    derived=None,
+    precomputed=None,
     constant_steps=None,
 ) -> BeamSearchOutput:
-    """Beam search over ``source_ids`` ``[batch, src_len]`` (padded with ``pad_id``).
+    """Beam search over ``source_ids``, with GNMT's length penalty and a stopping rule.
 
-    A sentence is settled, and leaves the search, when its length limit is
-    reached or when ``beam_size`` finished hypotheses outscore its best live
-    beam, as ``stopping`` judges it:
+    A sentence is done, and compaction removes it from the search, when its
+    length limit is reached or when ``beam_size`` finished hypotheses outscore
+    its best live beam, as ``stopping`` judges it:
 
     * ``"exact"``: the live beam is judged by the best score it could still
       reach, its log-probability (which only falls as it grows) over the
@@ -132,19 +163,43 @@ def beam_search(
     starts from it) and never take ``pad_id`` or ``bos_id``
     (``decoding.never_emitted``).
 
-    ``min_length`` forbids EOS before that many tokens (benchmarks force the
-    output length with it). ``static_shapes=True`` keeps every loop variable
-    at a fixed shape (fixed-size KV cache, sequence buffers of an int
-    ``max_length`` or of ``buffer_length``, see ``decoding.decode_limits``) so
-    the search compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
-    tokens are padded to the buffer length, and settled sentences stay in the
-    batch, frozen, instead of leaving it. ``derived``: the products of the weights
-    made before (``kernels.FrozenWeights``), and ``constant_steps`` a
-    ``decoding.ConstantSteps`` (dynamic shapes only), for a model whose
-    weights do not change.
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
+        beam_size: the beams a sentence, at least 1.
+        alpha: the length penalty's exponent.
+        max_length: output length limit (defaults to ``src_len + extra_length``).
+        extra_length: see ``max_length``.
+        min_length: EOS is not allowed before this many tokens.
+        static_shapes: keep every loop variable at a fixed shape (fixed-size
+            KV cache, sequence buffers of an int ``max_length`` or of
+            ``buffer_length``, see ``decoding.decode_limits``), so the search
+            compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
+            tokens are padded to the buffer length, and done sentences stay
+            in the batch, frozen.
+        buffer_length: the fixed buffer of ``static_shapes``.
+        stopping: ``"heuristic"`` or ``"exact"`` (``STOPPING_RULES``).
+        precomputed: the model's precomputed weights
+            (``kernels.FrozenWeights``), for a model whose weights do not change.
+        constant_steps: a ``decoding.ConstantSteps`` of ``model`` (dynamic
+            shapes only), for a model whose weights do not change.
+
+    Returns:
+        A ``BeamSearchOutput``.
+
+    Raises:
+        ValueError: ``beam_size`` is below 1, ``stopping`` names no rule, or
+            the limits do not fit ``static_shapes`` (``decoding.decode_limits``).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> out = beam_search(model, tf.constant([[5, 6, 3]]), beam_size=2, max_length=4)
+        >>> out.tokens.shape[:2], out.scores.shape
+        (TensorShape([1, 2]), TensorShape([1, 2]))
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}.")
+    check_beam_size(beam_size)
     check_stopping(stopping)
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
@@ -166,7 +221,7 @@ def beam_search(
         static_shapes,
         limit,
         rows=batch * k,
-        derived=derived,  # weights read once
+        precomputed=precomputed,  # weights read once
         constant_steps=constant_steps,
     )
     beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
@@ -218,7 +273,8 @@ def beam_search(
         """Flat ``[rows·k]`` indices into the ``rows·k`` beam rows of the state."""
         return tf.reshape(rows[:, tf.newaxis] * k + beams, [-1])
 
-    def settled(state: BeamState) -> tf.Tensor:
+    def is_done(state: BeamState) -> tf.Tensor:
+        """Which sentences are done by the stopping rule: no live beam can beat their finished ones."""
         length = state.row_limits if stopping == "exact" else state.step
         best_alive = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
         worst_finished = tf.reduce_min(
@@ -258,26 +314,16 @@ def beam_search(
             scatter_rows(results.log_probs, at, answer.log_probs),
         )
 
-    def leave(state: BeamState) -> BeamState:
-        """The state without its settled rows, whose answers go to ``results``."""
+    def compact(state: BeamState) -> BeamState:
+        """The state without its done rows, whose answers go to ``results``."""
         staying = tf.cast(tf.where(~state.done)[:, 0], tf.int32)
-        kept_beams = beam_rows(staying, tf.range(k)[tf.newaxis])
-        take = lambda x: tf.gather(x, staying)  # noqa: E731
-        return state._replace(
-            alive_seq=take(state.alive_seq),
-            alive_log_probs=take(state.alive_log_probs),
-            cache=tf.nest.map_structure(lambda value: tf.gather(value, kept_beams), state.cache),
-            finished_seq=take(state.finished_seq),
-            finished_scores=take(state.finished_scores),
-            finished_log_probs=take(state.finished_log_probs),
-            finished_flags=take(state.finished_flags),
-            done=take(state.done),
-            sentence=take(state.sentence),
-            row_limits=take(state.row_limits),
-            source_padding=tf.gather(state.source_padding, kept_beams),
-            results=write_results(
-                state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32)
-            ),
+        results = write_results(state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32))
+        return keep_rows(
+            state,
+            staying,
+            results,
+            beam_rows=beam_rows(staying, tf.range(k)[tf.newaxis]),
+            beam_fields=("cache", "source_padding"),
         )
 
     def step_with(decode_step):
@@ -316,7 +362,7 @@ def beam_search(
             ]
 
             penalty = length_penalty(t + 1, alpha)
-            # A settled sentence, waiting to leave (or kept to the end with static shapes), takes no new hypothesis.
+            # A done sentence, waiting for compaction (or kept to the end with static shapes), takes no new hypothesis.
             new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
             pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
             pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
@@ -333,7 +379,7 @@ def beam_search(
                 finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
                 finished_flags=tf.gather(pool_flags, best, batch_dims=1),
             )
-            return state._replace(done=state.done | settled(state))
+            return state._replace(done=state.done | is_done(state))
 
         return step
 
@@ -388,14 +434,14 @@ def beam_search(
         ),
     )
     state = decode_loop(
-        step_with(steps.many_rows),
-        leave,
+        step_with(steps.large_batch),
+        compact,
         start,
         invariants,
         lambda state: state.done,
         limit,
         static_shapes,
-        few_rows_step=steps.few_rows and step_with(steps.few_rows),
+        small_batch_step=steps.small_batch and step_with(steps.small_batch),
         rows=lambda state: tf.size(state.done) * k,
     )
     if static_shapes:  # every sentence kept its row
@@ -404,7 +450,7 @@ def beam_search(
     else:  # rows still searching at the length limit answer with what they hold
         results = write_results(state.results, state, tf.range(tf.shape(state.alive_seq)[0]))
         width = state.step + 1
-    # Drop the BOS column; a settled row that holds fewer than k hypotheses pads with NEG-scored entries.
+    # Drop the BOS column; a done row that holds fewer than k hypotheses pads with NEG-scored entries.
     return BeamSearchOutput(
         results.seq[:, :, 1:width], results.scores, results.log_probs, state.step
     )

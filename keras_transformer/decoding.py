@@ -1,8 +1,11 @@
-"""Greedy decoding with the model's incremental (cached) decoder.
+"""Greedy decoding with the model's incremental (cached) decoder, and what every decoder shares.
 
-Runs as TensorFlow ops (a ``tf.while_loop``), so it can be wrapped in
-``tf.function``, exported in a SavedModel, and compiled with XLA in its
-static-shape form.
+``greedy_decode`` runs as TensorFlow ops (a ``tf.while_loop``), so it can be
+wrapped in ``tf.function``, exported in a SavedModel, and compiled with XLA in
+its static-shape form. ``decoding_steps`` is the one seam between the
+decoders and the encoder and step they run; ``decode_loop`` the loop they
+share, with compaction in rounds; ``ConstantSteps`` the small-batch step with
+the weights as constants, for an export.
 """
 
 from __future__ import annotations
@@ -27,7 +30,17 @@ def batch_free_shape(x: tf.Tensor) -> tf.TensorShape:
 
 
 def ban_early_eos(scores: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
-    """``scores`` ``[..., vocab]`` (logits or log-probabilities) with EOS made impossible while ``step < min_length``."""
+    """``scores`` with EOS made impossible while ``step < min_length``.
+
+    Args:
+        scores: ``[..., vocab]`` logits or log-probabilities.
+        step: the tokens decoded so far (a scalar).
+        min_length: the shortest output allowed (0: no limit).
+        eos_id: the EOS id.
+
+    Returns:
+        ``scores``, EOS's entries ``masked_score_value`` while too early.
+    """
     if not min_length:
         return scores
     is_eos = tf.equal(tf.range(tf.shape(scores)[-1]), eos_id)
@@ -36,23 +49,41 @@ def ban_early_eos(scores: tf.Tensor, step, min_length: int, eos_id: int) -> tf.T
 
 
 def never_emitted(config) -> list[int]:
-    """The ids a decoder never chooses: ``pad_id``, and ``bos_id`` where it
-    differs (neither is ever a training label; Hugging Face's Marian
-    generation bans pad the same way)."""
+    """The ids a decoder never chooses: ``pad_id``, and ``bos_id`` where it differs.
+
+    Neither is ever a training label; Hugging Face's Marian generation bans
+    pad the same way.
+
+    Example:
+        >>> from keras_transformer import TransformerConfig
+        >>> never_emitted(TransformerConfig.from_preset("tiny"))
+        [0, 2]
+    """
     return sorted({config.pad_id, config.bos_id})
 
 
 def ban_tokens(scores: tf.Tensor, token_ids) -> tf.Tensor:
-    """``scores`` ``[..., vocab]`` (logits or log-probabilities, above
-    ``masked_score_value``) with ``token_ids`` made impossible: their entries
-    become the finite per-dtype -inf of ``masked_score_value``. The others
-    are left as they are (not renormalised): greedy decoding chooses from
-    the logits so, and scores the chosen tokens by their log-probabilities."""
+    """``scores`` with ``token_ids`` made impossible, the others left as they are.
+
+    The others are not renormalised: greedy decoding chooses from the logits
+    so, and scores the chosen tokens by their log-probabilities.
+
+    Args:
+        scores: ``[..., vocab]`` logits or log-probabilities, above
+            ``masked_score_value``.
+        token_ids: the ids to ban.
+
+    Returns:
+        ``scores``, the banned entries the finite -inf of ``masked_score_value``.
+
+    Example:
+        >>> ban_tokens(tf.constant([[1.0, 2.0, 3.0]]), [0, 2]).numpy().tolist()
+        [[-1000000000.0, 2.0, -1000000000.0]]
+    """
     size = scores.shape[-1]
     if size is not None:  # the usual case: one constant [vocab] cap, no ops a decoding step
         # masked where banned, +inf elsewhere: a score (never below masked) becomes masked
-        # or stays as it is, a select's values by a minimum, which costs a decoding step less than a
-        # select that broadcasts its condition (benchmarks/README.md).
+        # or stays as it is, a select's values by a minimum (docs/kernels.md).
         cap = np.where(
             np.isin(np.arange(size), list(token_ids)), masked_score_value(scores.dtype), np.inf
         )
@@ -66,23 +97,26 @@ def ban_tokens(scores: tf.Tensor, token_ids) -> tf.Tensor:
 
 
 class DecodingSteps(NamedTuple):
-    """What a decoder runs: ``encode(source_ids [rows, src_len]) → memory``,
-    then the decoding steps, ``step(token_ids [rows] int32, t [] int32, cache,
+    """What a decoder runs: the encoder, the cache it starts from, and the decoding steps.
+
+    A step is ``step(token_ids [rows] int32, t [] int32, cache,
     source_padding [rows, src_len]) → (logits [rows, tgt_vocab] float32,
-    cache)``, one new token a row at position ``t``."""
+    cache)``, one new token a row at position ``t``.
+    """
 
     encode: Callable  # source_ids → memory [rows, src_len, d_model]
     initial_cache: Callable  # memory [rows, src_len, d_model] → the cache the steps start from
-    many_rows: Callable  # any number of rows
-    few_rows: (
-        Callable | None
-    )  # rows ≤ kernels.FEW_ROWS, where faster so (None: many_rows serves all)
+    large_batch: Callable  # any number of rows
+    small_batch: Callable | None  # rows ≤ kernels.SMALL_BATCH_ROWS (None: large_batch serves all)
 
 
 def step_signature(model) -> list:
-    """The input signature of ``model``'s decoding step (``DecodingSteps``'
-    ``step(token_ids, t, cache, source_padding)``) with a growing cache, in
-    the loops' own loose shapes: any rows and cache length."""
+    """The input signature of ``model``'s decoding step, in the loops' own loose shapes.
+
+    Returns:
+        ``[token_ids, t, cache, source_padding]`` as ``tf.TensorSpec``s of a
+        growing cache: any rows and cache length.
+    """
     config = model.config
     keys = tf.TensorSpec(
         [None, None, None, config.d_model // config.num_heads], model.compute_dtype
@@ -100,40 +134,40 @@ def step_signature(model) -> list:
 
 
 class ConstantSteps:
-    """A model's few-rows decoding step (at most ``kernels.FEW_ROWS`` rows)
-    with the weights in the graph as constants: one ``tf.function``, made
-    once. For a model whose weights no longer change: a decoder handed it
-    (``constant_steps=``) runs it in place of the few-rows step it would
-    build; the encoder and the many-rows step still read the model's
-    variables. Every decoder of an export takes the same function, so its
-    SavedModel holds the constants once.
+    """A model's small-batch decoding step with its weights as graph constants, made once.
 
-    At a sentence or a few, a decoding step's time goes to the executor's
-    nodes as much as to the products, and a constant costs less than reading
-    a variable at every step. The encoder and ``initial_cache`` keep the
-    variables: with their weights as constants too, an export ran batches of
-    many sentences slower, and one sentence no faster after them. The
-    constants are a second copy of the decoder's weights and the target
-    embedding, and a tied output layer's kernel, the embedding transposed
-    (a third copy: the logits of a few rows come faster from it than from
-    the embedding transposed inside the products), in all ``nbytes``, in
-    the SavedModel's graph and in a server's memory for each signature that
-    runs the step. The step runs as ``lanes`` lanes (``kernels.decoding_step``'s
-    ``lanes``): its weights are split into the lanes' shares once, here.
+    For a model whose weights no longer change: a decoder handed it
+    (``constant_steps=``) runs it in place of the small-batch step it would
+    build; the encoder and the large-batch step still read the model's
+    variables. Every decoder of an export takes the same ``tf.function``, so
+    its SavedModel holds the constants once. The constants are a second copy
+    of the decoder's weights and the target embedding, and for a tied output
+    layer a third (the embedding transposed, as the output kernel): in all
+    ``nbytes``, in the SavedModel's graph and in a server's memory for each
+    signature that runs the step. The weights are split for the step's
+    splits once, here. ``docs/kernels.md`` says why.
 
     Args:
         model: a ``keras_transformer.Transformer`` whose settings the
             inference kernels cover (``kernels.decoding_step_supported``).
-        derived: the products of the weights made before
+        precomputed: the model's precomputed weights
             (``kernels.FrozenWeights``); by default made here.
-        lanes: the step's lanes, 1 for none; by default
-            ``kernels.step_lanes(model.config)``: two. Lanes run side by side on the
-            executor's inter-op threads; with one such thread, 1 is faster.
-        products: the step's products, ``"conv"`` (1×1 convolutions) or
-            ``"matmul"``; by default ``kernels.step_products()``: what suits
-            this process's TensorFlow (``"matmul"`` where its oneDNN
-            rewrites are on). A SavedModel keeps the choice: export on a
-            machine whose TensorFlow runs as the server's does, or choose.
+        splits: the step's splits (1: none); by default
+            ``kernels.step_splits(model.config)``. Splits run side by side on
+            the executor's inter-op threads; with one such thread, choose 1.
+        products: the step's products, ``"conv"`` (pointwise products) or
+            ``"matmul"``; by default ``kernels.step_products()``, what suits
+            this process's TensorFlow. A SavedModel keeps the choice: export
+            on a machine whose TensorFlow runs as the server's does, or choose.
+
+    Attributes:
+        small_batch: the step, a ``tf.function`` of ``step_signature(model)``.
+        splits, products: the step's.
+        nbytes: the constants' size.
+
+    Raises:
+        ValueError: the inference kernels do not cover ``model``, or
+            ``decoding_step`` refuses ``splits`` or ``products``.
 
     Example:
         >>> import keras_transformer as kt
@@ -150,8 +184,8 @@ class ConstantSteps:
     def __init__(
         self,
         model,
-        derived: kernels.DerivedWeights | None = None,
-        lanes: int | None = None,
+        precomputed: kernels.PrecomputedWeights | None = None,
+        splits: int | None = None,
         products: str | None = None,
     ):
         if not kernels.decoding_step_supported(model):
@@ -162,7 +196,7 @@ class ConstantSteps:
         config = model.config
         # The cross-attention's packed kernel serves initial_cache, which reads the variables.
         step_weights = kernels.as_constants(
-            kernels.step_weights(model, derived)._replace(cross_key_value=())
+            kernels.step_weights(model, precomputed)._replace(cross_key_value=())
         )
         if (
             step_weights.output[0] is None
@@ -170,18 +204,24 @@ class ConstantSteps:
             step_weights = step_weights._replace(
                 output=(np.ascontiguousarray(step_weights.embeddings.T), None)
             )
-        self.lanes = kernels.step_lanes(config) if lanes is None else int(lanes)
+        self.splits = kernels.step_splits(config) if splits is None else int(splits)
         self.products = kernels.step_products() if products is None else products
-        few_rows_step = kernels.decoding_step(
-            model, few_rows=True, weights=step_weights, lanes=self.lanes, products=self.products
+        small_batch_step = kernels.decoding_step(
+            model,
+            small_batch=True,
+            weights=step_weights,
+            splits=self.splits,
+            products=self.products,
         )
 
-        def constant_few_rows_step(
+        def constant_small_batch_step(
             token_ids, position, cache, source_padding
         ):  # names the SavedModel's function
-            return few_rows_step(token_ids, position, cache, source_padding)
+            return small_batch_step(token_ids, position, cache, source_padding)
 
-        self.few_rows = tf.function(constant_few_rows_step, input_signature=step_signature(model))
+        self.small_batch = tf.function(
+            constant_small_batch_step, input_signature=step_signature(model)
+        )
         self.nbytes = sum(
             leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray)
         )
@@ -192,27 +232,36 @@ def decoding_steps(
     static_shapes: bool = False,
     limit=None,
     rows=None,
-    derived: kernels.DerivedWeights | None = None,
+    precomputed: kernels.PrecomputedWeights | None = None,
     constant_steps: ConstantSteps | None = None,
 ) -> DecodingSteps:
     """The encoder and decoding steps for ``model``, set up where the loop is built.
 
-    A growing cache takes ``kernels.decoding_step``, which reads the weights
-    here, once, and runs the step on rank-2 tensors with few graph nodes, with
-    a variant for few rows, and ``kernels.encode`` encodes. A fixed-size cache
-    (static shapes) and models whose settings those kernels do not cover take
-    ``model.encode`` and ``model.decode``, with the tied output kernel read
-    here. All give the same memory and logits (``tests/test_encoding.py``,
+    A growing cache takes ``kernels.decoding_step`` (a large-batch and a
+    small-batch step) and ``kernels.encode``, which read the weights here,
+    once. A fixed-size cache (static shapes) and models whose settings those
+    kernels do not cover take ``model.encode`` and ``model.decode``, with the
+    tied output kernel read here, and no small-batch step. All give the same
+    memory and logits (``tests/test_encoding.py``,
     ``tests/test_decoding_step.py``).
-    ``limit``: the fixed cache length of static shapes; ``rows``: the cache
-    rows the loop starts with (default: more than ``kernels.FEW_ROWS``);
-    ``derived``: the products of the weights the kernels would make, made
-    before (``kernels.FrozenWeights(model).unread()``, as an export keeps them);
-    ``constant_steps``: a ``ConstantSteps`` of ``model``, whose few-rows
-    step a growing cache takes.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        static_shapes: a fixed-size cache, written in place.
+        limit: the fixed cache length of static shapes.
+        rows: the decoding rows the loop starts with (default: more than
+            ``kernels.SMALL_BATCH_ROWS``).
+        precomputed: the model's precomputed weights
+            (``kernels.FrozenWeights(model).as_variables()``, as an export
+            keeps them).
+        constant_steps: a ``ConstantSteps`` of ``model``, whose small-batch
+            step a growing cache takes.
+
+    Returns:
+        A ``DecodingSteps``.
     """
     if not static_shapes and kernels.encoding_supported(model):
-        encoder_weights = kernels.encoder_weights(model, derived)
+        encoder_weights = kernels.encoder_weights(model, precomputed)
 
         def encode(source_ids):
             return kernels.encode(model, source_ids, encoder_weights)
@@ -222,20 +271,20 @@ def decoding_steps(
             return model.encode(source_ids, training=False)
 
     if not static_shapes and kernels.decoding_step_supported(model):
-        weights = kernels.step_weights(model, derived)
+        weights = kernels.step_weights(model, precomputed)
         output_kernel = kernels.tied_output_kernel(
-            weights, kernels.FEW_ROWS + 1 if rows is None else rows
+            weights, kernels.SMALL_BATCH_ROWS + 1 if rows is None else rows
         )
-        few_rows = (
-            kernels.decoding_step(model, few_rows=True, weights=weights)
+        small_batch = (
+            kernels.decoding_step(model, small_batch=True, weights=weights)
             if constant_steps is None
-            else constant_steps.few_rows
+            else constant_steps.small_batch
         )
         return DecodingSteps(
             encode,
             lambda memory: kernels.initial_cache(model, memory, weights),
             kernels.decoding_step(model, weights=weights, output_kernel=output_kernel),
-            few_rows,
+            small_batch,
         )
     output_kernel = model.output_kernel()
 
@@ -257,10 +306,18 @@ def decoding_steps(
 
 
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
-    """Longest output of each sentence, ``[batch]`` int32: ``max_length`` if given,
-    else the sentence's own length + ``extra_length`` (the paper's input + 50),
-    never beyond the model's position table. Per sentence, so that a sentence
-    decodes the same alone and in a padded batch."""
+    """The longest output of each sentence, per sentence so that it decodes the same in any batch.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
+        max_length: one limit for every sentence, if given.
+        extra_length: else each sentence's limit is its own length plus this
+            (the paper's input + 50).
+
+    Returns:
+        ``[batch]`` int32, never beyond the model's position table.
+    """
     batch = tf.shape(source_ids)[0]
     if max_length is not None:
         return tf.fill([batch], min(int(max_length), model.config.max_length))
@@ -276,11 +333,24 @@ def decode_limits(
     static_shapes: bool = False,
     buffer_length: int | None = None,
 ):
-    """``(row_limits [batch], limit)`` for a decoder: the longest output of each
-    row and of the batch. With ``static_shapes`` the limit is a Python int, the
-    fixed buffer size: ``max_length`` (every row gets it), or ``buffer_length``
-    (each row keeps its own source length + ``extra_length``, capped by the
-    buffer: the same outputs as the dynamic decoder, at a fixed shape)."""
+    """The longest output of each row and of the batch, for a decoder.
+
+    Args:
+        model, source_ids, max_length, extra_length: as for ``decode_lengths``.
+        static_shapes: the limit is a Python int, the fixed buffer size:
+            ``max_length`` (every row gets it), or ``buffer_length``.
+        buffer_length: with ``static_shapes``, the buffer size; each row
+            keeps its own source length + ``extra_length``, capped by the
+            buffer: the same outputs as the dynamic decoder, at a fixed shape.
+
+    Returns:
+        ``(row_limits [batch] int32, limit)``.
+
+    Raises:
+        ValueError: ``buffer_length`` without ``static_shapes``, or with
+            ``max_length``; ``static_shapes`` with neither an int
+            ``max_length`` nor ``buffer_length``.
+    """
     if not static_shapes:
         if buffer_length is not None:
             raise ValueError("buffer_length sets a fixed buffer: use it with static_shapes=True.")
@@ -304,9 +374,12 @@ def decode_limits(
 
 
 class GreedyState(NamedTuple):
-    """Greedy decoding's loop state. A row is a sentence still decoding:
-    ``rows`` starts as the batch size and, in the dynamic-shape decoder, falls
-    as finished sentences leave (a batch at a time, see ``_LEAVE_FRACTION``)."""
+    """Greedy decoding's loop state, one row a sentence still decoding.
+
+    ``rows`` starts as the batch size and, in the dynamic-shape decoder,
+    falls as compaction removes finished rows (a batch at a time, see
+    ``_COMPACT_FRACTION``).
+    """
 
     step: tf.Tensor  # [] int32: tokens decoded so far
     last: tf.Tensor  # [rows] int32: the token each row decodes from
@@ -317,14 +390,13 @@ class GreedyState(NamedTuple):
     sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
     row_limits: tf.Tensor  # [rows] int32: the row's longest output
     source_padding: tf.Tensor  # [rows, src_len] bool: True for real source tokens
-    results: tuple  # ([batch, limit] tokens, [batch] scores) of the sentences that left
+    results: tuple  # ([batch, limit] tokens, [batch] scores) of the rows compaction removed
     #                            (static shapes: (), every sentence keeps its row)
 
 
-# Finished rows leave the dynamic-shape batch once they are this share of it:
-# each departure gathers the caches of the rows that stay, so leaving one row
-# at a time would cost more than it saves.
-_LEAVE_FRACTION = 0.25
+# Compaction removes the finished rows of a dynamic-shape batch once they are this share of it:
+# each compaction gathers the caches of the rows that stay (docs/kernels.md).
+_COMPACT_FRACTION = 0.25
 
 
 def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
@@ -332,24 +404,68 @@ def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Te
     return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
 
 
+def keep_rows(state, rows, results, beam_rows=None, beam_fields=()):
+    """``state`` with only its ``rows``: a decoder's compaction.
+
+    Args:
+        state: a decoder's loop state (a ``NamedTuple`` with ``step`` and
+            ``results`` fields); every other field holds a row a sentence,
+            or, the ``beam_fields``, several.
+        rows: ``[kept]`` the rows to keep.
+        results: the new ``results`` (the removed rows' answers written in).
+        beam_rows: the flat rows to keep of the ``beam_fields``.
+        beam_fields: the fields with a row a beam.
+
+    Returns:
+        ``state`` of the kept rows, with ``results``.
+    """
+
+    def keep(name, value):
+        if name in ("step", "results"):
+            return value
+        at = beam_rows if name in beam_fields else rows
+        return tf.nest.map_structure(lambda x: tf.gather(x, at), value)
+
+    kept = state._replace(**{name: keep(name, getattr(state, name)) for name in state._fields})
+    return kept._replace(results=results)
+
+
 def decode_loop(
-    step, leave, start, invariants, done, limit, static_shapes: bool, few_rows_step=None, rows=None
+    step,
+    compact,
+    start,
+    invariants,
+    done,
+    limit,
+    static_shapes: bool,
+    small_batch_step=None,
+    rows=None,
 ):
-    """Run ``step`` (state → state) until every row is ``done(state)`` or
-    ``state.step`` reaches ``limit``, and return the last state.
+    """Run ``step`` until every row is done or ``state.step`` reaches ``limit``: every decoder's loop.
 
     With dynamic shapes the loop runs in rounds: each round decodes until
-    ``_LEAVE_FRACTION`` of its rows are done, and then ``leave`` (state →
-    state) takes those rows out, so later steps run on fewer rows. A done row
-    must not change in the steps it waits, which keeps every sentence's
-    output independent of its batch. The round's test sits outside the
-    decoding step: a branch inside it would cost the executor every step.
-    A round of at most ``kernels.FEW_ROWS`` cache rows (``rows(state)``)
-    runs ``few_rows_step`` where there is one; that choice, too, is made once
-    a round. A batch that starts with at most that many rows decodes in one
-    flat loop of ``few_rows_step`` instead, its finished rows waiting in it:
-    no rounds, no branch a round (a loop nested in a loop, under a
-    ``tf.cond``, costs the executor more than a loop of its own).
+    ``_COMPACT_FRACTION`` of its rows are done, and then ``compact`` removes
+    those rows, so later steps run on fewer rows. A done row must not change
+    in the steps it waits, which keeps every sentence's output independent of
+    its batch. A round of at most ``kernels.SMALL_BATCH_ROWS`` decoding rows
+    runs ``small_batch_step`` where there is one, a choice made once a round;
+    a batch that starts with at most that many rows decodes in one flat loop
+    of ``small_batch_step`` instead, its finished rows waiting in it
+    (``docs/kernels.md`` says why).
+
+    Args:
+        step: the loop's step, state → state.
+        compact: state → the state without its done rows (dynamic shapes).
+        start: the first state, a ``NamedTuple`` with a ``step`` field.
+        invariants: the state's shape invariants.
+        done: state → ``[rows]`` bool.
+        limit: the most steps.
+        static_shapes: one loop of ``step``, no compaction.
+        small_batch_step: the loop's step by the small-batch decoding step, or ``None``.
+        rows: state → its decoding rows (needed with ``small_batch_step``).
+
+    Returns:
+        The last state.
     """
 
     def running(state):
@@ -369,26 +485,26 @@ def decode_loop(
 
     def round_(state):
         count = tf.cast(tf.size(done(state)), tf.float32)
-        due = tf.maximum(1, tf.cast(tf.math.ceil(_LEAVE_FRACTION * count), tf.int32))
+        due = tf.maximum(1, tf.cast(tf.math.ceil(_COMPACT_FRACTION * count), tf.int32))
 
         def until_due(s):
             return running(s) & (tf.reduce_sum(tf.cast(done(s), tf.int32)) < due)
 
-        if few_rows_step is None:
+        if small_batch_step is None:
             state = loop(until_due, step, state)
         else:
             state = tf.cond(
-                rows(state) <= kernels.FEW_ROWS,
-                lambda: loop(until_due, few_rows_step, state),
+                rows(state) <= kernels.SMALL_BATCH_ROWS,
+                lambda: loop(until_due, small_batch_step, state),
                 lambda: loop(until_due, step, state),
             )
-        return leave(state)
+        return compact(state)
 
-    if few_rows_step is None:
+    if small_batch_step is None:
         return loop(running, round_, start)
     return tf.cond(
-        rows(start) <= kernels.FEW_ROWS,
-        lambda: loop(running, few_rows_step, start),
+        rows(start) <= kernels.SMALL_BATCH_ROWS,
+        lambda: loop(running, small_batch_step, start),
         lambda: loop(running, round_, start),
     )
 
@@ -401,37 +517,48 @@ def greedy_decode(
     static_shapes: bool = False,
     min_length: int = 0,
     buffer_length: int | None = None,
-    derived: kernels.DerivedWeights | None = None,
+    precomputed: kernels.PrecomputedWeights | None = None,
     constant_steps: ConstantSteps | None = None,
 ):
     """Arg-max decoding, a batch at a time, stopping when every row emitted EOS.
 
-    Rows that finished leave the batch (dynamic shapes), so the rest decodes
-    on fewer rows; a sentence decodes the same alone and in any batch.
+    Finished rows are removed from the batch in rounds (compaction, dynamic
+    shapes), so the rest decodes on fewer rows; a sentence decodes the same
+    alone and in any batch. Decoding starts from ``bos_id`` (the pad id for a
+    model whose decoder starts from it) and never chooses ``pad_id`` or
+    ``bos_id`` (``never_emitted``).
 
     Args:
         model: a ``keras_transformer.Transformer``.
         source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
         max_length: output length limit (defaults to ``src_len + extra_length``).
+        extra_length: see ``max_length``.
         static_shapes: use a fixed-size KV cache and output buffer (every loop
             variable keeps its shape: XLA/TPU/TFLite). Needs an int
             ``max_length`` or ``buffer_length`` (see ``decode_limits``).
-        min_length: EOS is not allowed before this many tokens (benchmarks use
-            it to force a fixed output length).
-        derived: the products of the weights made before
+        min_length: EOS is not allowed before this many tokens.
+        buffer_length: the fixed buffer of ``static_shapes``.
+        precomputed: the model's precomputed weights
             (``kernels.FrozenWeights``), for a model whose weights do not change.
         constant_steps: a ``ConstantSteps`` of ``model`` (dynamic shapes
             only), for a model whose weights do not change.
-
-    Decoding starts from ``bos_id`` (the pad id for a model whose decoder
-    starts from it) and never chooses ``pad_id`` or ``bos_id``
-    (``never_emitted``).
 
     Returns:
         ``(tokens, scores)``: ``tokens`` ``[batch, out_len]`` int32 without the
         start token, ending with EOS (when emitted) and padded with
         ``pad_id``; ``scores`` ``[batch]`` float32, the sum of the chosen
         tokens' log-probabilities.
+
+    Raises:
+        ValueError: the limits do not fit ``static_shapes`` (``decode_limits``).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3], [7, 3, 0]]), max_length=4)
+        >>> tokens.shape[0], scores.shape
+        (2, TensorShape([2]))
     """
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
@@ -444,7 +571,7 @@ def greedy_decode(
         static_shapes,
         limit,
         rows=batch,
-        derived=derived,  # weights read once
+        precomputed=precomputed,  # weights read once
         constant_steps=constant_steps,
     )
     memory = steps.encode(source_ids)
@@ -473,21 +600,10 @@ def greedy_decode(
             scatter_rows(results[1], at, tf.gather(state.scores, rows)),
         )
 
-    def leave(state: GreedyState) -> GreedyState:
+    def compact(state: GreedyState) -> GreedyState:
         """The state without its finished rows, whose answers go to ``results``."""
-        staying = tf.where(~state.finished)[:, 0]
-        take = lambda x: tf.gather(x, staying)  # noqa: E731
-        return state._replace(
-            last=take(state.last),
-            cache=tf.nest.map_structure(take, state.cache),
-            finished=take(state.finished),
-            scores=take(state.scores),
-            tokens=take(state.tokens),
-            sentence=take(state.sentence),
-            row_limits=take(state.row_limits),
-            source_padding=take(state.source_padding),
-            results=write_results(state.results, state, tf.where(state.finished)[:, 0]),
-        )
+        results = write_results(state.results, state, tf.where(state.finished)[:, 0])
+        return keep_rows(state, tf.where(~state.finished)[:, 0], results)
 
     def step_with(decode_step):
         """The loop's step (state → state) with ``decode_step`` computing the logits."""
@@ -546,14 +662,14 @@ def greedy_decode(
         results=() if static_shapes else (tf.TensorShape([None, None]), tf.TensorShape([None])),
     )
     state = decode_loop(
-        step_with(steps.many_rows),
-        leave,
+        step_with(steps.large_batch),
+        compact,
         start,
         invariants,
         lambda state: state.finished,
         limit,
         static_shapes,
-        few_rows_step=steps.few_rows and step_with(steps.few_rows),
+        small_batch_step=steps.small_batch and step_with(steps.small_batch),
         rows=lambda state: tf.size(state.finished),
     )
     if static_shapes:  # every sentence kept its row

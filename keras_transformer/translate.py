@@ -2,11 +2,9 @@
 
 ``Translator`` runs a Keras model in this process (``Translator.from_workdir``
 loads a training run); ``Translator.from_saved_model`` runs an exported
-SavedModel's signatures instead, the graph TF Serving runs::
-
-    translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
-    translator = Translator.from_saved_model("exports/demo")   # the newest version
-    translator.translate(["the boy sees 3 cats"])
+SavedModel's signatures instead, the graph TF Serving runs, with the same
+``translate``. ``best_ids``, ``decode_in_parts`` and ``pad_for_xla`` are the
+decoding calls they and the SavedModel exporter share.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import tensorflow as tf
 from keras_transformer.beam_search import beam_search, check_stopping
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
+from keras_transformer.numerics import round_up
 from keras_transformer.progress import progress_bar
 
 
@@ -31,20 +30,42 @@ def best_ids(
     extra_length: int = 50,
     buffer_length: int | None = None,
     stopping: str = "heuristic",
-    derived=None,
+    precomputed=None,
     constant_steps=None,
 ):
-    """``(tokens [batch, len], scores [batch])`` of the best hypothesis: greedy
-    for ``beam_size=1`` (log-probability), else beam search's top beam
-    (length-penalised score, ``stopping`` as in ``beam_search``).
-    ``buffer_length`` selects the static-shape decoders (XLA) with buffers of
-    that length; outputs are the same. ``derived``: the products of the
-    weights made before (``kernels.FrozenWeights``); ``constant_steps``: a
-    ``decoding.ConstantSteps`` of the model (dynamic shapes only)."""
+    """The best hypothesis of each sentence: greedy decoding, or beam search's top beam.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
+        beam_size: 1 for greedy decoding, else the beam of ``beam_search``.
+        alpha: beam search's length penalty.
+        extra_length: each output's limit is its source length plus this.
+        buffer_length: selects the static-shape decoders (XLA), with buffers
+            of this length; the outputs are the same.
+        stopping: beam search's stopping rule (``beam_search``).
+        precomputed: the model's precomputed weights
+            (``kernels.FrozenWeights.as_variables()``).
+        constant_steps: a ``decoding.ConstantSteps`` of the model (dynamic
+            shapes only).
+
+    Returns:
+        ``(tokens [batch, len] int32, scores [batch] float32)``: the
+        log-probability for greedy decoding, the length-penalised score for
+        beam search.
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> tokens, scores = best_ids(model, tf.constant([[5, 6, 3]]), extra_length=2)
+        >>> tokens.shape[0], scores.shape
+        (1, TensorShape([1]))
+    """
     static = dict(
         static_shapes=buffer_length is not None,
         buffer_length=buffer_length,
-        derived=derived,
+        precomputed=precomputed,
         constant_steps=constant_steps,
     )
     if beam_size > 1:
@@ -59,6 +80,32 @@ def best_ids(
         )
         return out.tokens[:, 0, :], out.scores[:, 0]
     return greedy_decode(model, source_ids, extra_length=extra_length, **static)
+
+
+def pad_for_xla(source_ids, rows, length_multiple: int, pad_id: int) -> tf.Tensor:
+    """``source_ids`` padded to the fixed shapes an XLA decoder compiles for.
+
+    Args:
+        source_ids: ``[batch, len]`` int ids, padded with ``pad_id``.
+        rows: the padded batch size, at least ``batch`` (an int or a scalar tensor).
+        length_multiple: the padded length is ``len`` rounded up to a multiple of it.
+        pad_id: the id the new columns hold.
+
+    Returns:
+        ``[rows, round_up(len, length_multiple)]``: the batch, then copies of its
+        first sentence, which end when it does and so add no decoding steps.
+
+    Example:
+        >>> pad_for_xla(tf.constant([[5, 6, 3]]), 2, 4, 0).numpy().tolist()
+        [[5, 6, 3, 0], [5, 6, 3, 0]]
+    """
+    length = tf.shape(source_ids)[1]
+    ids = tf.pad(
+        source_ids,
+        [[0, 0], [0, round_up(length, length_multiple) - length]],
+        constant_values=pad_id,
+    )
+    return tf.concat([ids, tf.repeat(ids[:1], rows - tf.shape(ids)[0], axis=0)], axis=0)
 
 
 # A batch of at least PARTS_MIN_ROWS decoding rows (sentences × beams) decodes as DECODE_PARTS
@@ -77,28 +124,33 @@ def check_decode_parts(parts: int | None) -> int:
 
 
 def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, beam_size: int = 1):
-    """``decode(source_ids) → (tokens [batch, len], scores [batch])`` run as
-    ``parts`` independent decodes of a share of the sentences each, which
-    TensorFlow's executor runs side by side on its inter-op threads; the same
-    outputs, in the batch's order (a sentence decodes the same in any batch).
+    """``decode`` run as ``parts`` independent decodes of a share of the batch each.
 
-    A decoding step of many rows is a chain of small ops, most of them on
-    one thread (oneDNN keeps a product whose operands fit in its L2 cache on
-    the calling thread), with little beside them for the executor to run: on
-    a CPU of two cores one decode leaves much of the second idle, two fill
-    it (``benchmarks/README.md``, with oneDNN's rewrites on and off). The
-    sentences are sorted by source length and dealt in turn, so that the
-    parts end at about the same step; each part's sources are cut to its
-    longest. Batches of fewer than
-    ``PARTS_MIN_ROWS`` rows (``beam_size`` rows a sentence), or of fewer
-    sentences than parts, decode whole: a step of a few rows runs in lanes
-    of its own (``decoding.ConstantSteps``). ``parts``: by default
-    ``DECODE_PARTS``; 1: one decode, for a server that runs one inter-op
-    thread. Dynamic shapes
-    only: an XLA decoder pads its batch to fixed sizes instead.
+    TensorFlow's executor runs the parts side by side on its inter-op
+    threads; the outputs are ``decode(source_ids)``'s, in the batch's order
+    (a sentence decodes the same in any batch). The sentences are sorted by
+    source length and dealt in turn, so that the parts end at about the same
+    step, and each part's sources are cut to its longest. A batch of fewer
+    than ``PARTS_MIN_ROWS`` decoding rows (``beam_size`` rows a sentence), or
+    of fewer sentences than parts, decodes whole. Dynamic shapes only: an
+    XLA decoder pads its batch to fixed sizes instead (``pad_for_xla``).
+    ``docs/kernels.md`` says why.
 
-    Pass ``decode`` as a ``tf.function`` of one input signature (``[None,
-    None]`` int32): a graph then holds the decoder once, called for each part.
+    Args:
+        decode: ``source_ids → (tokens [batch, len], scores [batch])``, best
+            a ``tf.function`` of one input signature (``[None, None]``
+            int32): a graph then holds the decoder once, called for each part.
+        source_ids: ``[batch, src_len]`` int32 ids, padded with ``pad_id``.
+        pad_id: the padding id (of the sources, and of the joined tokens).
+        parts: the number of parts (``None``: ``DECODE_PARTS``); 1: one
+            decode, for a server that runs one inter-op thread.
+        beam_size: the decoding rows a sentence takes.
+
+    Returns:
+        ``(tokens [batch, len], scores [batch])``, as ``decode`` gives them.
+
+    Raises:
+        ValueError: ``parts`` is below 1.
 
     Example:
         >>> import keras_transformer as kt
@@ -149,18 +201,45 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, b
 
 
 class Translator(tf.Module):
-    """Batched translation of Python strings: greedy (``beam_size=1``) or beam
-    search with length penalty ``alpha`` and stopping rule ``stopping``
-    (``"heuristic"`` or ``"exact"``, see ``beam_search``).
+    """Translates Python strings with a Keras model in this process, or an exported SavedModel.
 
-    The decoder is traced once, for batches of any shape (``tf.function``),
-    and a batch of many sentences decodes as ``decode_parts`` parts side by
-    side (``decode_in_parts``; 1: whole).
-    ``jit_compile=True`` compiles the static-shape decoders with XLA instead:
-    each batch is padded to ``batch_size`` rows and its source length to a
-    multiple of ``length_bucket``, so a file costs one compilation per length
-    bucket (tens of seconds each on a small CPU) and then decodes faster.
-    Translations are the same either way.
+    Tokenizes, decodes (greedy for ``beam_size=1``, else beam search) and
+    detokenizes. The decoder is traced once, for batches of any shape, and a
+    batch of many sentences decodes as ``decode_parts`` parts side by side
+    (``decode_in_parts``). ``jit_compile=True`` compiles the static-shape
+    decoders with XLA instead: each batch is padded to ``batch_size`` rows
+    and its source length to a multiple of ``length_bucket``
+    (``pad_for_xla``), so a file costs one compilation per length bucket and
+    then decodes faster. Translations are the same either way.
+    ``Translator.from_saved_model(path)`` gives a translator with the same
+    ``translate`` over an export's signatures.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        src_tokenizer, tgt_tokenizer: its tokenizers
+            (``keras_transformer.SubwordTokenizer``).
+        max_src_length: sources are cut to this many subwords, EOS kept
+            (default: the model's ``max_length``).
+        extra_length: each output's limit is its source length plus this.
+        beam_size: 1 for greedy decoding, else the beam size.
+        alpha: beam search's length penalty.
+        jit_compile: decode with the static-shape decoders under XLA.
+        length_bucket: with ``jit_compile``, sources are padded to a
+            multiple of this length.
+        stopping: beam search's stopping rule, ``"heuristic"`` or ``"exact"``
+            (``beam_search``).
+        decode_parts: a batch decodes as this many parts (``None``:
+            ``DECODE_PARTS``; 1: whole).
+
+    Raises:
+        ValueError: ``length_bucket`` or ``decode_parts`` is below 1, or
+            ``stopping`` names no rule.
+
+    Example::
+
+        translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
+        translator = Translator.from_saved_model("exports/demo")  # the newest version
+        translator.translate(["the boy sees 3 cats"])
     """
 
     def __init__(
@@ -203,6 +282,7 @@ class Translator(tf.Module):
 
     @property
     def beam_size(self) -> int:
+        """The beam size: 1 for greedy decoding."""
         return self._options["beam_size"]
 
     @classmethod
@@ -219,8 +299,12 @@ class Translator(tf.Module):
         Args:
             path: the ``--workdir`` of ``python -m training.train``.
             beam_size: 1 = greedy, else beam search with length penalty ``alpha``.
+            alpha: beam search's length penalty.
             precision: compute precision (``fp32``, ``bf16``, ``fp16``).
             **options: ``Translator``'s other arguments (``jit_compile``, ...).
+
+        Returns:
+            A ``Translator`` over the run's model and tokenizers.
         """
         from keras_transformer.workdir import Workdir
 
@@ -231,7 +315,16 @@ class Translator(tf.Module):
     def from_trained_model(
         cls, trained, beam_size: int = 1, alpha: float = 0.6, **options
     ) -> "Translator":
-        """A translator for a ``keras_transformer.TrainedModel``."""
+        """A translator for a ``keras_transformer.TrainedModel`` (a model and its tokenizers).
+
+        Args:
+            trained: the ``TrainedModel``.
+            beam_size, alpha: as for ``Translator``.
+            **options: ``Translator``'s other arguments.
+
+        Returns:
+            A ``Translator`` whose sources are cut to the length trained on.
+        """
         return cls(
             trained.model,
             trained.src_tokenizer,
@@ -243,28 +336,32 @@ class Translator(tf.Module):
         )
 
     @staticmethod
-    def from_saved_model(
-        path: str | os.PathLike, beam_size: int | None = None
-    ) -> "SavedModelTranslator":
-        """A translator that runs an exported SavedModel (``export_saved_model``).
+    def from_saved_model(path: str | os.PathLike, beam_size: int | None = None) -> "Translator":
+        """A translator over an exported SavedModel's signatures (``export_saved_model``).
+
+        It runs the graph TF Serving runs, tokenization inside it, and has
+        ``translate`` as every translator has, and ``cross_attention``.
 
         Args:
             path: a version folder (``exports/demo/1``) or the model folder
                 above it (``exports/demo``: its highest version).
             beam_size: ``None`` for the beam fixed at export, or 1 for greedy.
+
+        Returns:
+            A ``Translator`` (of a private subclass) over the SavedModel.
+
+        Raises:
+            FileNotFoundError: no SavedModel at ``path`` or in a version folder below it.
+            ValueError: ``beam_size`` is neither 1 nor the export's beam.
         """
-        return SavedModelTranslator(path, beam_size=beam_size)
+        return _SavedModelTranslator(path, beam_size=beam_size)
 
     def _decode(self, ids: tf.Tensor, batch_size: int):
         if not self.jit_compile:
             return self._decode_dynamic(tf.cast(ids, tf.int32))
         rows, length = ids.shape
-        bucket = -(-length // self.length_bucket) * self.length_bucket
-        padded = tf.pad(
-            ids,
-            [[0, batch_size - rows], [0, bucket - length]],
-            constant_values=self.model.config.pad_id,
-        )
+        bucket = round_up(length, self.length_bucket)
+        padded = pad_for_xla(ids, batch_size, self.length_bucket, self.model.config.pad_id)
         if bucket not in self._compiled:
             buffer = bucket + self._options["extra_length"]
             self._compiled[bucket] = tf.function(
@@ -277,30 +374,32 @@ class Translator(tf.Module):
     def translate(
         self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
     ) -> list[str]:
-        """Translations of ``sentences``, in order, ``batch_size`` at a time."""
+        """Translations of ``sentences``, in order, ``batch_size`` at a time.
 
-        def translate_batch(batch: list[str]) -> tf.Tensor:
-            ids = encode_sources(
-                self.src_tokenizer, tf.constant(batch), self.max_src_length
-            ).to_tensor(default_value=self.model.config.pad_id)
-            tokens, _ = self._decode(ids, batch_size)
-            return self.tgt_tokenizer.detokenize(tokens)
+        Args:
+            sentences: the source sentences.
+            batch_size: sentences a batch.
+            progress: show a progress bar (needs ``tqdm``).
 
-        return _in_batches(translate_batch, sentences, batch_size, progress)
+        Returns:
+            One translation a sentence.
+        """
+        outputs: list[str] = []
+        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
+            for start in range(0, len(sentences), batch_size):
+                batch = list(sentences[start : start + batch_size])
+                translations = self._translate_batch(batch, batch_size).numpy()
+                outputs.extend(text.decode("utf-8") for text in translations)
+                bar.update(len(batch))
+        return outputs
 
-
-def _in_batches(
-    translate_batch, sentences: Sequence[str], batch_size: int, progress: bool
-) -> list[str]:
-    """``translate_batch`` (a list of strings → a string tensor) over ``sentences``,
-    ``batch_size`` at a time, as Python strings in order."""
-    outputs: list[str] = []
-    with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
-        for start in range(0, len(sentences), batch_size):
-            batch = list(sentences[start : start + batch_size])
-            outputs.extend(text.decode("utf-8") for text in translate_batch(batch).numpy())
-            bar.update(len(batch))
-    return outputs
+    def _translate_batch(self, batch: list[str], batch_size: int) -> tf.Tensor:
+        """The translations of ``batch`` as a string tensor."""
+        ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor(
+            default_value=self.model.config.pad_id
+        )
+        tokens, _ = self._decode(ids, batch_size)
+        return self.tgt_tokenizer.detokenize(tokens)
 
 
 def saved_model_version(path: str | os.PathLike) -> Path:
@@ -319,15 +418,17 @@ def saved_model_version(path: str | os.PathLike) -> Path:
     return max(versions, key=lambda p: int(p.name))
 
 
-class SavedModelTranslator:
-    """Translation through an exported SavedModel's signatures: the graph that TF
-    Serving runs, with tokenization inside it (only TensorFlow and TF Text run).
+class _SavedModelTranslator(Translator):
+    """``Translator.from_saved_model``'s translator: an export's signatures, run in this process.
 
-    ``beam_size`` is the export's (``serving_default``) unless 1 is asked
-    for (``translate_greedy``); other beam sizes need a new export.
+    The graph is the one TF Serving runs, with tokenization inside it (only
+    TensorFlow and TF Text run). ``beam_size`` is the export's
+    (``serving_default``) unless 1 is asked for (``translate_greedy``); other
+    beam sizes need a new export.
     """
 
     def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
+        tf.Module.__init__(self)  # no Keras model: Translator's own set-up does not apply
         # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF Text.
         self.path = saved_model_version(path)
         self.saved_model = tf.saved_model.load(str(self.path))
@@ -337,23 +438,25 @@ class SavedModelTranslator:
                 f"beam size {beam_size}: {self.path} decodes with beam {self.exported_beam_size}; "
                 f"use 1 (greedy) or {self.exported_beam_size}, or re-export with beam {beam_size}."
             )
-        self.beam_size = self.exported_beam_size if beam_size is None else beam_size
-        name = "translate_greedy" if self.beam_size == 1 else "serving_default"
+        self._beam_size = self.exported_beam_size if beam_size is None else beam_size
+        name = "translate_greedy" if self._beam_size == 1 else "serving_default"
         self._signature = self.saved_model.signatures[name]
 
-    def translate(
-        self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
-    ) -> list[str]:
-        """Translations of ``sentences``, in order, ``batch_size`` at a time."""
+    @property
+    def beam_size(self) -> int:
+        return self._beam_size
 
-        def translate_batch(batch: list[str]) -> tf.Tensor:
-            return self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"]
-
-        return _in_batches(translate_batch, sentences, batch_size, progress)
+    def _translate_batch(self, batch: list[str], batch_size: int) -> tf.Tensor:
+        return self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"]
 
     def cross_attention(self, sentence: str) -> dict:
-        """The ``cross_attention`` signature's outputs for one sentence, as Python values:
-        ``translation``, ``source_pieces``, ``target_pieces`` and ``weights`` ``[target, source]``."""
+        """The ``cross_attention`` signature's outputs for one sentence, as Python values.
+
+        Returns:
+            ``translation``, ``source_pieces``, ``target_pieces`` and
+            ``weights`` ``[target, source]`` (the last decoder layer's
+            cross-attention, averaged over heads).
+        """
         out = self.saved_model.signatures["cross_attention"](sentence=tf.constant(sentence))
         return {
             "translation": out["translation"].numpy().decode("utf-8"),

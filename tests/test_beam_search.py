@@ -86,7 +86,7 @@ def varied_sources(count: int, seed: int = 3) -> np.ndarray:
     "stopping", ["exact", pytest.param("heuristic", marks=pytest.mark.slow)]
 )  # a search each
 def test_sentence_alone_equals_sentence_in_batch(model, stopping):
-    """Settled sentences leave the batch in rounds; no one else's beams change."""
+    """Done sentences are removed from the batch in rounds; no one else's beams change."""
     sources = varied_sources(9)
     search = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=1.0, stopping=stopping))
     batch = search(sources)
@@ -150,8 +150,8 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
     ],
 )
 def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
-    """Fixed-size buffers (the XLA/TPU form), where settled sentences keep their
-    rows, give the beams of the growing search, where they leave, padded to max_length."""
+    """Fixed-size buffers (the XLA/TPU form), where done sentences keep their
+    rows, give the beams of the growing search, where compaction removes them, padded to max_length."""
     dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
     static = tf.function(
         lambda s: beam_search(

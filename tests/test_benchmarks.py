@@ -508,7 +508,7 @@ def test_inference_kernels_times_each_kernels_variants(tmp_path):
         assert set(result["attention_us"]) == set(inference_kernels.ATTENTIONS)
         assert set(result["logits_us"]) == {"one product", "16 slices"}
         assert all(value > 0 for value in result["logits_us"].values())
-        assert set(result["product_us"]) == {"bias fused (BiasAdd)", "bias apart (Sub)"}
+        assert set(result["product_us"]) == {"bias fused (BiasAdd)", "bias unfused (Sub)"}
         assert set(result["top_k_us"]) == {"tf.math.top_k", "kernels.top_k"}
     assert report["cpu"]["model"]
 

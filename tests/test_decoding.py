@@ -202,13 +202,13 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
         greedy_decode(model, SOURCE, buffer_length=16)
 
 
-def test_finished_rows_leave_the_batch_without_changing_the_others(model):
-    """Rows that finish leave the batch in rounds (dynamic shapes: a batch of
-    more than ``kernels.FEW_ROWS`` rows); each sentence decodes as it does
+def test_compaction_removes_finished_rows_without_changing_the_others(model):
+    """Compaction removes finished rows in rounds (dynamic shapes: a batch of
+    more than ``kernels.SMALL_BATCH_ROWS`` rows); each sentence decodes as it does
     alone and as in the fixed-shape decoder, where every row keeps its place
     to the end."""
     rng = np.random.default_rng(5)
-    sources = np.zeros((kernels.FEW_ROWS + 8, 9), np.int32)
+    sources = np.zeros((kernels.SMALL_BATCH_ROWS + 8, 9), np.int32)
     for row in sources:
         length = rng.integers(1, 8)
         row[:length] = rng.integers(4, 30, size=length)

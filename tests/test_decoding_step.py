@@ -96,10 +96,10 @@ def assert_caches_close(got, expected, atol):
 
 
 @pytest.mark.quick
-@pytest.mark.parametrize("rows", ["many_rows", "few_rows_conv", "few_rows_matmul"])
+@pytest.mark.parametrize("rows", ["large_batch", "small_batch_conv", "small_batch_matmul"])
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
-    """The many-rows step, and the few-rows step with either kind of products."""
+    """The large-batch step, and the small-batch step with either kind of products."""
     model = randomized_model(1, **VARIANTS[variant])
     assert kernels.decoding_step_supported(model)
     src = sources(model.config)
@@ -108,9 +108,9 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     tokens[:, 0] = model.config.bos_id
     steps = decoding_steps(model)
     step = (
-        steps.many_rows
-        if rows == "many_rows"
-        else kernels.decoding_step(model, few_rows=True, products=rows.split("_")[-1])
+        steps.large_batch
+        if rows == "large_batch"
+        else kernels.decoding_step(model, small_batch=True, products=rows.split("_")[-1])
     )
     fast, fast_cache = step_by_step(model, step, src, tokens, steps.initial_cache)
     reference, reference_cache = step_by_step(model, _decode_growing(model), src, tokens)
@@ -119,7 +119,7 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     assert fast_cache[0]["self"]["key"].shape[2] == tokens.shape[1]
 
 
-LANE_VARIANTS = {
+SPLIT_VARIANTS = {
     **VARIANTS,
     "untied_odd_vocabulary": dict(
         tie_embeddings=False, final_logits_bias=True, vocab_size=VOCAB + 1
@@ -129,14 +129,14 @@ LANE_VARIANTS = {
 
 
 @pytest.mark.parametrize("products", kernels.PRODUCT_OPS)
-@pytest.mark.parametrize("variant", sorted(LANE_VARIANTS))
-def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
-    """``decoding_step(lanes=2)``: each product as two lanes (shares of its
+@pytest.mark.parametrize("variant", sorted(SPLIT_VARIANTS))
+def test_splits_give_the_logits_and_cache_of_one_split(variant, products):
+    """``decoding_step(splits=2)``: each product as two splits (shares of its
     columns, joined, or of its rows, added), attention over all heads
-    between them, and the logits in ``OUTPUT_LANES`` parts give one lane's
+    between them, and the logits in ``OUTPUT_SPLITS`` parts give one split's
     logits and cache, up to the order of the sums: also where the heads, the
     units and the vocabulary do not divide in two or four."""
-    model = randomized_model(9, **LANE_VARIANTS[variant])
+    model = randomized_model(9, **SPLIT_VARIANTS[variant])
     weights = kernels.step_weights(model)
     constants = kernels.as_constants(weights)
     src = sources(model.config, 9)
@@ -149,54 +149,58 @@ def test_lanes_give_the_logits_and_cache_of_one_lane(variant, products):
 
     one, one_cache = step_by_step(
         model,
-        kernels.decoding_step(model, few_rows=True, weights=constants, products=products),
+        kernels.decoding_step(model, small_batch=True, weights=constants, products=products),
         src,
         tokens,
         initial_cache,
     )
     two, two_cache = step_by_step(
         model,
-        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=2, products=products),
+        kernels.decoding_step(
+            model, small_batch=True, weights=constants, splits=2, products=products
+        ),
         src,
         tokens,
         initial_cache,
     )
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
     assert_caches_close(two_cache, one_cache, atol=1e-5)
-    # The layers' products (self qkv and output, cross query and output, inner, outer) in each lane; an
-    # untied output layer's in OUTPUT_LANES shares, a tied one's by slices of the embedding (MatMul).
+    # The layers' products (self qkv and output, cross query and output, inner, outer) in each split; an
+    # untied output layer's in OUTPUT_SPLITS shares, a tied one's by slices of the embedding (MatMul).
     layer_products = 6 * model.config.num_decoder_layers
     op = "Conv2D" if products == "conv" else "MatMul"
     untied = constants.output[0] is not None
     tied_slices = 0 if untied or op == "Conv2D" else len(output_slice_sizes(VOCAB))
     expected = {
         1: layer_products + (1 if untied else tied_slices),
-        2: 2 * layer_products + (kernels.OUTPUT_LANES if untied else tied_slices),
+        2: 2 * layer_products + (kernels.OUTPUT_SPLITS if untied else tied_slices),
     }
-    for lanes, count in expected.items():
+    for splits, count in expected.items():
         step = kernels.decoding_step(
-            model, few_rows=True, weights=constants, lanes=lanes, products=products
+            model, small_batch=True, weights=constants, splits=splits, products=products
         )
-        assert _op_counts(step, model)[op] == count, (lanes, count)
+        assert _op_counts(step, model)[op] == count, (splits, count)
 
 
-def test_lanes_need_numpy_weights_of_the_few_rows_step_and_units_to_share():
+def test_splits_need_numpy_weights_of_the_small_batch_step_and_units_to_share():
     model = randomized_model(10)
-    assert kernels.step_lanes(model.config) == 2
-    with pytest.raises(ValueError, match="lanes=2 needs"):
-        kernels.decoding_step(model, few_rows=True, lanes=2)  # the variables
+    assert kernels.step_splits(model.config) == 2
+    with pytest.raises(ValueError, match="splits=2 needs"):
+        kernels.decoding_step(model, small_batch=True, splits=2)  # the variables
     constants = kernels.as_constants(kernels.step_weights(model))
-    with pytest.raises(ValueError, match="lanes=2 needs"):
-        kernels.decoding_step(model, weights=constants, lanes=2)  # the many-rows step
-    with pytest.raises(ValueError, match=r"lanes=17 needs .* d_model \(16\)"):
-        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=17)
-    with pytest.raises(ValueError, match="lanes must be >= 1"):
-        kernels.decoding_step(model, few_rows=True, weights=constants, lanes=0)
+    with pytest.raises(ValueError, match="splits=2 needs"):
+        kernels.decoding_step(model, weights=constants, splits=2)  # the large-batch step
+    with pytest.raises(ValueError, match=r"splits=17 needs .* d_model \(16\)"):
+        kernels.decoding_step(model, small_batch=True, weights=constants, splits=17)
+    with pytest.raises(ValueError, match="splits must be >= 1"):
+        kernels.decoding_step(model, small_batch=True, weights=constants, splits=0)
     with pytest.raises(ValueError, match="products must be one of conv, matmul, got 'einsum'"):
-        kernels.decoding_step(model, few_rows=True, products="einsum")
+        kernels.decoding_step(model, small_batch=True, products="einsum")
     assert kernels.step_products() == ("matmul" if kernels.onednn_rewrites() else "conv")
     assert (
-        kernels.step_lanes(kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1))
+        kernels.step_splits(
+            kt.TransformerConfig.from_preset("tiny", d_model=2, num_heads=1, d_ff=1)
+        )
         == 1
     )
 
@@ -224,7 +228,7 @@ def test_fast_step_under_mixed_bfloat16_matches_decode():
     assert model.compute_dtype == "bfloat16"
     src = sources(model.config, 3)
     tokens = np.array([[model.config.bos_id, 5, 6, 7]] * 3, np.int32)
-    fast, cache = step_by_step(model, kernels.decoding_step(model, few_rows=True), src, tokens)
+    fast, cache = step_by_step(model, kernels.decoding_step(model, small_batch=True), src, tokens)
     reference, _ = step_by_step(model, _decode_growing(model), src, tokens)
     assert fast.dtype == np.float32 and cache[0]["self"]["key"].dtype == tf.bfloat16
     # The same ops in the same dtypes: bf16 products may round differently when fused.
@@ -239,8 +243,8 @@ def test_a_quantized_model_decodes_through_decode():
     src = sources(model.config, 4)
     tokens = np.array([[model.config.bos_id, 5, 6]] * 3, np.int32)
     steps = decoding_steps(model)
-    assert steps.few_rows is None
-    fallback, _ = step_by_step(model, steps.many_rows, src, tokens)
+    assert steps.small_batch is None
+    fallback, _ = step_by_step(model, steps.large_batch, src, tokens)
     reference, _ = step_by_step(model, _decode_growing(model), src, tokens)
     np.testing.assert_allclose(fallback, reference, rtol=1e-6, atol=1e-6)
     assert greedy_decode(model, src, max_length=6)[0].shape[0] == 3
@@ -288,27 +292,29 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     )
     frozen = kernels.FrozenWeights(model)
     decode_frozen = (
-        (lambda s: greedy_decode(model, s, derived=frozen.unread())[0])
+        (lambda s: greedy_decode(model, s, precomputed=frozen.as_variables())[0])
         if decoder == "greedy"
-        else (lambda s: beam_search(model, s, beam_size=3, derived=frozen.unread()).tokens)
+        else (
+            lambda s: beam_search(model, s, beam_size=3, precomputed=frozen.as_variables()).tokens
+        )
     )
     layers = model.config.num_decoder_layers
     # The state: the cache's 4 tensors a layer, and 9 more (greedy) or 15 (beam: its sequences,
     # scores, flags and results); besides, the loop's limit and (in rounds) the round's count.
     state = 4 * layers + (9 if decoder == "greedy" else 15)
-    for function, derived_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
+    for function, precomputed_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
         graph = _graph(tf.function(function), spec)
         bodies = _loop_bodies(graph)
         assert (
             len(bodies) == 3
-        )  # the rounds' steps for many rows and for few; a few rows' flat loop
+        )  # the rounds' large- and small-batch steps; a small batch's flat loop
         for name, ops in bodies.items():
             carried = _carried(graph, name)
             # Made once a call without FrozenWeights: each layer's fused qkv, scaled query (kernel and
-            # bias each) and, for the few-rows step, its negated biases; the tied output kernel.
+            # bias each) and, for the small-batch step, its negated biases; the tied output kernel.
             assert (
                 sum(carried.values()) - carried["resource"]
-                <= state + 2 + derived_carried + 6 * layers
+                <= state + 2 + precomputed_carried + 6 * layers
             ), carried
             # At least each layer's 4 kernels used as they are and its 3 norms, and the embedding.
             assert carried["resource"] >= 10 * layers + 1, carried
@@ -328,7 +334,7 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     conv = kernels.step_products() == "conv"
     many, *few = sorted(bodies.values(), key=lambda ops: ops["BiasAdd"], reverse=True)
     assert many["MatMul"] == 2 * 6 + 1 and many["Conv2D"] == 0, many
-    # The many-rows step's biases go in by BiasAdd (fused with the product); the few-rows step
+    # The large-batch step's biases go in by BiasAdd (fused with the product); the small-batch step
     # subtracts them, negated, after it (an AddV2 of a [1, n] bias would be fused too).
     assert many["BiasAdd"] == 2 * 6, many
     for ops in few:
@@ -349,7 +355,7 @@ def test_decoding_steps_without_a_row_count_build_inside_a_function():
         memory = steps.encode(src)
         cache = steps.initial_cache(memory)
         tokens = tf.fill([tf.shape(src)[0]], model.config.bos_id)
-        return steps.many_rows(
+        return steps.large_batch(
             tokens, tf.constant(0), cache, padding_mask(src, model.config.pad_id)
         )[0]
 
@@ -359,10 +365,10 @@ def test_decoding_steps_without_a_row_count_build_inside_a_function():
     np.testing.assert_allclose(first_logits(src).numpy(), reference[0], rtol=1e-5, atol=2e-5)
 
 
-def test_an_apart_bias_gives_the_fused_products_values_exactly():
-    """``project_rows`` with ``kernels.projection.apart(bias)``: ``y - (-b)``, the same
+def test_an_unfused_bias_gives_the_fused_products_values_exactly():
+    """``project_rows`` with ``kernels.projection.unfused(bias)``: ``y - (-b)``, the same
     bits as ``BiasAdd``, by a ``Sub`` that grappler's remapper does not fuse."""
-    from keras_transformer.kernels.projection import apart
+    from keras_transformer.kernels.projection import unfused
 
     rng = np.random.default_rng(7)
     x, kernel = (
@@ -371,12 +377,12 @@ def test_an_apart_bias_gives_the_fused_products_values_exactly():
     bias = tf.constant(rng.standard_normal([5]).astype(np.float32))
     fused = kernels.project_rows(x, (kernel, bias), tf.nn.relu)
     graph = (
-        tf.function(lambda x: kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu))
+        tf.function(lambda x: kernels.project_rows(x, (kernel, unfused(bias)), tf.nn.relu))
         .get_concrete_function(tf.TensorSpec([None, 8]))
         .graph
     )
     types = {op.type for op in graph.get_operations()}
     assert "Sub" in types and not types & {"BiasAdd", "AddV2"}
     np.testing.assert_array_equal(
-        kernels.project_rows(x, (kernel, apart(bias)), tf.nn.relu).numpy(), fused.numpy()
+        kernels.project_rows(x, (kernel, unfused(bias)), tf.nn.relu).numpy(), fused.numpy()
     )

@@ -105,8 +105,8 @@ def test_a_quantized_encoder_encodes_through_the_model():
 def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
     model = randomized_model(5, **VARIANTS[variant])
     frozen = kernels.FrozenWeights(model)
-    derived = kernels.derived_weights(model)
-    for kept, made in zip(tf.nest.flatten(frozen.read()), tf.nest.flatten(derived)):
+    precomputed = kernels.precomputed_weights(model)
+    for kept, made in zip(tf.nest.flatten(frozen.read()), tf.nest.flatten(precomputed)):
         if made is None:
             assert kept is None
         else:
@@ -124,15 +124,20 @@ def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
         + decoder_layers * (6 * d_model + d_ff + d_model)
     )
     src = sources(model.config, 5)
-    greedy = tf.function(lambda ids, derived: greedy_decode(model, ids, derived=derived))
+    greedy = tf.function(
+        lambda ids, precomputed: greedy_decode(model, ids, precomputed=precomputed)
+    )
     plain, plain_scores = greedy_decode(model, src)
     plain_beam = beam_search(model, src, beam_size=3).tokens.numpy()
-    for derived in (frozen.read(), frozen.unread()):  # tensors, or the variables, read in the loop
-        tokens, scores = greedy(src, derived)
+    for precomputed in (
+        frozen.read(),
+        frozen.as_variables(),
+    ):  # tensors, or the variables, read in the loop
+        tokens, scores = greedy(src, precomputed)
         np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
         np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
         np.testing.assert_array_equal(
-            beam_search(model, src, beam_size=3, derived=derived).tokens.numpy(), plain_beam
+            beam_search(model, src, beam_size=3, precomputed=precomputed).tokens.numpy(), plain_beam
         )
 
 
@@ -146,7 +151,7 @@ def test_frozen_weights_are_saved_and_restored_with_a_module(tmp_path):
     tf.saved_model.save(module, str(tmp_path))
     restored = tf.saved_model.load(str(tmp_path))
     np.testing.assert_array_equal(
-        restored.f().numpy(), kernels.derived_weights(model).cross_key_value[0].numpy()
+        restored.f().numpy(), kernels.precomputed_weights(model).cross_key_value[0].numpy()
     )
 
 
@@ -191,18 +196,18 @@ def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
 def test_constant_steps_decode_as_the_variables(variant):
     """``ConstantSteps``: the same tokens and scores as the variables, for a
     few rows (the constant step from the start) and for more rows than
-    ``kernels.FEW_ROWS`` (rounds of the many-rows step on the variables,
-    then of the constant few-rows step), greedy and beam."""
+    ``kernels.SMALL_BATCH_ROWS`` (rounds of the large-batch step on the variables,
+    then of the constant small-batch step), greedy and beam."""
     model = randomized_model(7, **VARIANTS.get(variant, {}))
     if variant == "bf16":
         model = with_precision(model, "bf16")
     frozen = kernels.FrozenWeights(model)
-    steps = ConstantSteps(model, frozen.unread())
+    steps = ConstantSteps(model, frozen.as_variables())
     assert steps.nbytes >= 4 * model.config.d_model * model.config.tgt_vocab_size // (
         2 if variant == "bf16" else 1
     )
-    variables = dict(derived=frozen.unread())
-    constants = dict(derived=frozen.unread(), constant_steps=steps)
+    variables = dict(precomputed=frozen.as_variables())
+    constants = dict(precomputed=frozen.as_variables(), constant_steps=steps)
     greedy = {
         name: tf.function(lambda ids, kw=kw: greedy_decode(model, ids, **kw))
         for name, kw in (("variables", variables), ("constants", constants))
@@ -211,7 +216,7 @@ def test_constant_steps_decode_as_the_variables(variant):
         name: tf.function(lambda ids, kw=kw: beam_search(model, ids, beam_size=3, **kw))
         for name, kw in (("variables", variables), ("constants", constants))
     }
-    assert 3 * 3 <= kernels.FEW_ROWS < 20
+    assert 3 * 3 <= kernels.SMALL_BATCH_ROWS < 20
     for src in (sources(model.config, 7), padded_sources(model.config, 20, 7, seed=7)):
         tokens, scores = greedy["variables"](src)
         got_tokens, got_scores = greedy["constants"](src)
@@ -235,22 +240,24 @@ def test_constant_steps_decode_as_the_variables(variant):
 )
 def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder, products):
     """The constant step holds its weights as constants and reads no
-    variable; the loops that call it (a few rows' flat loop, the rounds' for
+    variable; the loops that call it (a small batch's flat loop, the rounds' for
     few rows) read none and carry only their state; a decoder's graph holds
     the step once, whatever it decodes; its products are the kind asked for."""
     model = randomized_model(8)
     frozen = kernels.FrozenWeights(model)
-    steps = ConstantSteps(model, frozen.unread(), products=products)
+    steps = ConstantSteps(model, frozen.as_variables(), products=products)
     assert steps.products == products
     if decoder == "greedy":
         decode = tf.function(
-            lambda ids: greedy_decode(model, ids, derived=frozen.unread(), constant_steps=steps)[0]
+            lambda ids: greedy_decode(
+                model, ids, precomputed=frozen.as_variables(), constant_steps=steps
+            )[0]
         )
     else:
         decode = tf.function(
             lambda ids: (
                 beam_search(
-                    model, ids, beam_size=3, derived=frozen.unread(), constant_steps=steps
+                    model, ids, beam_size=3, precomputed=frozen.as_variables(), constant_steps=steps
                 ).tokens
             )
         )
@@ -260,16 +267,18 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder,
         for f in graph.library.function
     }
     constant = {name: ops for name, ops in functions.items() if "constant_" in name}
-    assert len(constant) == 1 and "constant_few_rows_step" in next(iter(constant)), sorted(constant)
+    assert len(constant) == 1 and "constant_small_batch_step" in next(iter(constant)), sorted(
+        constant
+    )
     (step,) = constant.values()
     assert step["ReadVariableOp"] == 0 and step["VarHandleOp"] == 0 and step["Const"] > 0, step
     # The projections and the tied logits (from the embedding transposed, once): 1×1 convolutions
-    # or plain products, each product as the lanes' shares of its kernel (2 lanes), and the logits
-    # in OUTPUT_LANES parts.
-    lanes = kernels.step_lanes(model.config)
-    assert lanes == kernels.STEP_LANES == 2
+    # or plain products, each product as the splits' shares of its kernel (2 splits), and the logits
+    # in OUTPUT_SPLITS parts.
+    splits = kernels.step_splits(model.config)
+    assert splits == kernels.STEP_SPLITS == 2
     used, unused = ("Conv2D", "MatMul") if products == "conv" else ("MatMul", "Conv2D")
-    assert step[used] == 2 * 6 * lanes + kernels.OUTPUT_LANES and step[unused] == 0, step
+    assert step[used] == 2 * 6 * splits + kernels.OUTPUT_SPLITS and step[unused] == 0, step
     calls = {
         name: ops
         for name, ops in functions.items()

@@ -335,7 +335,7 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(
     from keras_transformer.exporters import saved_model as exporter
 
     names = _function_names(export_dir)
-    assert sum("_constant_few_rows_step_" in name for name in names) == 1, names
+    assert sum("_constant_small_batch_step_" in name for name in names) == 1, names
     # Each decoder once, whichever signatures and parts of a batch call it.
     assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [
         1,
@@ -349,7 +349,7 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(
         SENTENCES,
         SENTENCES[2:],
         SENTENCES * 7,
-    ):  # a sentence or a few, and more rows than FEW_ROWS
+    ):  # a sentence or a few, and more rows than SMALL_BATCH_ROWS
         inputs = tf.constant(batch)
         for name in ("serving_default", "translate_greedy"):
             expected, got = (
@@ -362,21 +362,21 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(
             )
 
 
-@pytest.mark.slow  # a second export; lanes against one lane: test_decoding_step.py
-def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(
+@pytest.mark.slow  # a second export; splits against one split: test_decoding_step.py
+def test_the_small_batch_step_runs_in_splits_and_one_split_translates_the_same(
     workdir, export_dir, tmp_path, capsys
 ):
-    """The export's step for a few rows runs two lanes (each product in two
-    shares of its kernel, the output layer's in ``OUTPUT_LANES``); ``step_lanes=1`` exports one, here with the other
+    """The export's step for a few rows runs two splits (each product in two
+    shares of its kernel, the output layer's in ``OUTPUT_SPLITS``); ``step_splits=1`` exports one, here with the other
     kind of products (``step_products``) and batches decoded whole (``decode_parts=1``), with the same
-    translations; a lane or part count below 1 and an unknown kind of products are refused in one line."""
+    translations; a split or part count below 1 and an unknown kind of products are refused in one line."""
     import collections
 
     from keras_transformer import kernels
     from keras_transformer.exporters import export_saved_model
 
     def step_products(path):
-        (step,) = [f for f in _functions(path) if "_constant_few_rows_step_" in f.signature.name]
+        (step,) = [f for f in _functions(path) if "_constant_small_batch_step_" in f.signature.name]
         ops = collections.Counter(node.op for node in step.node_def)
         return ops["Conv2D"], ops["MatMul"]
 
@@ -385,34 +385,34 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(
         workdir,
         tmp_path / "one_lane",
         beam_size=3,
-        step_lanes=1,
+        step_splits=1,
         step_products=other,
         decode_parts=1,
     )
-    (lanes_conv, lanes_matmul), (one_conv, one_matmul) = (
+    (splits_conv, splits_matmul), (one_conv, one_matmul) = (
         step_products(export_dir),
         step_products(one),
     )
-    # Two shares of each layer's products, OUTPUT_LANES of the output layer's.
-    extra = kernels.OUTPUT_LANES - 2
+    # Two shares of each layer's products, OUTPUT_SPLITS of the output layer's.
+    extra = kernels.OUTPUT_SPLITS - 2
     if other == "matmul":  # the fixture's export has the default, convolutions here
-        assert lanes_conv == 2 * one_matmul + extra > 0 and lanes_matmul == one_conv == 0
+        assert splits_conv == 2 * one_matmul + extra > 0 and splits_matmul == one_conv == 0
     else:
-        assert lanes_matmul == 2 * one_conv + extra > 0 and lanes_conv == one_matmul == 0
-    lanes, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
+        assert splits_matmul == 2 * one_conv + extra > 0 and splits_conv == one_matmul == 0
+    splits, single = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(one))
     for batch in (SENTENCES, SENTENCES[:1], SENTENCES * 3):  # 9 sentences: in parts, or whole
         inputs = tf.constant(batch)
         for name in ("serving_default", "translate_greedy"):
             expected, got = (
                 single.signatures[name](inputs=inputs),
-                lanes.signatures[name](inputs=inputs),
+                splits.signatures[name](inputs=inputs),
             )
             assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
             np.testing.assert_allclose(
                 got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5
             )
-    with pytest.raises(ValueError, match="step_lanes must be >= 1"):
-        export_saved_model(workdir, tmp_path / "none", step_lanes=0)
+    with pytest.raises(ValueError, match="step_splits must be >= 1"):
+        export_saved_model(workdir, tmp_path / "none", step_splits=0)
     with pytest.raises(ValueError, match="step_products must be one of conv, matmul, got 'einsum'"):
         export_saved_model(workdir, tmp_path / "none", step_products="einsum")
     with pytest.raises(ValueError, match="decode_parts must be >= 1"):
@@ -421,8 +421,8 @@ def test_the_few_rows_step_runs_in_lanes_and_one_lane_translates_the_same(
         workdir,
         tmp_path,
         capsys,
-        ["--step-lanes", "0"],
-        "step_lanes must be >= 1 (1: no lanes), got 0.",
+        ["--step-splits", "0"],
+        "step_splits must be >= 1 (1: no splits), got 0.",
     )
 
 
@@ -447,3 +447,15 @@ def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
         ["--decode-parts", "0"],
         "decode_parts must be >= 1 (1: a batch decodes whole), got 0.",
     )
+
+
+def test_fewer_than_one_split_is_refused_in_one_line_by_either_flag(workdir, tmp_path, capsys):
+    """``--step-splits 0``, or its earlier name ``--step-lanes 0``: one line, nothing written."""
+    for flag in ("--step-splits", "--step-lanes"):
+        _refused_in_one_line(
+            workdir,
+            tmp_path,
+            capsys,
+            [flag, "0"],
+            "step_splits must be >= 1 (1: no splits), got 0.",
+        )

@@ -457,8 +457,7 @@ NOT_KERAS_OBJECTS = {
     "SubwordTokenizer",  # a tf.Module: tokenizers are saved as SentencePiece model files
     "MarianSubwordTokenizer",
     "load_marian_tokenizers",  # a tf.Module and its loader: Marian's own files
-    "Translator",
-    "SavedModelTranslator",  # translate with a model or an export; not saved by Keras
+    "Translator",  # translates with a model or an export; not saved by Keras
     "TrainedModel",
     "Workdir",
     "WorkdirError",  # a run's files and a model with its tokenizers

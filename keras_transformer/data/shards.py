@@ -42,7 +42,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import time
@@ -65,6 +64,7 @@ from keras_transformer.data.pipeline import (
 )
 from keras_transformer.data.sequences import source_ids, target_ids
 from keras_transformer.files import replace_directory, staging_directory
+from keras_transformer.numerics import ceil_div
 
 logger = logging.getLogger("keras_transformer.data")
 
@@ -472,7 +472,7 @@ class _Ragged:
 
 def _write_records(path: Path, examples: _Ragged, dtype: np.dtype) -> None:
     """A final shard: ``examples`` in blocks of ``EXAMPLES_PER_RECORD``."""
-    blocks = -(-len(examples) // EXAMPLES_PER_RECORD)
+    blocks = ceil_div(len(examples), EXAMPLES_PER_RECORD)
     sizes = [EXAMPLES_PER_RECORD] * (blocks - 1) + [
         len(examples) - EXAMPLES_PER_RECORD * (blocks - 1)
     ]
@@ -565,7 +565,7 @@ def prepare_shards(
     pairs_read = _count_pairs(pairs)
     if pairs_read == 0:
         raise ValueError("prepare_shards got no pairs: the corpus is empty.")
-    shards = math.ceil(pairs_read / examples_per_shard)
+    shards = ceil_div(pairs_read, examples_per_shard)
     buckets = min(shards, MAX_OPEN_FILES)
     # Final shards per temporary file: `shards` spread evenly over the `buckets`.
     shards_per_bucket = [shards // buckets + (index < shards % buckets) for index in range(buckets)]

@@ -6,6 +6,9 @@ to what serves it.
 - ``export_tflite``: a builtins-only TFLite translator over token ids;
 - ``export_ctranslate2``: a CTranslate2 model directory (``[ct2]`` extra),
   imported on first use.
+
+``ExportedTranslator`` and ``TFLiteTranslator`` are the ``tf.Module`` objects the
+first two save; ``keras_transformer.Translator.from_saved_model`` translates with an export.
 """
 
 from keras_transformer.exporters.saved_model import ExportedTranslator, export_saved_model

@@ -202,7 +202,7 @@ def vocabulary(tokenizer, size: int) -> list[str]:
 
 
 class KerasTransformerConverter(Converter):
-    """Builds a CTranslate2 ``TransformerSpec`` from a ``keras_transformer.Transformer``.
+    """CTranslate2's converter for a ``keras_transformer.Transformer``: its ``TransformerSpec``.
 
     Args:
         model: the trained (built) ``Transformer``.
@@ -295,8 +295,7 @@ def export_ctranslate2(
     force: bool = False,
     progress: bool = False,
 ) -> Path:
-    """Convert ``source`` (a ``TrainedModel``, ``Workdir`` or workdir path) into the
-    CTranslate2 directory ``out`` and return it.
+    """Convert ``source`` into the CTranslate2 model directory ``out``, written atomically.
 
     The model is written to a staging directory beside ``out`` and renamed
     into place, so ``out`` never holds a half-written model. An existing
@@ -305,8 +304,24 @@ def export_ctranslate2(
     deleted. The SentencePiece model(s) are copied in.
 
     Args:
+        source: a ``TrainedModel``, ``Workdir`` or workdir path.
+        out: the directory to write.
         quantization: CTranslate2's weight type (``int8``, ``float16``, ...;
             default: float32 as trained).
+        force: replace an existing ``out``.
+        progress: show a progress bar (needs ``tqdm``).
+
+    Returns:
+        ``out``, as a ``Path``.
+
+    Raises:
+        ValueError: ``quantization`` is not one of ``QUANTIZATIONS``.
+        FileExistsError: ``out`` exists and ``force`` is off.
+
+    Example::
+
+        from keras_transformer.exporters import export_ctranslate2
+        export_ctranslate2("runs/demo", "demo-ct2", quantization="int8")
     """
     out = Path(out)
     if quantization is not None and quantization not in QUANTIZATIONS:

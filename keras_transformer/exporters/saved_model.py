@@ -22,12 +22,13 @@ from typing import Sequence
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.beam_search import check_stopping
+from keras_transformer.beam_search import check_beam_size, check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import ConstantSteps
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.layers.masks import padding_mask, target_padding_mask
+from keras_transformer.numerics import round_up
 from keras_transformer.progress import progress_bar
 from keras_transformer.tokenization import (
     MARIAN_SOURCE_SPM,
@@ -37,7 +38,12 @@ from keras_transformer.tokenization import (
     MarianSubwordTokenizer,
     write_marian_tokenizer_files,
 )
-from keras_transformer.translate import best_ids, check_decode_parts, decode_in_parts
+from keras_transformer.translate import (
+    best_ids,
+    check_decode_parts,
+    decode_in_parts,
+    pad_for_xla,
+)
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
 log = logging.getLogger(__name__)
@@ -76,7 +82,12 @@ def attach_model(module: tf.Module, model) -> None:
 
 
 class ExportedTranslator(tf.Module):
-    """What ``export_saved_model`` saves.
+    """The ``tf.Module`` that ``export_saved_model`` saves: a translator's signatures for TF Serving.
+
+    It decodes by the inference kernels, with the model's precomputed
+    weights kept as variables (``kernels.FrozenWeights``) and, for a small
+    model, the small-batch step's weights as constants
+    (``decoding.ConstantSteps``).
 
     Signatures:
         ``serving_default``: ``inputs`` string ``[batch]`` → ``translations``
@@ -105,6 +116,26 @@ class ExportedTranslator(tf.Module):
     Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
     as in training; an empty sentence translates to ""; sources longer than
     ``max_src_length`` subwords are truncated (EOS kept).
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        src_tokenizer, tgt_tokenizer: its tokenizers.
+        max_src_length: sources are cut to this many subwords.
+        beam_size, alpha, extra_length, stopping: ``serving_default``'s
+            decoding (``beam_size=1``: greedy).
+        src_model_path, tgt_model_path: the SentencePiece models, shipped as
+            assets.
+        vocabulary_paths: a Marian tokenizer's vocabularies, shipped as
+            assets, ``{file name: path}``.
+        xla: also make the XLA signatures.
+        step_splits, step_products: the small-batch step's splits and
+            products (``decoding.ConstantSteps``).
+        decode_parts: a batch decodes as this many parts
+            (``translate.decode_in_parts``).
+
+    Raises:
+        ValueError: ``beam_size`` or ``decode_parts`` is below 1, or
+            ``stopping`` names no rule.
     """
 
     def __init__(
@@ -122,13 +153,12 @@ class ExportedTranslator(tf.Module):
         tgt_model_path: Path | None = None,
         vocabulary_paths: dict[str, Path] | None = None,
         xla: bool = False,
-        step_lanes: int | None = None,
+        step_splits: int | None = None,
         step_products: str | None = None,
         decode_parts: int | None = None,
     ):
         super().__init__(name="translator")
-        if beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+        check_beam_size(beam_size)
         decode_parts = check_decode_parts(decode_parts)
         attach_model(self, model)
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
@@ -139,7 +169,10 @@ class ExportedTranslator(tf.Module):
         small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
         self.__dict__["constant_steps"] = (
             ConstantSteps(
-                model, self.frozen_weights.unread(), lanes=step_lanes, products=step_products
+                model,
+                self.frozen_weights.as_variables(),
+                splits=step_splits,
+                products=step_products,
             )
             if supported and small
             else None
@@ -178,7 +211,9 @@ class ExportedTranslator(tf.Module):
     def _decoder(self, beam_size: int):
         """The decoder of ``beam_size`` as one ``tf.function`` (source ids → ids, scores)."""
         if beam_size not in self.decoders:
-            derived = None if self.frozen_weights is None else self.frozen_weights.unread()
+            precomputed = (
+                None if self.frozen_weights is None else self.frozen_weights.as_variables()
+            )
 
             def decode(source_ids):
                 return best_ids(
@@ -188,7 +223,7 @@ class ExportedTranslator(tf.Module):
                     self.alpha,
                     self.extra_length,
                     stopping=self.stopping,
-                    derived=derived,
+                    precomputed=precomputed,
                     constant_steps=self.constant_steps,
                 )
 
@@ -215,21 +250,16 @@ class ExportedTranslator(tf.Module):
         to bucket sizes (see ``translate_xla``); the same outputs."""
         beam_size = self.beam_size if beam_size is None else beam_size
         config = self.model.config
-        rows, length = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
+        rows = tf.shape(source_ids)[0]
         buckets = tf.constant(XLA_ROW_BUCKETS)
         largest = XLA_ROW_BUCKETS[-1]
         padded_rows = tf.where(
             rows > largest,
-            -(-rows // largest) * largest,
+            round_up(rows, largest),
             tf.gather(buckets, tf.argmax(tf.cast(buckets >= rows, tf.int32))),
         )
-        padded_length = -(-length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
-        ids = tf.pad(
-            source_ids, [[0, 0], [0, padded_length - length]], constant_values=config.pad_id
-        )
-        # Extra rows copy the first sentence: they end when it does, so they add no steps.
-        ids = tf.concat([ids, tf.repeat(ids[:1], padded_rows - rows, axis=0)], axis=0)
-        longest_source = -(-self.max_src_length // XLA_LENGTH_BUCKET) * XLA_LENGTH_BUCKET
+        ids = pad_for_xla(source_ids, padded_rows, XLA_LENGTH_BUCKET, config.pad_id)
+        longest_source = round_up(self.max_src_length, XLA_LENGTH_BUCKET)
         buffer = min(
             longest_source + self.extra_length, config.max_length
         )  # every row's own limit fits
@@ -365,12 +395,12 @@ def export_saved_model(
     warmup_sentences: Sequence[str] = WARMUP_SENTENCES,
     precision: str = "fp32",
     xla: bool = False,
-    step_lanes: int | None = None,
+    step_splits: int | None = None,
     step_products: str | None = None,
     decode_parts: int | None = None,
     progress: bool = False,
 ) -> Path:
-    """Export ``source`` as a TF Serving model version and return ``out/<version>``.
+    """Export ``source`` as a TF Serving model version, written atomically.
 
     Args:
         source: a ``TrainedModel`` (a model and its tokenizers, e.g. after
@@ -388,30 +418,41 @@ def export_saved_model(
         xla: also export ``translate_xla`` and ``translate_greedy_xla``, the
             decoders compiled by XLA (see ``ExportedTranslator``); the default
             signatures stay plain graphs either way.
-        step_lanes: the lanes of the decoding step for a few rows (a
+        step_splits: the splits of the small-batch decoding step (a
             sentence or a beam): by default two, each with a half of every
             product's kernel, side by side on the server's inter-op threads;
             1 for a server that runs one inter-op thread
             (``decoding.ConstantSteps``).
-        step_products: that step's products, ``"conv"`` (1×1 convolutions)
-            or ``"matmul"``: by default what suits the exporting process's
-            TensorFlow (``kernels.step_products``): ``"matmul"`` where its
-            oneDNN rewrites are on (by default on CPUs with AVX512_VNNI,
-            AVX512_BF16, AVX_VNNI or AMX; ``TF_ENABLE_ONEDNN_OPTS``), else
-            ``"conv"``. Each is several times slower at a sentence under
-            the other setting: choose for the server's CPU.
+        step_products: that step's products, ``"conv"`` (pointwise
+            products) or ``"matmul"``: by default what suits the exporting
+            process's TensorFlow (``kernels.step_products``), ``"matmul"``
+            where its oneDNN rewrites are on (``kernels.onednn_rewrites``),
+            else ``"conv"``. Choose for the server's CPU
+            (``docs/kernels.md``).
         decode_parts: a batch of eight decoding rows or more (sentences ×
             beams) decodes as this many parts side by side, on the server's
             inter-op threads (``translate.decode_in_parts``): by default
             ``DECODE_PARTS``, two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
+
+    Returns:
+        The version folder, ``out/<version>``.
+
+    Raises:
+        ValueError: an option out of range (``beam_size``, ``stopping``,
+            ``step_splits``, ``decode_parts``, ``step_products``, ``version``).
+        FileExistsError: the version exists and ``overwrite`` is off.
+
+    Example::
+
+        from keras_transformer.exporters import export_saved_model
+        export_saved_model("runs/demo", "exports/demo", beam_size=4)  # exports/demo/1
     """
     out = Path(out)
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    check_beam_size(beam_size)
     check_stopping(stopping)  # refused before the model is loaded
-    if step_lanes is not None and step_lanes < 1:
-        raise ValueError(f"step_lanes must be >= 1 (1: no lanes), got {step_lanes}.")
+    if step_splits is not None and step_splits < 1:
+        raise ValueError(f"step_splits must be >= 1 (1: no splits), got {step_splits}.")
     check_decode_parts(decode_parts)
     if step_products is not None and step_products not in kernels.PRODUCT_OPS:
         raise ValueError(
@@ -451,14 +492,14 @@ def export_saved_model(
                     tgt_model_path=tgt_path,
                     vocabulary_paths=vocabulary_files(Path(spm_dir)),
                     xla=xla,
-                    step_lanes=step_lanes,
+                    step_splits=step_splits,
                     step_products=step_products,
                     decode_parts=decode_parts,
                 )
                 if module.constant_steps is not None:
                     log.info(
-                        "decoding step for a few rows: %d lane(s), %s products (%s)",
-                        module.constant_steps.lanes,
+                        "small-batch decoding step: %d split(s), %s products (%s)",
+                        module.constant_steps.splits,
                         module.constant_steps.products,
                         "chosen"
                         if step_products

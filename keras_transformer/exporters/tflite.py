@@ -31,7 +31,13 @@ QUANTIZATIONS = ("dynamic",)
 
 
 class TFLiteTranslator(tf.Module):
-    """A batch-1 greedy translator over ids with static shapes, for the converter."""
+    """The ``tf.Module`` that ``export_tflite`` converts: batch-1 greedy decoding over ids, static shapes.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        max_src_length: the input width.
+        max_tgt_length: the output width.
+    """
 
     def __init__(self, model, max_src_length: int, max_tgt_length: int):
         super().__init__(name="tflite_translator")
@@ -40,6 +46,8 @@ class TFLiteTranslator(tf.Module):
         self.max_tgt_length = int(max_tgt_length)
 
     def signature(self):
+        """The ``serving_default`` function: ``source_ids [1, max_src_length]`` → ``target_ids``."""
+
         @tf.function(
             input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")]
         )
@@ -53,11 +61,22 @@ class TFLiteTranslator(tf.Module):
 
 
 def convert(model, max_src_length: int, max_tgt_length: int, quantize: str | None = None) -> bytes:
-    """TFLite flatbuffer bytes (TFLITE_BUILTINS only), with a ``serving_default``
-    signature (``source_ids`` → ``target_ids`` of ``max_tgt_length`` ids).
+    """``model`` as TFLite flatbuffer bytes, TFLITE_BUILTINS only.
 
     Goes through a SavedModel: that is the path on which the converter freezes
     the variables read inside the decoding loop and keeps the signature names.
+
+    Args:
+        model: a ``keras_transformer.Transformer`` (float32).
+        max_src_length, max_tgt_length: the input and output widths.
+        quantize: ``None`` (float32) or ``"dynamic"`` (int8 weights).
+
+    Returns:
+        The flatbuffer, with a ``serving_default`` signature (``source_ids``
+        → ``target_ids`` of ``max_tgt_length`` ids).
+
+    Raises:
+        ValueError: ``quantize`` is not one of ``QUANTIZATIONS``.
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be None or one of {QUANTIZATIONS}, got {quantize!r}.")
@@ -84,13 +103,27 @@ def export_tflite(
     max_tgt_length: int | None = None,
     progress: bool = False,
 ) -> Path:
-    """Convert ``source`` (a ``TrainedModel``, ``Workdir`` or workdir path) into the
-    ``.tflite`` file ``out``, written atomically, and return its path.
+    """Convert ``source`` into the ``.tflite`` file ``out``, written atomically.
 
     Args:
+        source: a ``TrainedModel``, ``Workdir`` or workdir path.
+        out: the ``.tflite`` file to write.
         quantize: ``None`` (float32) or ``"dynamic"`` (int8 weights, float activations).
         max_src_length: the input width (default: the length trained on).
         max_tgt_length: the output width (default: the longest target trained on + 1, for EOS).
+        progress: show a progress bar (needs ``tqdm``).
+
+    Returns:
+        ``out``, as a ``Path``.
+
+    Raises:
+        ValueError: ``quantize`` is not one of ``QUANTIZATIONS``, or ``out``
+            is a directory.
+
+    Example::
+
+        from keras_transformer.exporters import export_tflite
+        export_tflite("runs/demo", "demo.tflite", quantize="dynamic")
     """
     if quantize is not None and quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize must be None or one of {QUANTIZATIONS}, got {quantize!r}.")

@@ -5,7 +5,8 @@ formulas; how those formulas become fast TensorFlow graphs lives here, and they 
 it only through the names below. Each kernel gives the values and gradients of the
 plain TensorFlow ops it replaces (the tests check them against those, and against
 NumPy), and each runs unchanged on CPU, GPU and TPU and under XLA, except the native
-ops, which are CPU-only, opt-in and never in an exported graph.
+ops, which are CPU-only, opt-in and never in an exported graph. ``docs/kernels.md``
+says what each fast path does and why.
 
 =====================================  =====================================================
 kernel                                 what it does, and who calls it
@@ -21,18 +22,16 @@ kernel                                 what it does, and who calls it
                                        ``MaskedLabelSmoothedCrossEntropy``
 ``projected_smoothed_cross_entropy``   the same with the output projection inside its
                                        gradient: ``Transformer.train_step``
-``permute``                            ``tf.transpose`` as an ``einsum``, which oneDNN does
-                                       not slow down at small sizes: the attention
+``permute``                            ``tf.transpose`` as an ``einsum``: the attention
                                        heads
 ``FusedAdam``                          Adam's update as one kernel a variable:
                                        ``paper_adam``
-``attend``                             attention at inference, in float32 by the
-                                       batched product (``BatchMatMulV3``) and softmax
-                                       (``exp(log_softmax)``) that oneDNN leaves to
-                                       Eigen: the two kernels below
+``attend``                             attention at inference, in float32, by the batched
+                                       product (``BatchMatMulV3``) and softmax
+                                       (``exp(log_softmax)``) that oneDNN leaves to Eigen:
+                                       the two kernels below
 ``decoding_step``                      one token of ``Transformer.decode`` against a
-                                       growing cache, weights made once and read in
-                                       the step as variables, rank-2 products:
+                                       growing cache, weights read once, rank-2 products:
                                        ``decoding.decoding_steps``
 ``encode``                             ``Transformer.encode`` at inference: one product
                                        for each layer's query, key and value:
@@ -40,9 +39,8 @@ kernel                                 what it does, and who calls it
 ``top_k``                              ``tf.math.top_k`` over a long row by the maxima of
                                        blocks, the same values and order:
                                        ``beam_search``'s candidates
-``FrozenWeights``                      the products of the weights those two make
-                                       (fused and scaled kernels, negated biases),
-                                       kept as variables: the exported SavedModel
+``FrozenWeights``                      the precomputed weights of those two, kept as
+                                       variables: the exported SavedModel
 ``native``                             the opt-in C++ ops and their build cache
 =====================================  =====================================================
 
@@ -51,6 +49,43 @@ kernel unless its settings are ones the kernel does not cover (a quantized ``Den
 several LayerNorm axes, a dropout ``noise_shape``), and ``Transformer.compile`` decides
 once whether the training step fuses the output projection with the loss
 (``fuse_output_and_loss``).
+
+Glossary: the terms the inference kernels, the decoders and the exporters use, each for
+one idea.
+
+=========================  ==============================================================
+term                       meaning
+=========================  ==============================================================
+decoding rows              the rows a decoding step runs on: sentences × beams
+small-batch step           the decoding step for at most ``SMALL_BATCH_ROWS`` decoding
+                           rows (``decoding_step(small_batch=True)``): unfused biases,
+                           pointwise or ``MatMul`` products (``PRODUCT_OPS``), splits
+large-batch step           the decoding step for any number of rows
+pointwise product          a product as a 1×1 convolution on rows in the NHWC layout
+                           ``[rows, 1, 1, width]`` (``projection.project_pointwise``)
+splits                     a product run as independent partial products, each by a
+                           split of its kernel's columns (outputs joined) or rows
+                           (outputs added), which the executor runs side by side on
+                           its inter-op threads: Megatron's column- and row-parallel
+                           partitioning, on one device (``STEP_SPLITS``,
+                           ``OUTPUT_SPLITS``, ``decoding_step(splits=N)``)
+unfused bias               a bias added after the product rather than fused into it
+                           by grappler: held negated and subtracted
+                           (``projection.UnfusedBias``)
+precomputed weights        the products of the weights the kernels make before use:
+                           fused query/key/value kernels, scaled queries, the packed
+                           cross-attention kernel, negated biases
+                           (``PrecomputedWeights``)
+frozen weights             the precomputed weights made once and kept as variables
+                           (``FrozenWeights``), for a model whose weights no longer
+                           change
+compaction                 removing finished rows from a dynamic-shape decoder's
+                           batch, in rounds (``decoding.decode_loop``)
+finished / done            a greedy row is finished once it emitted EOS or reached its
+                           limit; a beam-search hypothesis is finished once it ends; a
+                           beam-search sentence is done once no live beam can beat its
+                           finished hypotheses (its stopping rule)
+=========================  ==============================================================
 """
 
 from keras_transformer.kernels import native
@@ -60,16 +95,16 @@ from keras_transformer.kernels.cross_entropy import (
     smoothed_cross_entropy,
 )
 from keras_transformer.kernels.decoding_step import (
-    FEW_ROWS,
-    OUTPUT_LANES,
     OUTPUT_SLICES,
+    OUTPUT_SPLITS,
     PRODUCT_OPS,
-    STEP_LANES,
+    SMALL_BATCH_ROWS,
+    STEP_SPLITS,
     decoding_step,
     initial_cache,
     onednn_rewrites,
-    step_lanes,
     step_products,
+    step_splits,
     step_weights,
     tied_output_kernel,
 )
@@ -89,28 +124,27 @@ from keras_transformer.kernels.projection import (
 )
 from keras_transformer.kernels.top_k import top_k
 from keras_transformer.kernels.weights import (
-    DerivedWeights,
     FrozenWeights,
+    PrecomputedWeights,
     as_constants,
-    derived_weights,
+    precomputed_weights,
 )
 
 __all__ = [
-    "FEW_ROWS",
-    "OUTPUT_LANES",
     "OUTPUT_SLICES",
+    "OUTPUT_SPLITS",
     "PRODUCT_OPS",
-    "STEP_LANES",
-    "DerivedWeights",
+    "SMALL_BATCH_ROWS",
+    "STEP_SPLITS",
     "FrozenWeights",
     "FusedAdam",
+    "PrecomputedWeights",
     "as_constants",
     "as_rows",
     "attend",
     "batched_product",
     "decoding_step",
     "decoding_step_supported",
-    "derived_weights",
     "dropout",
     "encode",
     "encoder_weights",
@@ -121,12 +155,13 @@ __all__ = [
     "native",
     "onednn_rewrites",
     "permute",
+    "precomputed_weights",
     "project",
     "project_rows",
     "projected_smoothed_cross_entropy",
     "smoothed_cross_entropy",
-    "step_lanes",
     "step_products",
+    "step_splits",
     "step_weights",
     "tied_output_kernel",
     "top_k",

@@ -1,20 +1,11 @@
 """Attention at inference, ``softmax(q kᵀ + bias) v`` over the heads, with the
 batched products TensorFlow's oneDNN build leaves to Eigen.
 
-On an x86 CPU, TensorFlow's oneDNN build rewrites ``BatchMatMulV2`` (what
-``tf.matmul`` and ``tf.einsum`` emit for batched operands) and ``Softmax``
-into its own kernels, which take tens of microseconds even for an
-inference step's ``[rows, heads, 1, depth] × [rows, heads, len, depth]ᵀ``.
-It does not rewrite ``BatchMatMulV3``, the same product with an output dtype:
-Eigen's batched kernel computes it, several times faster at these sizes
-(``benchmarks/README.md``: one attention of a decoding step, 1 to 64 rows).
-Nor does it rewrite ``LogSoftmax``: the softmax is ``exp(log_softmax(s))``,
-two graph nodes that take less time than oneDNN's ``Softmax`` and than the
-five of ``exp(s − max s) / Σ exp(s − max s)``, with oneDNN's rewrites on or
-off (in a decoding loop, at a row or a few; the same time at 64 rows).
-``attend`` is used by the inference kernels (``decoding_step``,
-``encode``); the paper's layers keep their own attention. These ops run on
-CPU, GPU and TPU, and stock TF Serving has them.
+``attend`` computes the product as ``BatchMatMulV3`` in float32, which oneDNN
+does not rewrite, and the softmax as ``exp(log_softmax)``
+(``docs/kernels.md`` says why). It is used by the inference kernels
+(``decoding_step``, ``encode``); the paper's layers keep their own attention.
+These ops run on CPU, GPU and TPU, and stock TF Serving has them.
 """
 
 from __future__ import annotations
@@ -23,9 +14,18 @@ import tensorflow as tf
 
 
 def batched_product(a: tf.Tensor, b: tf.Tensor, adjoint_b: bool = False) -> tf.Tensor:
-    """``a @ b`` (``a @ bᵀ`` with ``adjoint_b``) over the leading batch axes:
-    ``BatchMatMulV3`` in float32, which oneDNN leaves to Eigen, ``tf.matmul``
-    in other dtypes (oneDNN's bf16 kernels are the fast ones there).
+    """``a @ b`` (``a @ bᵀ`` with ``adjoint_b``) over the leading batch axes.
+
+    ``BatchMatMulV3`` in float32, which oneDNN leaves to Eigen;
+    ``tf.matmul`` in other dtypes.
+
+    Args:
+        a: ``[..., m, k]``.
+        b: ``[..., k, n]`` (``[..., n, k]`` with ``adjoint_b``), ``a``'s dtype.
+        adjoint_b: multiply by ``b``'s transpose.
+
+    Returns:
+        ``[..., m, n]`` in ``a``'s dtype.
 
     Example:
         >>> a = tf.ones([2, 3, 1, 4]); b = tf.ones([2, 3, 5, 4])
@@ -44,7 +44,7 @@ def attend(
     bias: tf.Tensor | None = None,
     has_key: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """``softmax(query keyᵀ + bias) value`` in the heads layout.
+    """``softmax(query keyᵀ + bias) value`` in the heads layout, softmax in float32.
 
     Args:
         query: ``[rows, heads, queries, depth]``, already scaled by ``1/√d_k``.
@@ -60,6 +60,11 @@ def attend(
         ``[rows, heads, queries, depth]`` in the query's dtype. Scores and
         softmax are float32 whatever the compute dtype (the softmax as
         ``exp(log_softmax)``); the products are ``batched_product``'s.
+
+    Example:
+        >>> q = tf.zeros([1, 2, 1, 4]); kv = tf.ones([1, 2, 3, 4])
+        >>> attend(q, kv, kv).shape
+        TensorShape([1, 2, 1, 4])
     """
     scores = tf.cast(batched_product(query, key, adjoint_b=True), tf.float32)
     if bias is not None:

@@ -55,22 +55,25 @@ def _smoothed_loss(
 def smoothed_cross_entropy(
     labels: tf.Tensor, logits: tf.Tensor, label_smoothing: float
 ) -> tf.Tensor:
-    """Per-token ``-Σ_v q_v log p_v`` with ``q = (1 - ε)·onehot(label) + ε/V``.
+    """Per-token label-smoothed cross-entropy ``-Σ_v q_v log p_v`` from one softmax.
 
-    Equal to ``(1 - ε)·sparse_softmax_cross_entropy + ε·(logsumexp - mean)``,
-    computed from one fused softmax (oneDNN's on CPU) and a hand-written
-    gradient ``upstream · (softmax - q)``: with an 8k vocabulary the
-    ``[tokens, V]`` logits are the largest tensor of a step, and every pass
-    over them counts: two separate cross-entropies took about a fifth of a
-    training step's op time, and max/exp/sum passes written out in TF ops take
-    nearly twice as long as this (``benchmarks/profile_train_step.py``). Training a ``Transformer`` with
-    ``MaskedLabelSmoothedCrossEntropy`` goes further: see
-    ``projected_smoothed_cross_entropy``.
+    ``q = (1 - ε)·onehot(label) + ε/V``: equal to ``(1 - ε)·sparse softmax
+    cross-entropy + ε·(logsumexp - mean)``, with the hand-written gradient
+    ``upstream · (softmax - q)``. ``projected_smoothed_cross_entropy`` goes
+    further for a ``Transformer``'s training step.
 
     Args:
         labels: int32 ``[...]`` target ids.
         logits: float32 ``[..., V]``.
         label_smoothing: ε in [0, 1).
+
+    Returns:
+        float32 ``[...]``: each token's loss.
+
+    Example:
+        >>> loss = smoothed_cross_entropy(tf.constant([1]), tf.constant([[0.0, 0.0]]), 0.1)
+        >>> round(float(loss[0]), 4)  # log 2
+        0.6931
     """
     eps = float(label_smoothing)
     shape = tf.shape(labels)
@@ -103,19 +106,12 @@ def projected_smoothed_cross_entropy(
     bias: tf.Tensor | None = None,
     vocab_major: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """``smoothed_cross_entropy(labels, hidden @ kernel + bias)`` with the
-    output projection inside the gradient: the training step's fast path.
+    """``smoothed_cross_entropy(labels, hidden @ kernel + bias)`` with the output projection inside the gradient.
 
-    The gradient of the logits, ``u·(softmax - q)``, is a row-scaled softmax
-    minus a row constant minus a one-hot: ``diag(u)·P - (ε/V)·u·1ᵀ - (1-ε)·diag(u)·Y``.
-    Written out it costs three passes over the ``[tokens, V]`` tensor (about a
-    sixth of the projection and loss together). Pushed
-    through the projection's two products it needs none: ``diag(u)`` moves
-    onto the ``[tokens, d_model]`` side, the constant becomes a column sum of
-    the kernel, and the one-hot becomes a gather (hidden gradient) and a
-    segment sum (kernel gradient). ``mean(z)`` for the smoothing term is
-    likewise ``hidden · mean(kernel)``, a matrix-vector product. Values and
-    gradients are those of the unfused path (``tests/test_training_math.py``).
+    The training step's fast path: the gradient of the logits is pushed
+    through the projection's two products, so no pass over the ``[tokens,
+    V]`` gradient is written out (``docs/kernels.md``). Values and gradients
+    are those of the unfused path (``tests/test_training_math.py``).
 
     Args:
         hidden: ``[..., d_model]`` decoder states, in the compute dtype.

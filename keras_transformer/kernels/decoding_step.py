@@ -1,48 +1,18 @@
-"""One decoding step as few graph nodes as possible: the model's weights read once,
-before the decoding loop, and every product on its rows as they are (``[rows,
-d_model]``; ``[rows, 1, 1, d_model]`` in the few-rows step), with no reshape around it.
+"""One decoding step of ``Transformer.decode`` in few graph nodes, for a growing cache.
 
-``Transformer.decode`` runs the paper's layers, which read their variables,
-scale the query kernel, reshape to rank 2 and back and build masks at every
-call. In a ``tf.while_loop`` that runs once a token, and at a few rows a step
-is mostly executor overhead: the nodes, not the arithmetic, set the time.
-``decoding_step(model)`` does that work once, outside the loop, and returns a
-step of plain TensorFlow ops that computes what ``Transformer.decode`` computes
-for one new token against a growing cache (the tests compare the two):
-
-* the weights reach the step as variables where they can
-  (``weights.model_weight``, ``FrozenWeights.unread``) and are read inside
-  it, or as NumPy arrays that it makes constants of (``weights.as_constants``,
-  ``decoding.ConstantSteps``), and its other constants are made inside it:
-  whatever tensor a loop's body captures from outside becomes a loop
-  variable, passed from step to step by three control-flow nodes;
-
-* the self-attention query, key and value come from one product with the
-  three kernels side by side (the query's ``1/√d_k`` folded in, as the layer
-  folds it);
-* heads split and merge by a reshape of a single position: no transposes;
-* attention by ``kernels.attention.attend``: in float32, batched products
-  and a ``log_softmax`` that TensorFlow's oneDNN build leaves to Eigen;
-* no self-attention mask (a new token may attend to every cached one), and the
-  source's padding becomes one additive bias a step, shared by all layers;
-* LayerNorm, softmax and the logits in float32 as in the layers, so mixed
-  precision gives the same values too.
-
-The cache has ``Transformer.initial_cache``'s layout (self-attention keys and
-values ``[rows, heads, len, depth]``, growing by one position a step), so
-decoders reorder and shrink it as before; ``initial_cache`` projects every
-layer's cross-attention keys and values with one product. A second step, for
-at most ``FEW_ROWS`` rows, runs its products as 1×1 convolutions
-(``projection.project_few_rows``) on rows kept as ``[rows, 1, 1, width]``
-between them (or, where TensorFlow's oneDNN rewrites are on, plain products:
-``step_products``), adds their biases apart from them (a sublayer's last bias to
-its residual, which is ready before the products) and takes
-a tied output layer's logits from slices of the embedding, transposed inside
-the products, or from a transposed copy made once (see ``decoding_step``);
-with its weights as constants it may run each product as independent lanes,
-a share of its columns or rows each, that the executor runs side by side
-(``lanes``). The ops are portable (CPU, GPU, TPU, XLA); static-shape decoding
-(a fixed-size cache written in place) keeps ``Transformer.decode``.
+``decoding_step(model)`` returns a step of plain TensorFlow ops that computes
+what ``Transformer.decode`` computes for one new token a row against a growing
+cache (the tests compare the two), with the model's weights read once, before
+the decoding loop (``step_weights``), and every product on its rows as they
+are. ``initial_cache`` makes the cache it starts from, every layer's
+cross-attention keys and values by one product. Two steps serve a decoder:
+the large-batch step for any number of rows, and the small-batch step
+(``small_batch=True``) for at most ``SMALL_BATCH_ROWS`` rows, whose products
+may run as 1×1 convolutions (``step_products``) and as splits
+(``step_splits``). The kernels package's glossary defines these terms;
+``docs/kernels.md`` says how the step is built and why. The ops are portable
+(CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache written in
+place) keeps ``Transformer.decode``.
 """
 
 from __future__ import annotations
@@ -56,17 +26,16 @@ import tensorflow as tf
 from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import (
-    ApartBias,
+    UnfusedBias,
     bias_and_activation,
     permute,
-    project_few_rows,
+    project_pointwise,
     project_rows,
 )
 from keras_transformer.kernels.weights import (
     STEP_PRODUCTS,
-    DerivedWeights,
     Norm,
-    apart_biases,
+    PrecomputedWeights,
     dense_weights,
     fused_qkv,
     model_weight,
@@ -74,6 +43,7 @@ from keras_transformer.kernels.weights import (
     packed_cross_key_value,
     read_weights,
     scaled_query,
+    unfused_biases,
 )
 from keras_transformer.numerics import masked_score_value
 
@@ -111,14 +81,18 @@ class StepWeights(NamedTuple):
     output: tuple  # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
     #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
     final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
-    apart_biases: tuple  # weights.apart_biases: the few-rows step's biases (projection.ApartBias)
+    unfused_biases: (
+        tuple  # weights.unfused_biases: the small-batch step's biases (projection.UnfusedBias)
+    )
 
 
 def supported(model) -> bool:
-    """Whether ``decoding_step`` reproduces ``model.decode``: no quantized
-    projection, no LayerNorm that Keras' own path computes (``kernel_covers``:
-    ``Transformer.decode`` runs them on ``[rows, 1, d_model]``), no learned
-    positions."""
+    """Whether ``decoding_step`` reproduces ``model.decode`` for ``model``'s settings.
+
+    Returns:
+        ``False`` for a quantized projection, a LayerNorm that Keras' own path
+        computes (``kernel_covers``) or learned positions, else ``True``.
+    """
     decoder = model.decoder
     denses, norms = [], []
     for layer in decoder.layer_stack:
@@ -142,26 +116,35 @@ def supported(model) -> bool:
     )
 
 
-def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
-    """The weights of ``model``'s decoder, output projection and target
-    embedding: the model's variables where the step uses them as they are,
-    and their products (cast, scaled, concatenated, negated) made once here.
-    ``derived``: those products made before (``weights.FrozenWeights``:
-    variables too); by default made here, as tensors."""
+def step_weights(model, precomputed: PrecomputedWeights | None = None) -> StepWeights:
+    """Everything ``decoding_step`` reads: the decoder's, output layer's and target embedding's weights.
+
+    The model's variables where the step uses them as they are; their
+    products (cast, scaled, concatenated, negated) made once here, or taken
+    from ``precomputed``.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        precomputed: the model's precomputed weights (``FrozenWeights``);
+            by default made here, as tensors.
+
+    Returns:
+        A ``StepWeights``.
+    """
     dtype = model.compute_dtype
     stack = model.decoder.layer_stack
-    if derived is None:
+    if precomputed is None:
         qkv = [fused_qkv(layer.self_attention, dtype) for layer in stack]
         cross_query = [scaled_query(layer.cross_attention, dtype) for layer in stack]
         cross_key_value = packed_cross_key_value(model.decoder, dtype)
-        negated = apart_biases(model, qkv, cross_query)
+        negated = unfused_biases(model, qkv, cross_query)
     else:
         qkv, cross_query, cross_key_value = (
-            derived.decoder_qkv,
-            derived.cross_query,
-            derived.cross_key_value,
+            precomputed.decoder_qkv,
+            precomputed.cross_query,
+            precomputed.cross_key_value,
         )
-        negated = derived.apart_biases
+        negated = precomputed.unfused_biases
     layers = tuple(
         LayerWeights(
             self_qkv=qkv[i],
@@ -195,14 +178,26 @@ def step_weights(model, derived: DerivedWeights | None = None) -> StepWeights:
             if model.final_logits_bias is None
             else model_weight(model.final_logits_bias, tf.float32)
         ),
-        apart_biases=negated,
+        unfused_biases=negated,
     )
 
 
 def initial_cache(model, memory, weights: StepWeights) -> list:
-    """``Transformer.initial_cache(memory)`` (a growing cache) with every
-    layer's cross-attention keys and values from one product and one
-    permutation, instead of a product and a transpose for each."""
+    """``Transformer.initial_cache(memory)``, a growing cache, for ``decoding_step``.
+
+    Every layer's cross-attention keys and values come from one product and
+    one permutation, instead of a product and a transpose for each.
+
+    Args:
+        model: the ``Transformer``.
+        memory: the encoder's output ``[rows, src_len, d_model]``.
+        weights: ``step_weights(model)``.
+
+    Returns:
+        Per decoder layer, ``{"self": {"key", "value"}, "cross": {"key",
+        "value"}}``, each ``[rows, heads, len, depth]``: the self-attention's
+        empty (``len`` 0), the cross-attention's projected from ``memory``.
+    """
     config = model.config
     heads, depth, layers = config.num_heads, config.d_model // config.num_heads, len(weights.layers)
     rows, length = tf.shape(memory)[0], tf.shape(memory)[1]
@@ -222,14 +217,22 @@ def initial_cache(model, memory, weights: StepWeights) -> list:
 
 
 def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
-    """The tied output kernel ``[d_model, tgt_vocab]`` (the embedding,
-    transposed) for the steps over more than ``FEW_ROWS`` rows, made once,
-    before the loop, and only when the batch has that many ``rows`` (an empty
-    ``[d_model, 0]`` otherwise: no step reads it then, since rows only
-    leave). Steps of few rows multiply by slices of the embedding, transposed
-    in the products, instead: faster at a few rows, while the copy costs
-    about a millisecond a call for an 8,000-piece vocabulary
-    (``benchmarks/README.md``); ``None`` for an untied output layer."""
+    """The tied output kernel (the embedding, transposed) for the large-batch step.
+
+    Made once, before the loop, and only when the batch has more than
+    ``SMALL_BATCH_ROWS`` rows: the small-batch step multiplies by slices of
+    the embedding instead, and since rows only ever leave a batch, no step
+    reads the kernel of a batch that starts small.
+
+    Args:
+        weights: the step's ``StepWeights``.
+        rows: the decoding rows the loop starts with (an int, or a scalar
+            tensor: then the choice is a ``tf.cond``).
+
+    Returns:
+        ``[d_model, tgt_vocab]``, or an empty ``[d_model, 0]`` for a small
+        batch; ``None`` for an untied output layer.
+    """
     if weights.output[0] is not None:
         return None
     embeddings = tf.convert_to_tensor(weights.embeddings)
@@ -241,16 +244,14 @@ def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
         return tf.zeros([embeddings.shape[1], 0], embeddings.dtype)
 
     if isinstance(rows, int):  # known now: no branch in the graph
-        return transposed() if rows > FEW_ROWS else empty()
-    return tf.cond(rows > FEW_ROWS, transposed, empty)
+        return transposed() if rows > SMALL_BATCH_ROWS else empty()
+    return tf.cond(rows > SMALL_BATCH_ROWS, transposed, empty)
 
 
-def _unfused_biases(weights: StepWeights) -> StepWeights:
-    """``weights`` with the products' biases apart (``projection.ApartBias``,
-    from ``weights.apart_biases``): a few-rows step's products by oneDNN's
-    plain kernel, faster at a row or a few than its product with the bias
-    (and ReLU) fused in."""
-    layer_biases, output_bias = weights.apart_biases
+def _with_unfused_biases(weights: StepWeights) -> StepWeights:
+    """``weights`` with the products' biases unfused (``projection.UnfusedBias``,
+    from ``weights.unfused_biases``): the small-batch step's."""
+    layer_biases, output_bias = weights.unfused_biases
     layers = tuple(
         layer._replace(
             **{name: (getattr(layer, name)[0], bias) for name, bias in zip(STEP_PRODUCTS, biases)}
@@ -261,107 +262,129 @@ def _unfused_biases(weights: StepWeights) -> StepWeights:
     return weights._replace(layers=layers, output=output)
 
 
-# At most this many cache rows, a step with a tied output layer takes the logits from the
-# embedding transposed in the product (``few_rows``); above it, from ``tied_output_kernel``.
-FEW_ROWS = 16
-# ... as this many products, each with a slice of the embedding's rows (see ``decoding_step``).
+# The small-batch step serves at most this many decoding rows (sentences × beams); a larger
+# batch takes the large-batch step until compaction brings it to this many.
+SMALL_BATCH_ROWS = 16
+# The small-batch step takes a tied output layer's logits from this many products, each by a
+# slice of the embedding's rows.
 OUTPUT_SLICES = 16
 
 
 def output_slice_sizes(vocab: int) -> list[int]:
-    """The rows of each of the few-rows step's ``OUTPUT_SLICES`` embedding
+    """The rows of each of the small-batch step's ``OUTPUT_SLICES`` embedding
     slices (fewer for a vocabulary that small), as even as they go."""
     slices = min(OUTPUT_SLICES, vocab)
     return [vocab // slices + (i < vocab % slices) for i in range(slices)]
 
 
-# A few-rows step whose weights are constants (``decoding.ConstantSteps``) runs each product as
-# this many lanes, each with a share of its columns or rows (``decoding_step``'s ``lanes``).
-STEP_LANES = 2
+# A small-batch step whose weights are constants (``decoding.ConstantSteps``) runs each product
+# as this many splits (``decoding_step``'s ``splits``).
+STEP_SPLITS = 2
 
 
-def _lanes_fit(config, lanes: int) -> bool:
-    """Whether every product of the step has at least ``lanes`` columns or rows to share."""
-    return lanes <= min(config.d_model, config.d_ff)
+def _splits_fit(config, splits: int) -> bool:
+    """Whether every product of the step has at least ``splits`` columns or rows to share."""
+    return splits <= min(config.d_model, config.d_ff)
 
 
-def step_lanes(config) -> int:
-    """``STEP_LANES`` where each product has that many columns or rows to share, else 1."""
-    return STEP_LANES if _lanes_fit(config, STEP_LANES) else 1
+def step_splits(config) -> int:
+    """The splits a small-batch step of a model of ``config`` runs by default.
+
+    Args:
+        config: a ``TransformerConfig``.
+
+    Returns:
+        ``STEP_SPLITS`` where ``d_model`` and ``d_ff`` have that many units
+        to share, else 1.
+
+    Example:
+        >>> from keras_transformer import TransformerConfig
+        >>> step_splits(TransformerConfig.from_preset("tiny"))
+        2
+    """
+    return STEP_SPLITS if _splits_fit(config, STEP_SPLITS) else 1
 
 
-# A step in lanes takes its output layer's product, its largest by far (d_model × vocabulary),
-# as this many shares of its columns. On a 2-core CPU the executor ran two such shares mostly
-# one after the other and four side by side: with oneDNN's products a step of one row was
-# faster so, with Eigen's convolutions no slower (benchmarks/README.md).
-OUTPUT_LANES = 4
+# A step in splits takes its output layer's product, its largest by far (d_model × vocabulary),
+# as this many splits of its columns.
+OUTPUT_SPLITS = 4
 
 
-# A layer's products split by their columns (the lanes' outputs joined, or, for the inner units,
-# each lane's fed to its share of the outer product's rows); the others, by their rows.
+# A layer's products split by their columns (the splits' outputs joined, or, for the inner units,
+# each split's fed to its split of the outer product's rows); the others, by their rows.
 _COLUMN_PRODUCTS = ("self_qkv", "cross_query", "inner")
 
 
-def _shares(pair: tuple, lanes: int, axis: int, split_bias: bool = False) -> list:
-    """``pair`` (a NumPy kernel, its ``ApartBias`` or ``None``) as ``lanes``
-    ``(kernel, bias)`` shares of the kernel's columns (``axis=1``) or rows
+def _split_pair(pair: tuple, splits: int, axis: int, split_bias: bool = False) -> list:
+    """``pair`` (a NumPy kernel, its ``UnfusedBias`` or ``None``) as ``splits``
+    ``(kernel, bias)`` splits of the kernel's columns (``axis=1``) or rows
     (``axis=0``), as even as they go. The bias is the first share's alone,
-    added once after the lanes, or with ``split_bias`` shared by its columns
-    too (each lane adds its own)."""
+    added once after the splits, or with ``split_bias`` shared by its columns
+    too (each split adds its own)."""
     kernel, bias = pair
-    kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, lanes, axis=axis)]
+    kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, splits, axis=axis)]
     if split_bias and bias is not None:
         return list(
-            zip(kernels, [ApartBias(part) for part in np.array_split(bias.negated, lanes, axis=1)])
+            zip(
+                kernels,
+                [UnfusedBias(part) for part in np.array_split(bias.negated, splits, axis=1)],
+            )
         )
-    return list(zip(kernels, [bias] + [None] * (lanes - 1)))
+    return list(zip(kernels, [bias] + [None] * (splits - 1)))
 
 
-def _lane_layer(layer: LayerWeights, lanes: int) -> tuple:
-    """``layer``'s weights (NumPy arrays, biases ``ApartBias``) as ``lanes``
-    ``LayerWeights``, each a share of every product, as even as they go:
+def _split_layer(layer: LayerWeights, splits: int) -> tuple:
+    """``layer``'s weights (NumPy arrays, biases ``UnfusedBias``) as ``splits``
+    ``LayerWeights``, each a split of every product, as even as they go:
     of the columns of the self-attention's query, key and value kernels
     side by side, of the cross-attention's query kernel and of the inner
-    kernel (with its bias: each lane's inner units go through the
+    kernel (with its bias: each split's inner units go through the
     activation), and of the rows of the attentions' output kernels and of
-    the outer kernel. The lanes' outputs of a product are joined (columns)
-    or added (rows): its bias goes in once, after them, and lane 0 keeps
-    it. One lane: ``(layer,)``, whatever its weights are."""
-    if lanes == 1:
+    the outer kernel. The splits' outputs of a product are joined (columns)
+    or added (rows): its bias goes in once, after them, and split 0 keeps
+    it. One split: ``(layer,)``, whatever its weights are."""
+    if splits == 1:
         return (layer,)
     split = {
-        name: _shares(
+        name: _split_pair(
             getattr(layer, name),
-            lanes,
+            splits,
             axis=1 if name in _COLUMN_PRODUCTS else 0,
             split_bias=name == "inner",
         )
         for name in STEP_PRODUCTS
     }
     return tuple(
-        layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(lanes)
+        layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(splits)
     )
 
 
-def _output_parts(output: tuple, lanes: int) -> tuple:
-    """The output layer's ``(kernel, bias)`` (NumPy, bias ``ApartBias``) as
-    ``OUTPUT_LANES`` shares of its columns for a step of ``lanes`` > 1, as
+def _output_parts(output: tuple, splits: int) -> tuple:
+    """The output layer's ``(kernel, bias)`` (NumPy, bias ``UnfusedBias``) as
+    ``OUTPUT_SPLITS`` splits of its columns for a step of ``splits`` > 1, as
     even as they go (any vocabulary size), the bias kept by the first: the
     step adds it to the joined logits. One part, ``(output,)``, for one
-    lane or a tied layer (kernel ``None``)."""
-    if output[0] is None or lanes == 1:
+    split or a tied layer (kernel ``None``)."""
+    if output[0] is None or splits == 1:
         return (output,)
-    return tuple(_shares(output, min(OUTPUT_LANES, output[0].shape[1]), axis=1))
+    return tuple(_split_pair(output, min(OUTPUT_SPLITS, output[0].shape[1]), axis=1))
 
 
-# The few-rows step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
+# The small-batch step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
 PRODUCT_OPS = ("conv", "matmul")
 
 
 def onednn_rewrites() -> bool:
-    """Whether TensorFlow's oneDNN graph rewrites are on in this process:
-    by default on x86 CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX
-    units, else off; ``TF_ENABLE_ONEDNN_OPTS=0`` or ``1`` decides instead."""
+    """Whether TensorFlow's oneDNN graph rewrites are on in this process.
+
+    They are by default on x86 CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
+    or AMX units, else off; ``TF_ENABLE_ONEDNN_OPTS=0`` or ``1`` decides
+    instead.
+
+    Returns:
+        ``True`` where they are on; ``False`` also for a TensorFlow build
+        that does not say.
+    """
     try:
         from tensorflow.python.util import _pywrap_util_port
     except ImportError:  # not TensorFlow's own build: no oneDNN rewrites known
@@ -370,75 +393,72 @@ def onednn_rewrites() -> bool:
 
 
 def step_products() -> str:
-    """The few-rows step's products that suit this process's TensorFlow:
-    ``"matmul"`` where oneDNN's rewrites are on (``onednn_rewrites``), whose
-    ``MatMul`` at a row or a few runs on the calling thread while its
-    convolution is several times slower; ``"conv"`` where they are off,
-    where Eigen's ``MatMul`` of one row goes to the thread pool and its
-    ``Conv2D`` does not (``benchmarks/README.md`` has both)."""
+    """The small-batch step's products that suit this process's TensorFlow.
+
+    Returns:
+        ``"matmul"`` where oneDNN's rewrites are on (``onednn_rewrites``),
+        else ``"conv"`` (``docs/kernels.md`` says why).
+    """
     return "matmul" if onednn_rewrites() else "conv"
 
 
 def decoding_step(
     model,
-    few_rows: bool = False,
+    small_batch: bool = False,
     weights: StepWeights | None = None,
     output_kernel: tf.Tensor | None = None,
-    lanes: int = 1,
+    splits: int = 1,
     products: str | None = None,
 ) -> Callable:
-    """``step(token_ids [rows], position [], cache, source_padding [rows, src_len])
-    → (logits [rows, tgt_vocab] float32, cache)``: ``model.decode`` for one new
-    token per row at ``position`` (the cache's length), against a growing cache.
+    """``model.decode`` for one new token a row against a growing cache, as one step function.
 
     Call it where the decoder sets up its loop (inside the same
-    ``tf.function``): the weights are read then, once (or pass ``weights``,
-    ``step_weights(model)``, to share them between steps). ``supported(model)``
-    says whether the model's settings allow it. ``output_kernel``: for a
-    tied output layer, ``tied_output_kernel``'s; without it the logits come
-    from the embedding transposed in the product.
+    ``tf.function``): the weights are read then, once. The step computes
+    ``Transformer.decode``'s logits and cache, up to the order of float sums.
 
-    ``few_rows=True``: the step for at most ``FEW_ROWS`` rows, which never
-    reads ``output_kernel`` (``decoding.decoding_steps`` builds both steps
-    and picks one a round). ``products`` (``PRODUCT_OPS``; by default
-    ``step_products()``, what suits this process's TensorFlow): ``"matmul"``,
-    its products are ``MatMul`` on rows ``[rows, width]``, as the other
-    step's; ``"conv"``, they are 1×1 convolutions
-    (``projection.project_few_rows``: at one row TensorFlow's CPU ``MatMul``
-    hands the product to its thread pool, which costs more than the
-    product). Either kind adds its biases after the plain product rather than
-    fused into it (``projection.ApartBias``: with ``MatMul``, faster at a few
-    rows and no slower at ``FEW_ROWS``; with the convolutions, an export
-    whose biases were fused decoded single sentences no faster). A tied
-    output layer's logits come from ``OUTPUT_SLICES`` products, one for each
-    slice of the embedding's rows (slices of the first axis share the
-    embedding's memory), concatenated: the same values. At a few rows the output product does little more than
-    read the embedding; TensorFlow's oneDNN build runs a product of a
-    slice's size on one thread, and the executor runs the slices side by
-    side, where it splits the whole product less well: a little faster at
-    one row, much faster at a few (``python -m benchmarks.inference_kernels``).
-    A product by the embedding transposed once, in memory, beats both: a
-    step whose weights are constants (``decoding.ConstantSteps``) takes its
-    tied logits so, handed the transposed embedding as an untied output
-    kernel (``weights.output``).
+    Args:
+        model: a ``keras_transformer.Transformer`` that ``supported(model)``
+            accepts.
+        small_batch: build the small-batch step, for at most
+            ``SMALL_BATCH_ROWS`` rows (it never reads ``output_kernel``);
+            ``decoding.decoding_steps`` builds both steps and picks one a round.
+        weights: ``step_weights(model)``, to share them between steps; NumPy
+            leaves (``weights.as_constants``) become graph constants. By
+            default read here.
+        output_kernel: for a tied output layer, ``tied_output_kernel``'s;
+            without it the logits come from the embedding transposed in the
+            product.
+        splits: the small-batch step of NumPy weights only: each product
+            runs as this many splits, and the untied output layer's as
+            ``OUTPUT_SPLITS`` (1: none; ``step_splits`` gives the default).
+        products: the small-batch step's products, one of ``PRODUCT_OPS``:
+            ``"matmul"`` (``MatMul`` on ``[rows, width]``) or ``"conv"`` (1×1
+            convolutions on ``[rows, 1, 1, width]``); by default
+            ``step_products()``.
 
-    ``lanes`` (the few-rows step of NumPy weights only, see ``STEP_LANES``):
-    each product runs as that many independent products, the lanes, each
-    with a share of its kernel: of the columns of the query/key/value,
-    cross-attention query and inner products, whose lanes' outputs are
-    joined (the inner units' each go on to their lane's rows of the outer
-    kernel), and of the rows of the attentions' output and outer products,
-    whose lanes' outputs are added with the residual; the output layer's
-    logits come from ``OUTPUT_LANES`` shares of its columns. Attention runs
-    over all heads at once, between the products. The same sums, grouped
-    differently (equal up to the order of a float sum). At a row or a few, a step
-    mostly reads its weights, more of them than a CPU's caches hold, and two
-    threads read memory faster than one: TensorFlow's executor runs
-    independent ops on its inter-op threads side by side. The lanes cost a
-    few ops (the joins and splits around the products); with one inter-op
-    thread they run one after the other (``benchmarks/README.md`` has
-    both). The weights are split once, in NumPy: a step that reads
-    variables would slice them at every step.
+    Returns:
+        ``step(token_ids [rows] int32, position [] int32, cache,
+        source_padding [rows, src_len] bool) → (logits [rows, tgt_vocab]
+        float32, cache)``, one new token a row at ``position`` (the cache's
+        length); the cache as ``initial_cache`` makes it.
+
+    Raises:
+        ValueError: ``splits`` is below 1, or above 1 for a large-batch step,
+            for weights that are not NumPy arrays or for more splits than
+            ``d_model`` or ``d_ff`` has units; ``products`` is not one of
+            ``PRODUCT_OPS``.
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> weights = step_weights(model)
+        >>> memory = model.encode(tf.constant([[5, 6, 3]]))
+        >>> cache = initial_cache(model, memory, weights)
+        >>> step = decoding_step(model, small_batch=True, weights=weights)
+        >>> logits, cache = step(tf.constant([2]), tf.constant(0), cache, tf.constant([[True] * 3]))
+        >>> logits.shape[0], cache[0]["self"]["key"].shape[2]
+        (1, 1)
     """
     weights = step_weights(model) if weights is None else weights
     config = model.config
@@ -453,44 +473,44 @@ def decoding_step(
     masked = masked_score_value(tf.float32)
     vocab = weights.embeddings.shape[0]
 
-    if lanes < 1:
-        raise ValueError(f"lanes must be >= 1 (1: no lanes), got {lanes}.")
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1 (1: no splits), got {splits}.")
     if products is None:
         products = step_products()
     if products not in PRODUCT_OPS:
         raise ValueError(f"products must be one of {', '.join(PRODUCT_OPS)}, got {products!r}.")
-    pixels = (
-        few_rows and products == "conv"
+    nhwc = (
+        small_batch and products == "conv"
     )  # rows as [rows, 1, 1, width], the convolutions' layout
-    if lanes > 1:
+    if splits > 1:
         leaves = tf.nest.flatten((weights.layers, weights.output))
         if (
-            not few_rows
-            or not _lanes_fit(config, lanes)
+            not small_batch
+            or not _splits_fit(config, splits)
             or any(isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves)
         ):
             raise ValueError(
-                f"lanes={lanes} needs the few-rows step (few_rows=True) of NumPy weights "
+                f"splits={splits} needs the small-batch step (small_batch=True) of NumPy weights "
                 f"(weights.as_constants) and d_model ({d_model}) and d_ff ({config.d_ff}) of at "
-                "least as many units; pass lanes=1 otherwise."
+                "least as many units; pass splits=1 otherwise."
             )
 
     def split(x):  # [rows, heads·depth] → [rows, heads, 1, depth]: one position, no transpose
         return tf.reshape(x, [-1, heads, 1, depth])
 
-    # The few-rows step of convolutions keeps its rows as [rows, 1, 1, width], their layout: no
+    # The small-batch step of convolutions keeps its rows as [rows, 1, 1, width], their layout: no
     # reshape around each product.
     def as_rows(
         x, width
     ):  # [rows, width] (convolutions: [rows, 1, 1, width]) from any [rows, ..., width]
-        return tf.reshape(x, [-1, 1, 1, width] if pixels else [-1, width])
+        return tf.reshape(x, [-1, 1, 1, width] if nhwc else [-1, width])
 
     def attend(q, key, value, bias=None, has_key=None):  # q: [rows, heads, 1, depth]
         return as_rows(attend_heads(q, key, value, bias, has_key), d_model)
 
     def column_product(h, shares, activation=None):
-        """One product from its lanes' ``shares`` of its columns (``(kernel, bias)``, the bias in the
-        first only): the lanes' outputs joined, then the bias; one share: the plain product."""
+        """One product from its splits' ``shares`` of its columns (``(kernel, bias)``, the bias in the
+        first only): the splits' outputs joined, then the bias; one share: the plain product."""
         if len(shares) == 1:
             return product(h, shares[0], activation)
         joined = tf.concat([product(h, (kernel, None)) for kernel, _ in shares], axis=-1)
@@ -498,12 +518,12 @@ def decoding_step(
 
     def output_product(
         h, weights
-    ):  # a sublayer's last product: its bias goes to the residual (few rows)
-        return product(h, (weights[0], None) if few_rows else weights)
+    ):  # a sublayer's last product: its bias goes to the residual (small-batch step)
+        return product(h, (weights[0], None) if small_batch else weights)
 
     def row_products(h, shares):
-        """A sublayer's last product from its lanes' ``shares`` of its rows, each by its share of
-        ``h``'s columns: the lanes' outputs, which the residual adds."""
+        """A sublayer's last product from its splits' ``shares`` of its rows, each by its share of
+        ``h``'s columns: the splits' outputs, which the residual adds."""
         parts = (
             [h]
             if len(shares) == 1
@@ -515,10 +535,10 @@ def decoding_step(
         return inference_norm(x, n, dtype)
 
     def residual(x, sublayer, n: Norm, output):
-        """The sublayer's residual block; ``sublayer(h)`` gives its lanes' outputs. The few-rows step
+        """The sublayer's residual block; ``sublayer(h)`` gives its splits' outputs. The small-batch step
         adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead,
-        which is ready before the products, and adds the lanes and the residual by one node."""
-        bias = output[1] if few_rows else None
+        which is ready before the products, and adds the splits and the residual by one node."""
+        bias = output[1] if small_batch else None
         return inference_residual(
             x, sublayer, n, norm_first, dtype, None if bias is None else x - bias.negated
         )
@@ -526,19 +546,19 @@ def decoding_step(
     inner_activation = (
         tf.nn.relu if relu else activation
     )  # tf.nn.relu: grappler fuses it into the product
-    if few_rows:
-        weights = _unfused_biases(weights)
-    # Each layer as its lanes, the output layer as its parts (one of each without lanes).
-    layers = tuple(_lane_layer(layer, lanes) for layer in weights.layers)
-    output = _output_parts(weights.output, lanes)
+    if small_batch:
+        weights = _with_unfused_biases(weights)
+    # Each layer as its splits, the output layer as its parts (one of each without splits).
+    layers = tuple(_split_layer(layer, splits) for layer in weights.layers)
+    output = _output_parts(weights.output, splits)
     # The step reads its weights, and makes its constants, itself: a tensor made out here and used in a
     # loop's body would be one of the loop's variables. It reads only what it uses.
-    unread = weights._replace(layers=layers, output=output, cross_key_value=(), apart_biases=())
+    to_read = weights._replace(layers=layers, output=output, cross_key_value=(), unfused_biases=())
 
-    product = project_few_rows if pixels else project_rows
+    product = project_pointwise if nhwc else project_rows
 
     def step(token_ids, position, cache, source_padding):
-        weights = read_weights(unread)
+        weights = read_weights(to_read)
         x = as_rows(
             tf.gather(weights.embeddings, token_ids) * tf.constant(scale, dtype)
             + tf.gather(weights.positions, position),
@@ -552,35 +572,39 @@ def decoding_step(
         ) * masked  # 0 (-0.0) or masked: a select's values
         has_key = tf.reduce_any(real, axis=-1, keepdims=True)
         new_cache = []
-        for layer_lanes, layer_cache in zip(weights.layers, cache):
-            layer = layer_lanes[0]  # its norms
+        for layer_splits, layer_cache in zip(weights.layers, cache):
+            layer = layer_splits[0]  # its norms
             self_cache = {}
 
-            def lanes(name):  # every lane's share of one of the layer's products
-                return [getattr(lane, name) for lane in layer_lanes]
+            def splits_of(name):  # every split's share of one of the layer's products
+                return [getattr(split, name) for split in layer_splits]
 
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
                 # [rows, 3·heads·depth] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's.
-                qkv = tf.reshape(column_product(h, lanes("self_qkv")), [-1, 3 * heads, 1, depth])
+                qkv = tf.reshape(
+                    column_product(h, splits_of("self_qkv")), [-1, 3 * heads, 1, depth]
+                )
                 q, k, v = tf.split(qkv, 3, axis=1)
                 self_cache["key"] = tf.concat([layer_cache["self"]["key"], k], axis=2)
                 self_cache["value"] = tf.concat([layer_cache["self"]["value"], v], axis=2)
                 return row_products(
-                    attend(q, self_cache["key"], self_cache["value"]), lanes("self_output")
+                    attend(q, self_cache["key"], self_cache["value"]), splits_of("self_output")
                 )
 
             def cross_attention(h):
                 cross = layer_cache["cross"]
-                q = split(column_product(h, lanes("cross_query")))
+                q = split(column_product(h, splits_of("cross_query")))
                 return row_products(
                     attend(q, cross["key"], cross["value"], source_bias, has_key),
-                    lanes("cross_output"),
+                    splits_of("cross_output"),
                 )
 
-            def ffn(h):  # each lane's inner units to its rows of the outer kernel
-                inner = [product(h, lane.inner, inner_activation) for lane in layer_lanes]
-                return [output_product(part, lane.outer) for part, lane in zip(inner, layer_lanes)]
+            def ffn(h):  # each split's inner units to its rows of the outer kernel
+                inner = [product(h, split.inner, inner_activation) for split in layer_splits]
+                return [
+                    output_product(part, split.outer) for part, split in zip(inner, layer_splits)
+                ]
 
             x = residual(x, self_attention, layer.self_norm, layer.self_output)
             x = residual(x, cross_attention, layer.cross_norm, layer.cross_output)
@@ -590,9 +614,9 @@ def decoding_step(
             x = norm(x, weights.final_norm)
         if weights.output[0][0] is not None:
             logits = column_product(x, weights.output)
-            logits = tf.reshape(logits, [-1, vocab]) if pixels else logits
-        elif few_rows:
-            x = tf.reshape(x, [-1, d_model]) if pixels else x
+            logits = tf.reshape(logits, [-1, vocab]) if nhwc else logits
+        elif small_batch:
+            x = tf.reshape(x, [-1, d_model]) if nhwc else x
             output_slices = tf.split(
                 weights.embeddings, output_slice_sizes(vocab)
             )  # views of its rows

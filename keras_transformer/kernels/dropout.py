@@ -18,13 +18,8 @@ def _apply_mask(x: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
 
 
 def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
-    """Inverted dropout of ``x`` with drop probability ``rate``.
+    """Inverted dropout of ``x`` with drop probability ``rate``, from 16 random bits an element.
 
-    Each element gets 16 random bits (two per ``uint32`` drawn): half the
-    random numbers and no float conversion compared with
-    ``tf.nn.experimental.stateless_dropout``, whose random numbers alone were
-    a few percent of a CPU training step; this is a third faster forward and
-    backward (``benchmarks/README.md``).
     The drop probability is ``rate`` rounded to a multiple of 2⁻¹⁶
     (|error| ≤ 7.7e-6), and kept values are scaled by the inverse of the
     resulting keep probability, so the expectation is unchanged (exactly in
@@ -34,6 +29,14 @@ def dropout(x: tf.Tensor, rate: float, seed: tf.Tensor) -> tf.Tensor:
         x: any float tensor.
         rate: drop probability in (0, 1).
         seed: int32/int64 ``[2]`` seed of the stateless RNG.
+
+    Returns:
+        ``x``'s shape and dtype: each element zeroed or scaled up.
+
+    Example:
+        >>> y = dropout(tf.ones([1000]), 0.5, tf.constant([1, 2]))
+        >>> sorted(set(y.numpy().tolist()))
+        [0.0, 2.0]
     """
     threshold = round(rate * _LEVELS)
     size = tf.size(x)

@@ -1,32 +1,12 @@
-"""The encoder at inference as few graph nodes as possible: one product for each
-layer's query, key and value, rank-2 ``[tokens, d_model]`` products, and the
+"""``Transformer.encode`` at inference in few graph nodes: one product for each
+layer's query, key and value, rank-2 products on the real tokens only, and the
 attention of ``kernels.attention``.
 
-``Transformer.encode`` runs the paper's layers: each reads its variables,
-scales its query kernel, projects the query, key and value with three
-products, and runs oneDNN's batched products and softmax, which cost tens of
-microseconds each at a sentence's size on TensorFlow's oneDNN build
-(``benchmarks/README.md``). ``encode`` computes the same memory for a decoder
-(the tests compare the two):
-
-* ``encoder_weights`` reads the weights once, with each layer's query, key
-  and value kernels side by side and the query's ``1/√d_k`` folded in, as the
-  layer folds it (an exported SavedModel keeps these products of the
-  weights instead of making them at every call: ``weights.FrozenWeights``);
-* the products, LayerNorms and residuals run on the real tokens only, packed
-  as ``[tokens, d_model]`` rows: a batch of sentences of mixed lengths is
-  mostly padding (about half of a batch of 64 Multi30k sentences), and
-  everything but the attention works token by token. Around each attention
-  one gather spreads the packed query, key and value over the ``[rows,
-  len]`` grid (a padded place reads any token: its key is masked and its
-  query's output dropped) and another packs its output again;
-* the heads move by ``permute`` (an ``einsum``: no ``Transpose``) and attend
-  by ``kernels.attention.attend``: in float32, the batched products and the
-  ``log_softmax`` that oneDNN leaves to Eigen, faster than oneDNN's kernels
-  and than broadcast products and sums at every batch size measured.
-
-Dropout is off (inference). Static-shape decoding (XLA, TFLite) keeps
-``Transformer.encode``.
+``encoder_weights`` reads the weights once (or takes the model's precomputed
+weights, ``weights.FrozenWeights``); ``encode`` computes the memory that
+``Transformer.encode`` computes for a decoder (the tests compare the two).
+Dropout is off. Static-shape decoding (XLA, TFLite) keeps
+``Transformer.encode``. ``docs/kernels.md`` says how, and why.
 """
 
 from __future__ import annotations
@@ -40,8 +20,8 @@ from keras_transformer.kernels.attention import attend as attend_heads
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import permute, project_rows
 from keras_transformer.kernels.weights import (
-    DerivedWeights,
     Norm,
+    PrecomputedWeights,
     dense_weights,
     fused_qkv,
     norm_weights,
@@ -71,8 +51,12 @@ class EncoderWeights(NamedTuple):
 
 
 def supported(model) -> bool:
-    """Whether ``encode`` reproduces ``model.encode``: no quantized projection,
-    no LayerNorm that Keras' own path computes, no learned positions."""
+    """Whether ``encode`` reproduces ``model.encode`` for ``model``'s settings.
+
+    Returns:
+        ``False`` for a quantized projection, a LayerNorm that Keras' own
+        path computes or learned positions, else ``True``.
+    """
     encoder = model.encoder
     denses, norms = [], []
     for layer in encoder.layer_stack:
@@ -95,16 +79,24 @@ def supported(model) -> bool:
     )
 
 
-def encoder_weights(model, derived: DerivedWeights | None = None) -> EncoderWeights:
-    """The encoder's weights and the source embedding, read (and cast,
-    scaled, concatenated) once. ``derived``: the products of the weights made
-    before (``weights.FrozenWeights``); by default made here."""
+def encoder_weights(model, precomputed: PrecomputedWeights | None = None) -> EncoderWeights:
+    """Everything ``encode`` reads: the encoder's weights and the source embedding, read once.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        precomputed: the model's precomputed weights
+            (``weights.FrozenWeights``); by default the fused query, key and
+            value kernels are made here.
+
+    Returns:
+        An ``EncoderWeights``, in the compute dtype (norms in float32).
+    """
     dtype = model.compute_dtype
     stack = model.encoder.layer_stack
-    if derived is None:
+    if precomputed is None:
         qkv = tuple(fused_qkv(layer.self_attention, dtype) for layer in stack)
     else:
-        qkv = derived.encoder_qkv
+        qkv = precomputed.encoder_qkv
     layers = tuple(
         EncoderLayerWeights(
             qkv=fused,
@@ -128,12 +120,28 @@ def encoder_weights(model, derived: DerivedWeights | None = None) -> EncoderWeig
 
 
 def encode(model, source_ids, weights: EncoderWeights | None = None) -> tf.Tensor:
-    """``model.encode(source_ids, training=False)``: the memory ``[rows,
-    src_len, d_model]`` in the compute dtype, for ``source_ids [rows,
-    src_len]`` padded with ``pad_id``, at its real tokens; a padded place
-    holds another token's values, which no decoder reads (its key is
-    masked). ``supported(model)`` says whether the model's settings allow
-    it; ``weights``: ``encoder_weights(model)``."""
+    """``model.encode(source_ids, training=False)`` in few graph nodes.
+
+    Args:
+        model: a ``keras_transformer.Transformer`` that ``supported(model)``
+            accepts.
+        source_ids: ``[rows, src_len]`` int ids, padded with ``pad_id``.
+        weights: ``encoder_weights(model)``; by default read here.
+
+    Returns:
+        The memory ``[rows, src_len, d_model]`` in the compute dtype, equal to
+        ``model.encode``'s at the real tokens; a padded place holds another
+        token's values, which no decoder reads (its key is masked).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> ids = tf.constant([[5, 6, 3]])
+        >>> memory = encode(model, ids)
+        >>> bool(tf.reduce_all(tf.abs(memory - model.encode(ids, training=False)) < 1e-5))
+        True
+    """
     weights = read_weights(encoder_weights(model) if weights is None else weights)
     config = model.config
     dtype = model.compute_dtype

@@ -8,13 +8,7 @@ import tensorflow as tf
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class FusedAdam(keras.optimizers.Adam):
-    """``keras.optimizers.Adam`` with the update done by ``ResourceApplyAdam``.
-
-    Keras writes Adam's update as ~12 element-wise ops per variable (two
-    moment updates, a square root, a division, three assignments), each a
-    full pass over the parameters. TensorFlow's ``ResourceApplyAdam`` kernel
-    computes the same formula in one pass: on a CPU the optimizer step takes
-    about a third of the time (``benchmarks/README.md``).
+    """``keras.optimizers.Adam`` with each variable's update done by one ``ResourceApplyAdam``.
 
     The arithmetic is Keras' exactly (the "epsilon hat" form)::
 

@@ -1,5 +1,6 @@
 """Matrix products for the projections: the weight gradient in the faster orientation,
-bias and ReLU inside the product for grappler's fusion, rank-2 reshapes by static sizes."""
+bias and ReLU inside the product for grappler's fusion, rank-2 reshapes by static sizes
+(``docs/kernels.md`` says why)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import tensorflow as tf
 
 
 def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens).
+    """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens), tall case as ``(bᵀ a)ᵀ``.
 
-    oneDNN runs this product markedly faster when ``p ≤ q`` than when ``p > q``
-    (the output projection's ``[tokens, vocab]ᵀ [tokens, d_model]`` is the large
-    case; ``benchmarks/README.md`` has the measurements), so the tall case is
-    computed as ``(bᵀ a)ᵀ``: the extra transpose is of a weight-sized tensor
-    only. Elsewhere (GPU, TPU) it costs no more.
+    Args:
+        a: ``[N, p]``.
+        b: ``[N, q]``, ``a``'s dtype.
+
+    Returns:
+        ``[p, q]``: ``tf.matmul(a, b, transpose_a=True)``'s values.
+
+    Example:
+        >>> transposed_product(tf.ones([4, 3]), tf.ones([4, 2])).numpy().tolist()
+        [[4.0, 4.0], [4.0, 4.0], [4.0, 4.0]]
     """
     p, q = a.shape[-1], b.shape[-1]
     if p is not None and q is not None and p > q:
@@ -24,88 +30,126 @@ def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
 
 
 def permute(x: tf.Tensor, perm) -> tf.Tensor:
-    """``tf.transpose(x, perm)`` as an ``einsum``: the same values. TensorFlow's
-    oneDNN build runs a ``Transpose`` of a small tensor in tens of microseconds
-    (~48 µs for a sentence's ``[1, 12, 4, 48]`` heads, where this takes ~1 µs),
-    and the encoder and the decoders' caches move heads at every call; at
-    training sizes the two cost about the same (``benchmarks/README.md``)."""
+    """``tf.transpose(x, perm)`` as an ``einsum``: the same values, no ``Transpose`` node.
+
+    Args:
+        x: a tensor of rank 8 at most.
+        perm: the permutation of ``x``'s axes.
+
+    Returns:
+        ``x`` with its axes in the order ``perm``.
+
+    Example:
+        >>> permute(tf.zeros([1, 2, 3]), [2, 0, 1]).shape
+        TensorShape([3, 1, 2])
+    """
     letters = "abcdefgh"[: len(perm)]
     return tf.einsum(f"{letters}->{''.join(letters[axis] for axis in perm)}", x)
 
 
-class ApartBias(NamedTuple):
-    """A bias that ``project_rows`` adds after the product rather than fused
-    into it, held negated as ``[1, n]`` and subtracted: ``y - (-b)`` is ``y +
-    b`` exactly. Grappler's remapper fuses a ``BiasAdd``, and an ``AddV2`` of
-    a ``[1, n]`` tensor too, into oneDNN's product with a bias, and leaves a
-    ``Sub`` alone; at one row to a few dozen, oneDNN's plain product and the
-    subtraction take less time than the fused product (``benchmarks/README.md``).
-    ``apart(bias)`` makes one."""
+class UnfusedBias(NamedTuple):
+    """A bias that ``project_rows`` adds after the product rather than fused into it.
+
+    Held negated as ``[1, n]`` and subtracted: ``y - (-b)`` is ``y + b``
+    exactly, and grappler fuses no ``Sub`` into the product. ``unfused(bias)``
+    makes one.
+    """
 
     negated: tf.Tensor  # [1, n]
 
 
-def apart(bias: tf.Tensor | None) -> ApartBias | None:
-    """``bias`` ``[n]`` as an ``ApartBias`` (``None`` stays ``None``)."""
-    return None if bias is None else ApartBias(-bias[tf.newaxis])
+def unfused(bias: tf.Tensor | None) -> UnfusedBias | None:
+    """``bias`` ``[n]`` as an ``UnfusedBias`` (``None`` stays ``None``).
+
+    Example:
+        >>> unfused(tf.constant([1.0, 2.0])).negated.numpy().tolist()
+        [[-1.0, -2.0]]
+    """
+    return None if bias is None else UnfusedBias(-bias[tf.newaxis])
 
 
 def project_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
-    """``activation?(x [rows, k] @ kernel + bias)`` for ``weights = (kernel,
-    bias | None)``, with no gradient wrapper (inference kernels). A ``[n]``
-    bias goes in by ``BiasAdd`` right after the product, where grappler fuses
-    it (and a ReLU) into one oneDNN product; an ``ApartBias`` after it, apart."""
+    """``activation?(x @ kernel + bias)`` on rank-2 rows, with no gradient wrapper (inference).
+
+    Args:
+        x: ``[rows, k]``.
+        weights: ``(kernel [k, n], bias)``, the bias ``[n]`` (added by
+            ``BiasAdd``, which grappler fuses into the product with a ReLU),
+            an ``UnfusedBias`` or ``None``.
+        activation: applied last, if given.
+
+    Returns:
+        ``[rows, n]``.
+
+    Example:
+        >>> project_rows(tf.ones([2, 3]), (tf.ones([3, 4]), tf.ones([4]))).numpy()[0].tolist()
+        [4.0, 4.0, 4.0, 4.0]
+    """
     kernel, bias = weights
     return bias_and_activation(tf.matmul(x, kernel), bias, activation)
 
 
 def bias_and_activation(y: tf.Tensor, bias, activation=None) -> tf.Tensor:
-    """``y`` plus ``bias`` (a ``[n]`` bias by ``BiasAdd``, an ``ApartBias``
-    subtracted, or ``None``), then ``activation``: what follows a projection's product."""
-    if isinstance(bias, ApartBias):
+    """What follows a projection's product: ``activation?(y + bias)``.
+
+    Args:
+        y: the product ``[..., n]``.
+        bias: a ``[n]`` bias (by ``BiasAdd``), an ``UnfusedBias``
+            (subtracted) or ``None``.
+        activation: applied last, if given.
+
+    Returns:
+        ``y``'s shape and dtype.
+    """
+    if isinstance(bias, UnfusedBias):
         y = y - bias.negated
     elif bias is not None:
         y = tf.nn.bias_add(y, bias)
     return activation(y) if activation is not None else y
 
 
-def project_few_rows(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
-    """``project_rows`` for a decoding step of a row or a few: the product as
-    a 1×1 convolution, ``x`` ``[rows, 1, 1, k]`` by the kernel ``[1, 1, k, n]``,
-    which sums the same products (the same values, up to the order of a
-    float sum).
+def project_pointwise(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tensor:
+    """``project_rows`` as a 1×1 (pointwise) convolution: the small-batch decoding step's product.
 
-    On a CPU, TensorFlow splits a one-row ``MatMul`` (a matrix-vector product)
-    across its intra-op threads even when the kernel sits in the caches, and
-    the hand-off costs more than the product; its ``Conv2D`` runs the product
-    on the calling thread. In a decoding loop, where each product waits for
-    the one before, a decoder's products at one row take about 60% of the
-    time under the default thread pools (what one intra-op thread gives
-    them), and the same time as ``MatMul`` at 4 and 16 rows
-    (``python -m benchmarks.row_products --rows N``). ``Conv2D`` runs on
-    every device and XLA, is a TFLite builtin and is in stock TF Serving.
-    A constant kernel's reshape is folded away by the graph optimiser.
+    The kernel ``[k, n]`` becomes ``[1, 1, k, n]`` (a constant kernel's
+    reshape is folded away by the graph optimiser); the same values, up to
+    the order of a float sum.
 
-    ``x`` ``[rows, k]`` gives ``[rows, n]``; ``x`` ``[rows, 1, 1, k]`` gives
-    ``[rows, 1, 1, n]``, with no reshape of the rows: a decoding step that
-    keeps its rows so saves two graph nodes a product.
+    Args:
+        x: ``[rows, k]``, or ``[rows, 1, 1, k]`` (the NHWC layout), which
+            needs no reshape around the product.
+        weights: ``(kernel [k, n], bias)`` as for ``project_rows``.
+        activation: applied last, if given.
+
+    Returns:
+        ``[rows, n]``, or ``[rows, 1, 1, n]`` for a rank-4 ``x``.
+
+    Example:
+        >>> project_pointwise(tf.ones([2, 1, 1, 3]), (tf.ones([3, 4]), None)).shape
+        TensorShape([2, 1, 1, 4])
     """
     kernel, bias = weights
     k, n = kernel.shape
-    pixels = x.shape.rank == 4
+    nhwc = x.shape.rank == 4  # [rows, 1, 1, k]: no reshape around the convolution
     y = tf.nn.conv2d(
-        x if pixels else tf.reshape(x, [-1, 1, 1, k]),
+        x if nhwc else tf.reshape(x, [-1, 1, 1, k]),
         tf.reshape(kernel, [1, 1, k, n]),
         strides=1,
         padding="VALID",
     )
-    return bias_and_activation(y if pixels else tf.reshape(y, [-1, n]), bias, activation)
+    return bias_and_activation(y if nhwc else tf.reshape(y, [-1, n]), bias, activation)
 
 
 def as_rows(x: tf.Tensor) -> tf.Tensor:
-    """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by
-    static sizes where they are known (a decoding loop runs every shape op
-    here once a step); a rank-2 ``x`` is returned as it is."""
+    """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by static sizes where known.
+
+    Returns:
+        ``x`` itself where it is rank 2, else ``[-1, depth]``.
+
+    Example:
+        >>> as_rows(tf.zeros([2, 3, 4])).shape
+        TensorShape([6, 4])
+    """
     if x.shape.rank == 2:
         return x
     depth = x.shape[-1] if x.shape[-1] is not None else tf.shape(x)[-1]
@@ -113,7 +157,20 @@ def as_rows(x: tf.Tensor) -> tf.Tensor:
 
 
 def from_rows(y: tf.Tensor, like: tf.Tensor, units) -> tf.Tensor:
-    """``y [rows, units]`` back in ``like``'s leading axes: ``[..., units]``."""
+    """``y [rows, units]`` back in ``like``'s leading axes: the inverse of ``as_rows``.
+
+    Args:
+        y: ``[rows, units]``.
+        like: the tensor ``as_rows`` flattened.
+        units: ``y``'s last size.
+
+    Returns:
+        ``[..., units]`` with ``like``'s leading axes.
+
+    Example:
+        >>> from_rows(tf.zeros([6, 5]), tf.zeros([2, 3, 4]), 5).shape
+        TensorShape([2, 3, 5])
+    """
     if like.shape.rank == 2:
         return y
     if like.shape[1:-1].is_fully_defined():  # [batch, ..., depth] with only the batch unknown
@@ -129,17 +186,28 @@ def project(
     transpose_kernel: bool = False,
     with_gradient: bool = True,
 ) -> tf.Tensor:
-    """``relu?(x [..., k] @ kernel [k, n] + bias)`` (``kernel [n, k]`` with ``transpose_kernel``).
+    """``relu?(x @ kernel + bias)`` over ``x``'s last axis, with a hand-written gradient.
 
-    A rank-2 product over the flattened leading axes, with a hand-written
-    gradient that takes the kernel gradient in the faster orientation
-    (``transposed_product``). The bias and ReLU sit right after the
-    product, inside the same function, so that TensorFlow's graph optimiser
-    can fuse all three into one oneDNN matmul. Values and gradients are
-    those of ``tf.matmul`` / ``tf.nn.bias_add`` / ``tf.nn.relu``.
-    ``with_gradient=False`` (inference) leaves the custom-gradient wrapper
-    out of the graph: the same values with fewer nodes, which a decoding loop
-    runs at every step.
+    A rank-2 product over the flattened leading axes; the kernel gradient
+    by ``transposed_product``; the bias and ReLU right after the product,
+    where grappler fuses them in. Values and gradients are those of
+    ``tf.matmul`` / ``tf.nn.bias_add`` / ``tf.nn.relu``.
+
+    Args:
+        x: ``[..., k]``.
+        kernel: ``[k, n]`` (``[n, k]`` with ``transpose_kernel``).
+        bias: ``[n]`` or ``None``.
+        relu: apply a ReLU after the bias.
+        transpose_kernel: multiply by ``kernelᵀ``.
+        with_gradient: ``False`` (inference) leaves the custom-gradient
+            wrapper out of the graph: the same values, fewer nodes.
+
+    Returns:
+        ``[..., n]`` in ``x``'s dtype.
+
+    Example:
+        >>> project(tf.ones([2, 5, 3]), tf.ones([3, 4]), relu=True).shape
+        TensorShape([2, 5, 4])
     """
     units = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
     flat = as_rows(x)

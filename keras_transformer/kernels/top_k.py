@@ -1,45 +1,42 @@
-"""``tf.math.top_k`` over a long last axis, by the maxima of blocks.
+"""``tf.math.top_k`` over a long last axis, by the maxima of blocks: beam search's candidates.
 
-Beam search takes, every step, the best few of ``beam · vocab`` candidate
-scores a sentence (16 of 32,000 for a beam of 4 and an 8,000-piece
-vocabulary). TensorFlow's ``TopKV2`` kernel walks every element one at a time;
-a ``reduce_max`` over blocks of the same elements is vectorized. ``top_k``
-finds the blocks that can hold the answer from their maxima, and runs
-``TopKV2`` over those blocks only: the same values and indices as
-``tf.math.top_k``, several times faster from a few rows up
-(``python -m benchmarks.inference_kernels``).
-
-Why it is exact: order the elements by value, the lower index first among
-equal values, as ``tf.math.top_k`` does. A block's maximum in that order is
-one of its elements, so at most ``k`` blocks have their maximum among the best
-``k`` elements, and every block that holds one of the best ``k`` is among
-them. The ``k`` blocks with the best maxima (lower block first among equals,
-which is the lower element first) therefore hold the answer; taken in
-ascending block order, their elements keep their relative order, so
-``TopKV2`` over them breaks ties as it would over the whole row.
-
-Plain core ops (``Max``, ``TopKV2``, ``GatherV2``): CPU, GPU, TPU, XLA,
-TFLite builtins and stock TF Serving.
+``top_k`` finds the blocks that can hold the answer from their maxima and
+runs ``TopKV2`` over those blocks only: the same values and indices as
+``tf.math.top_k`` (``docs/kernels.md`` has why it is exact, and why it is
+faster). Plain core ops (``Max``, ``TopKV2``, ``GatherV2``): CPU, GPU, TPU,
+XLA, TFLite builtins and stock TF Serving.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-# Elements a block. Timed over 32,000 candidates at 1 to 64 rows, blocks of 32 to 128 were
-# within 10% of each other; 256 was slower from 16 rows up.
+from keras_transformer.numerics import ceil_div
+
+# Elements a block (docs/kernels.md).
 BLOCK = 64
 
 
 def top_k(values: tf.Tensor, k: int, block: int = BLOCK) -> tuple[tf.Tensor, tf.Tensor]:
-    """``tf.math.top_k(values, k)`` for a rank-2 ``[rows, n]`` float tensor
-    with a static ``n``: the same ``(values [rows, k], indices [rows, k]
-    int32)``, best first, the lower index first among equal values.
+    """``tf.math.top_k(values, k)`` for a rank-2 ``[rows, n]`` float tensor with a static ``n``.
 
     Rows of fewer than ``4 · k · block`` elements go to ``tf.math.top_k``
-    directly (the blocks would not pay). A row whose length is not a multiple
-    of ``block`` is padded with ``-inf`` at its end, which can only follow the
-    row's own elements.
+    directly (the blocks would not pay). A row whose length is not a
+    multiple of ``block`` is padded with ``-inf`` at its end, which can only
+    follow the row's own elements.
+
+    Args:
+        values: ``[rows, n]`` float, ``n`` static.
+        k: how many to take, 1 to ``n``.
+        block: elements a block.
+
+    Returns:
+        ``(values [rows, k], indices [rows, k] int32)``, best first, the
+        lower index first among equal values.
+
+    Raises:
+        ValueError: ``values`` is not ``[rows, n]`` with a static ``n``, or
+            ``k`` is not between 1 and ``n``.
 
     Example:
         >>> x = tf.random.stateless_normal([3, 5000], seed=[1, 2])
@@ -58,7 +55,7 @@ def top_k(values: tf.Tensor, k: int, block: int = BLOCK) -> tuple[tf.Tensor, tf.
     if n < 4 * k * block:
         return tf.math.top_k(values, k=k)
     rows = tf.shape(values)[0]
-    blocks = -(-n // block)
+    blocks = ceil_div(n, block)
     if blocks * block != n:
         values = tf.pad(values, [[0, 0], [0, blocks * block - n]], constant_values=float("-inf"))
     by_block = tf.reshape(values, [rows, blocks, block])

@@ -1,12 +1,12 @@
-"""The weights the inference kernels read, and the products of the weights they
-make before use: each attention's query, key and value kernels side by side,
-the query's ``1/√d_k`` folded in, and every decoder layer's cross-attention
-key and value kernels packed into one.
+"""The weights the inference kernels read, and their precomputed weights.
 
-``encoding.encode`` and ``decoding_step`` make these products once a call,
-before the decoding loop. A model whose weights no longer change (an exported
-SavedModel) keeps them instead, as variables (``FrozenWeights``): a call then
-reads them and copies nothing.
+The precomputed weights (``PrecomputedWeights``) are the products of the
+weights the kernels make before use: each attention's query, key and value
+kernels side by side, the query's ``1/√d_k`` folded in, every decoder layer's
+cross-attention key and value kernels packed into one, and the small-batch
+step's negated biases. ``encoding.encode`` and ``decoding_step`` make them once
+a call, before the decoding loop; a model whose weights no longer change (an
+exported SavedModel) keeps them as variables instead (``FrozenWeights``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.kernels.projection import apart
+from keras_transformer.kernels.projection import unfused
 
 
 class Norm(NamedTuple):
@@ -53,10 +53,22 @@ def read_weights(structure):
 
 
 def as_constants(structure):
-    """``structure`` with each variable and tensor leaf replaced by a NumPy
-    array of its value now: weights that ``read_weights`` makes graph
-    constants of, where they are used (``decoding.ConstantSteps``). Reads
-    eagerly, also when called inside a ``tf.function``'s tracing."""
+    """``structure`` with each variable and tensor leaf replaced by a NumPy array of its value now.
+
+    Weights that ``read_weights`` makes graph constants of, where they are
+    used (``decoding.ConstantSteps``). Reads eagerly, also when called inside
+    a ``tf.function``'s tracing.
+
+    Args:
+        structure: a nest (``tf.nest``) of weights.
+
+    Returns:
+        The same nest, variables and tensors as NumPy arrays; other leaves as they are.
+
+    Example:
+        >>> as_constants((tf.Variable([1.0, 2.0]), None))
+        (array([1., 2.], dtype=float32), None)
+    """
     with tf.init_scope():
         return tf.nest.map_structure(
             lambda leaf: leaf.numpy() if isinstance(leaf, (tf.Variable, tf.Tensor)) else leaf,
@@ -115,21 +127,28 @@ def packed_cross_key_value(decoder, dtype) -> tuple:
     return tf.concat(kernels, axis=1), tf.concat(biases, axis=0)
 
 
-# A decoder layer's products in a decoding step, in the order ``apart_biases`` gives their biases.
+# A decoder layer's products in a decoding step, in the order ``unfused_biases`` gives their biases.
 STEP_PRODUCTS = ("self_qkv", "self_output", "cross_query", "cross_output", "inner", "outer")
 
 
-def apart_biases(model, decoder_qkv, cross_query) -> tuple:
-    """What a decoding step of a few rows subtracts after its products: per
-    decoder layer, the biases of its ``STEP_PRODUCTS`` as
-    ``projection.ApartBias`` (negated, ``[1, n]``; ``None`` where a product
-    has none), then the output projection's (``None``: tied, or no bias).
-    ``decoder_qkv``, ``cross_query``: the layers' ``fused_qkv`` and
-    ``scaled_query``."""
+def unfused_biases(model, decoder_qkv, cross_query) -> tuple:
+    """What the small-batch decoding step subtracts after its products.
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        decoder_qkv, cross_query: the decoder layers' ``fused_qkv`` and
+            ``scaled_query``.
+
+    Returns:
+        ``(layers, output)``: per decoder layer, the biases of its
+        ``STEP_PRODUCTS`` as ``projection.UnfusedBias`` (``None`` where a
+        product has none), then the output projection's (``None``: tied, or
+        no bias).
+    """
     dtype = model.compute_dtype
 
     def negated(bias):
-        return apart(None if bias is None else tf.cast(bias, dtype))
+        return unfused(None if bias is None else tf.cast(bias, dtype))
 
     layers = []
     for layer, (_, qkv_bias), (_, query_bias) in zip(
@@ -148,39 +167,51 @@ def apart_biases(model, decoder_qkv, cross_query) -> tuple:
     return tuple(layers), output
 
 
-class DerivedWeights(NamedTuple):
-    """The products of the weights the kernels make before use, in the compute dtype."""
+class PrecomputedWeights(NamedTuple):
+    """The products of a model's weights that the inference kernels make before use, in the compute dtype."""
 
     encoder_qkv: tuple  # per encoder layer: fused_qkv of its self-attention
     decoder_qkv: tuple  # per decoder layer: fused_qkv of its self-attention
     cross_query: tuple  # per decoder layer: scaled_query of its cross-attention
     cross_key_value: tuple  # packed_cross_key_value
-    apart_biases: tuple  # apart_biases: a few-rows decoding step's biases, projection.ApartBias
+    unfused_biases: (
+        tuple  # unfused_biases: a small-batch decoding step's biases, projection.UnfusedBias
+    )
 
 
-def derived_weights(model) -> DerivedWeights:
-    """``model``'s ``DerivedWeights``, made now from its variables."""
+def precomputed_weights(model) -> PrecomputedWeights:
+    """``model``'s ``PrecomputedWeights``, made now from its variables.
+
+    Args:
+        model: a built ``keras_transformer.Transformer``.
+
+    Returns:
+        A ``PrecomputedWeights`` of tensors.
+    """
     dtype = model.compute_dtype
     encoder, decoder = model.encoder.layer_stack, model.decoder.layer_stack
     decoder_qkv = tuple(fused_qkv(layer.self_attention, dtype) for layer in decoder)
     cross_query = tuple(scaled_query(layer.cross_attention, dtype) for layer in decoder)
-    return DerivedWeights(
+    return PrecomputedWeights(
         encoder_qkv=tuple(fused_qkv(layer.self_attention, dtype) for layer in encoder),
         decoder_qkv=decoder_qkv,
         cross_query=cross_query,
         cross_key_value=packed_cross_key_value(model.decoder, dtype),
-        apart_biases=apart_biases(model, decoder_qkv, cross_query),
+        unfused_biases=unfused_biases(model, decoder_qkv, cross_query),
     )
 
 
 class FrozenWeights(tf.Module):
-    """``derived_weights(model)`` made once and kept as variables, for a model
-    whose weights no longer change: an exported SavedModel holds them and
-    hands its decoders the variables themselves (``unread()``), which the
-    decoding steps read where they use them, instead of copying, scaling and
-    negating weights at every call. They add about a quarter to the size of a
-    model's variables (the attention kernels of the encoder's and decoder's
-    self-attention and of the decoder's cross-attention, once more).
+    """A model's precomputed weights, made once and kept as variables: what an export holds.
+
+    For a model whose weights no longer change: an exported SavedModel holds
+    them and hands its decoders the variables themselves
+    (``as_variables()``), which the decoding steps read where they use them,
+    instead of copying, scaling and negating weights at every call.
+
+    Args:
+        model: a built ``keras_transformer.Transformer``.
+        name: the module's name.
 
     Example:
         >>> import keras_transformer as kt
@@ -191,22 +222,22 @@ class FrozenWeights(tf.Module):
         >>> len(frozen.frozen)  # kernels and biases: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v
         ...                     # and the 6 negated biases of each decoder layer's products
         26
-        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, derived=frozen.unread())
+        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, precomputed=frozen.as_variables())
         >>> tokens.shape[0]
         1
     """
 
     def __init__(self, model, name: str = "frozen_weights"):
         super().__init__(name=name)
-        derived = derived_weights(model)
-        flat = tf.nest.flatten(derived)  # absent biases are None leaves
+        precomputed = precomputed_weights(model)
+        flat = tf.nest.flatten(precomputed)  # absent biases are None leaves
         self.frozen = [
             tf.Variable(value, trainable=False, name="frozen")
             for value in flat
             if value is not None
         ]
         template = tf.nest.map_structure(
-            lambda value: value is not None, derived
+            lambda value: value is not None, precomputed
         )  # no tensors kept
 
         def unflatten(values):  # the values back in the places of the present leaves
@@ -217,12 +248,14 @@ class FrozenWeights(tf.Module):
 
         self._unflatten = unflatten  # a plain function: not tracked, not saved
 
-    def read(self) -> DerivedWeights:
-        """The weights as tensors, read now (inside a ``tf.function``: once a call)."""
+    def read(self) -> PrecomputedWeights:
+        """The precomputed weights as tensors, read now (inside a ``tf.function``: once a call)."""
         return self._unflatten([tf.convert_to_tensor(variable) for variable in self.frozen])
 
-    def unread(self) -> DerivedWeights:
-        """The weights as the variables themselves: each op that uses one reads
-        it, so a decoding step reads its weights at every step rather than
-        having its loop carry them (see the module's docstring)."""
+    def as_variables(self) -> PrecomputedWeights:
+        """The precomputed weights as the variables themselves, each read by the op that uses it.
+
+        A decoding step then reads its weights at every step rather than
+        having its loop carry them as loop variables.
+        """
         return self._unflatten(self.frozen)

@@ -1,13 +1,12 @@
 """TensorFlow custom ops for CPU training, opt-in, compiled from source on first use.
 
-TensorFlow's CPU kernels leave element-wise work that a training step of
-this model spends ~6% of its time on: LayerNorm alone is ~30 full passes
-over its input (forward and backward), where one kernel needs three. The
-ops here are that kernel. They are compiled on the machine that runs them
-(against the installed TensorFlow's headers, for its CPU), once, into a
-private cache, because a prebuilt binary would have to match TensorFlow's
-exact version and ABI. They make CPU training a few percent faster and do
-nothing for inference, GPUs or TPUs.
+TensorFlow's CPU kernels run LayerNorm as ~30 full passes over its input
+(forward and backward), where one kernel needs three. The ops here are that
+kernel (``docs/kernels.md`` has what they save). They are compiled on the
+machine that runs them (against the installed TensorFlow's headers, for its
+CPU), once, into a private cache, because a prebuilt binary would have to
+match TensorFlow's exact version and ABI. They serve CPU training only, not
+inference, GPUs or TPUs.
 
 They are **off by default**: nothing is compiled or loaded, and nothing is
 logged, unless they are enabled by one of
@@ -93,11 +92,16 @@ class UnsafeCache(RuntimeError):
 
 
 def set_enabled(value: bool | None) -> None:
-    """Turn the native ops on (``True``) or off (``False``) for this process,
-    whatever ``KERAS_TRANSFORMER_NATIVE_OPS`` says; ``None`` returns to it.
+    """Turn the native ops on or off for this process, whatever ``KERAS_TRANSFORMER_NATIVE_OPS`` says.
 
     Takes effect for graphs traced afterwards; a library already loaded stays
     loaded, but is no longer used once the ops are turned off.
+
+    Args:
+        value: ``True`` (on), ``False`` (off), or ``None``: the environment decides.
+
+    Raises:
+        TypeError: ``value`` is not ``True``, ``False`` or ``None``.
     """
     global _switch
     if value is not None and not isinstance(value, bool):
@@ -106,9 +110,12 @@ def set_enabled(value: bool | None) -> None:
 
 
 def enabled() -> bool:
-    """Whether the native ops may be built and loaded: ``set_enabled``'s value,
-    else whether ``KERAS_TRANSFORMER_NATIVE_OPS`` is ``1``, ``true``, ``yes``
-    or ``on``. Off by default."""
+    """Whether the native ops may be built and loaded. Off by default.
+
+    Returns:
+        ``set_enabled``'s value, else whether ``KERAS_TRANSFORMER_NATIVE_OPS``
+        is ``1``, ``true``, ``yes`` or ``on``.
+    """
     if _switch is not None:
         return _switch
     value = os.environ.get(_ENABLE_VARIABLE, "").strip().lower()
@@ -129,6 +136,7 @@ def _warn_unknown_value(value: str) -> None:
 
 
 def cache_dir() -> Path:
+    """The native ops' build cache: ``$KERAS_TRANSFORMER_CACHE``, else ``$XDG_CACHE_HOME/keras_transformer`` (``~/.cache``)."""
     if os.environ.get(_CACHE_VARIABLE):
         return Path(os.environ[_CACHE_VARIABLE])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -342,9 +350,13 @@ def _build(library: Path) -> None:
 
 
 def load() -> ModuleType | None:
-    """The ops module, building it on first use; ``None`` where they are not
-    enabled (``enabled``: off by default, nothing built or logged), cannot be
-    built, or the cache fails its checks (logged once, with the reason)."""
+    """The ops module, built on first use.
+
+    Returns:
+        The module; ``None`` where the ops are not enabled (``enabled``: off
+        by default, nothing built or logged), cannot be built, or the cache
+        fails its checks (logged once, with the reason).
+    """
     if not enabled():
         return None
     return _load_once()
@@ -415,8 +427,12 @@ def _in_xla_context() -> bool:
 
 
 def usable() -> ModuleType | None:
-    """The ops module when the op being traced can run it: enabled, a CPU-only
-    process, outside XLA, built and checked (``load``). ``None`` otherwise."""
+    """The ops module when the op being traced can run it, else ``None``.
+
+    Returns:
+        ``load()`` in a CPU-only process, outside XLA, with the ops enabled;
+        ``None`` otherwise.
+    """
     if not enabled() or not _cpu_only_process() or _in_xla_context():
         return None
     return load()
