@@ -372,7 +372,6 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--step-splits",
-        "--step-lanes",  # its earlier name
         type=int,
         default=None,
         metavar="N",

@@ -61,7 +61,6 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--step-splits",
-        "--step-lanes",  # its earlier name
         type=int,
         default=None,
         metavar="N",

@@ -37,7 +37,16 @@ STOPPING_RULES = ("exact", "heuristic")
 
 
 def check_stopping(stopping: str) -> str:
-    """``stopping`` if it names a rule of ``beam_search`` (``STOPPING_RULES``), else a ``ValueError`` that lists them.
+    """Check that ``stopping`` names a rule of ``beam_search`` (``STOPPING_RULES``).
+
+    Args:
+        stopping: the rule's name.
+
+    Returns:
+        ``stopping``.
+
+    Raises:
+        ValueError: not a rule; the message lists them.
 
     Example:
         >>> check_stopping("exact")
@@ -51,7 +60,16 @@ def check_stopping(stopping: str) -> str:
 
 
 def check_beam_size(beam_size: int) -> int:
-    """``beam_size`` if it is at least 1 (1: greedy decoding), else a ``ValueError`` that says so.
+    """Check that ``beam_size`` is at least 1 (1: greedy decoding).
+
+    Args:
+        beam_size: the number of hypotheses kept per sentence.
+
+    Returns:
+        ``beam_size``.
+
+    Raises:
+        ValueError: ``beam_size < 1``.
 
     Example:
         >>> check_beam_size(4)
@@ -79,9 +97,10 @@ class BeamSearchOutput(NamedTuple):
 
 
 class Hypotheses(NamedTuple):
-    """The search's answer for every sentence of the input batch, filled in as
-    sentences are done: ``seq`` ``[batch, k, limit + 1]`` int32 (BOS first,
-    pad-filled), ``scores`` and ``log_probs`` ``[batch, k]`` float32."""
+    """The search's answer for every sentence of the batch, filled in as sentences are done.
+
+    ``seq`` is ``[batch, k, limit + 1]`` int32 (BOS first, pad-filled), ``scores`` and
+    ``log_probs`` are ``[batch, k]`` float32."""
 
     seq: tf.Tensor
     scores: tf.Tensor
@@ -122,6 +141,13 @@ class BeamState(NamedTuple):
 
 def length_penalty(length, alpha: float) -> tf.Tensor:
     """GNMT's length penalty ``((5 + length) / 6)^alpha`` (Wu et al. 2016), float32.
+
+    Args:
+        length: a hypothesis' length in tokens (a number or a tensor).
+        alpha: the exponent; 0 turns the penalty off.
+
+    Returns:
+        The float32 divisor of the hypothesis' log-probability.
 
     Example:
         >>> round(float(length_penalty(7, 0.6)), 4)

@@ -20,12 +20,26 @@ from keras_transformer.layers import masked_score_value, padding_mask
 
 
 def loose_shape(x: tf.Tensor) -> tf.TensorShape:
-    """Shape invariant for a growing loop variable (a cache tensor): only the last dim is fixed."""
+    """Shape invariant for a growing loop variable (a cache tensor): only the last dim is fixed.
+
+    Args:
+        x: the loop variable.
+
+    Returns:
+        ``x``'s shape with every dimension but the last unknown.
+    """
     return tf.TensorShape([None] * (x.shape.rank - 1) + x.shape[-1:].as_list())
 
 
 def batch_free_shape(x: tf.Tensor) -> tf.TensorShape:
-    """Shape invariant for a fixed-size loop variable: only the batch dim may vary."""
+    """Shape invariant for a fixed-size loop variable: only the batch dim may vary.
+
+    Args:
+        x: the loop variable, batch first.
+
+    Returns:
+        ``x``'s shape with the first dimension unknown.
+    """
     return tf.TensorShape([None]) + x.shape[1:]
 
 
@@ -53,6 +67,12 @@ def never_emitted(config) -> list[int]:
 
     Neither is ever a training label; Hugging Face's Marian generation bans
     pad the same way.
+
+    Args:
+        config: the model's ``TransformerConfig``.
+
+    Returns:
+        The sorted ids.
 
     Example:
         >>> from keras_transformer import TransformerConfig
@@ -112,6 +132,9 @@ class DecodingSteps(NamedTuple):
 
 def step_signature(model) -> list:
     """The input signature of ``model``'s decoding step, in the loops' own loose shapes.
+
+    Args:
+        model: the ``Transformer``.
 
     Returns:
         ``[token_ids, t, cache, source_padding]`` as ``tf.TensorSpec``s of a
@@ -400,7 +423,16 @@ _COMPACT_FRACTION = 0.25
 
 
 def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
-    """``buffer`` with ``values[i]`` written over row ``rows[i]``."""
+    """``buffer`` with ``values[i]`` written over row ``rows[i]``.
+
+    Args:
+        buffer: ``[rows, ...]`` the tensor to write into.
+        rows: ``[n]`` row indices.
+        values: ``[n, ...]`` the new rows.
+
+    Returns:
+        The updated copy of ``buffer``.
+    """
     return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
 
 

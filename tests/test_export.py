@@ -449,13 +449,12 @@ def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
     )
 
 
-def test_fewer_than_one_split_is_refused_in_one_line_by_either_flag(workdir, tmp_path, capsys):
-    """``--step-splits 0``, or its earlier name ``--step-lanes 0``: one line, nothing written."""
-    for flag in ("--step-splits", "--step-lanes"):
-        _refused_in_one_line(
-            workdir,
-            tmp_path,
-            capsys,
-            [flag, "0"],
-            "step_splits must be >= 1 (1: no splits), got 0.",
-        )
+def test_fewer_than_one_split_is_refused_in_one_line(workdir, tmp_path, capsys):
+    """``--step-splits 0``: one line, nothing written."""
+    _refused_in_one_line(
+        workdir,
+        tmp_path,
+        capsys,
+        ["--step-splits", "0"],
+        "step_splits must be >= 1 (1: no splits), got 0.",
+    )

@@ -1,5 +1,6 @@
-"""Exporters: a trained model (``TrainedModel``, ``Workdir`` or a workdir path)
-to what serves it.
+"""Exporters from a trained model to what serves it: SavedModel, TFLite, CTranslate2.
+
+Each takes a ``TrainedModel``, a ``Workdir`` or a workdir path.
 
 - ``export_saved_model``: a TF Serving model version, strings in and out
   (loads with ``tensorflow`` + ``tensorflow_text`` only);

@@ -338,6 +338,13 @@ class ExportedTranslator(tf.Module):
         }
 
     def signatures(self) -> dict:
+        """The functions to save as the SavedModel's signatures.
+
+        Returns:
+            A dict from signature name to concrete-able ``tf.function``: ``serving_default``,
+            ``translate_greedy``, ``translate_ids`` and ``cross_attention``, plus the two XLA
+            decoders when the export asks for them.
+        """
         signatures = {
             SIGNATURE: self.translate,
             "translate_greedy": self.translate_greedy,

@@ -46,7 +46,11 @@ class TFLiteTranslator(tf.Module):
         self.max_tgt_length = int(max_tgt_length)
 
     def signature(self):
-        """The ``serving_default`` function: ``source_ids [1, max_src_length]`` → ``target_ids``."""
+        """The ``serving_default`` function: ``source_ids [1, max_src_length]`` → ``target_ids``.
+
+        Returns:
+            A ``tf.function`` with a fixed input signature, as the TFLite converter needs it.
+        """
 
         @tf.function(
             input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")]

@@ -46,6 +46,16 @@ class FusedAdam(keras.optimizers.Adam):
         return super()._get_current_learning_rate()
 
     def update_step(self, gradient, variable, learning_rate):
+        """Apply one Adam update to ``variable`` in a single fused op.
+
+        Args:
+            gradient: the variable's gradient (dense; ``IndexedSlices`` take Keras' path).
+            variable: the variable to update.
+            learning_rate: this step's learning rate.
+
+        Returns:
+            None; Keras' own path (AMSGrad, sparse gradients) returns what it returns.
+        """
         if self.amsgrad or isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
