@@ -529,7 +529,7 @@ def choose_final_weights(
 
     def describe(kind, epochs):
         if kind == "average":
-            return "the average of epochs " + ", ".join(map(str, epochs))
+            return "the average of epochs " + ", ".join(map(str, sorted(epochs)))
         return f"the {kind} epoch {epochs[0]}"
 
     kind, epochs = candidates[0]
