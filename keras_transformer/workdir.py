@@ -13,7 +13,8 @@ goes through ``Workdir``, the one place that knows its layout::
     W/model_config.json    its TransformerConfig, readable without loading the model
     W/metrics.json         history and scores of the run
     W/backup/              the resumable state while training runs
-    W/checkpoints/         the last epochs' weights, for averaging
+    W/backup.previous/     the backup before it, resumed from when W/backup cannot be read
+    W/checkpoints/         epoch snapshots: the last and the best epochs', for averaging
     W/logs/                TensorBoard summaries
     W/prepared/            the training split tokenized into shuffled shards (optional)
 

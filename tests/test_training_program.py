@@ -597,7 +597,7 @@ def test_backup_killed_while_written_still_restores(tmp_path):
     for restored, expected in zip(resumed.get_weights(), saved):
         np.testing.assert_array_equal(restored, expected)
     backup.save(resumed, step=2, epoch=1)  # the next save clears what the kill left
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup", "backup.previous"]
     with pytest.raises(BackupError, match="accumulate_steps=1"):
         backup.restore(_tiny_model(gradient_accumulation_steps=2), accumulate_steps=2)
 

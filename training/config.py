@@ -89,7 +89,12 @@ class TrainingSection:
         None  # validation, BLEU, logs and averaging checkpoints at each epoch end
     )
     steps_per_execution: int = 1
-    average_last: int = 1  # epochs averaged at the end
+    average_last: int = 1  # epochs averaged at the end (average: last)
+    average: Literal["last", "best"] = "last"  # average the last average_last or keep_best best
+    keep_best: Optional[int] = None  # the K best epoch snapshots kept (by the validation metric)
+    early_stopping: Optional[Literal["bleu", "loss"]] = None  # the validation metric; null: off
+    patience: int = 3  # validations without improvement that end the run (early_stopping)
+    min_delta: float = 0.0  # the smallest change of the metric that counts as an improvement
     backup_every_steps: Union[Literal["epoch"], int] = "epoch"
     verbose: int = 2
 
@@ -287,3 +292,70 @@ def check_prepare_mode(config: dict[str, Any]) -> None:
             f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
             "true (prepare them on the first run) or false."
         )
+
+
+def check_training(config: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first inconsistent early-stopping, snapshot or
+    averaging setting of ``config`` (types are ``resolve_config``'s)."""
+    options = with_defaults("training", config.get("training") or {})
+    evaluation = with_defaults("evaluation", config.get("evaluation") or {})
+    for name in ("patience", "keep_best", "average_last"):
+        value = options[name]
+        if value is not None and (
+            not isinstance(value, int) or isinstance(value, bool) or value < 1
+        ):
+            raise ValueError(f"training.{name}={value!r}: use an integer >= 1.")
+    min_delta = options["min_delta"]
+    if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
+        raise ValueError(f"training.min_delta={min_delta!r}: use a number >= 0.")
+    metric = options["early_stopping"]
+    if metric not in VALIDATION_METRICS:
+        raise ValueError(
+            f"training.early_stopping={metric!r}: use bleu (validation BLEU), loss (validation "
+            "loss) or null (off)."
+        )
+    if metric == "bleu" and not evaluation["bleu_sentences"]:
+        raise ValueError(
+            "training.early_stopping=bleu needs validation BLEU: set evaluation.bleu_sentences "
+            "> 0 (e.g. 500), or use training.early_stopping=loss."
+        )
+    if options["average"] not in AVERAGES:
+        raise ValueError(
+            f"training.average={options['average']!r}: use last (the last average_last epochs) "
+            "or best (the keep_best best ones)."
+        )
+    if options["average"] == "best" and options["keep_best"] is None:
+        raise ValueError(
+            "training.average=best averages the training.keep_best best epochs: set "
+            "training.keep_best (e.g. 3)."
+        )
+
+
+# training.early_stopping's metrics (null: off) and training.average's choices.
+VALIDATION_METRICS = (None, "bleu", "loss")
+AVERAGES = ("last", "best")
+
+
+def needs_validation(config: dict[str, Any]) -> str | None:
+    """The setting that needs a validation split (early stopping, the best epochs), or ``None``."""
+    options = with_defaults("training", config.get("training") or {})
+    if options["early_stopping"]:
+        return f"training.early_stopping={options['early_stopping']}"
+    if options["keep_best"] is not None:
+        return f"training.keep_best={options['keep_best']}"
+    if options["average"] == "best":
+        return "training.average=best"
+    return None
+
+
+def validation_metric(config: dict[str, Any], has_valid: bool) -> str | None:
+    """The metric that ranks epochs (the best epoch, ``keep_best``, the final check of an
+    average): ``training.early_stopping``'s when set, else ``bleu`` when validation BLEU
+    runs, else ``loss``; ``None`` without a validation split."""
+    if not has_valid:
+        return None
+    options = with_defaults("training", config.get("training") or {})
+    evaluation = with_defaults("evaluation", config.get("evaluation") or {})
+    if options["early_stopping"]:
+        return options["early_stopping"]
+    return "bleu" if evaluation["bleu_sentences"] else "loss"

@@ -199,10 +199,14 @@ def fit_in_steps(
     """
     done = 0
     if backup is not None and backup.exists():
-        done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
+        restored = backup.restore(model, accumulate_steps=plan.accumulate_steps)
+        done = restored["step"]
+        if restored.get("stopped"):
+            log.info(_STOPPED, backup.restored_from, done)
+            return {}
         log.info(
             "resumed from %s at step %d: skipping the %d batches already used",
-            backup.directory,
+            backup.restored_from,
             done,
             done * plan.accumulate_steps,
         )
@@ -246,12 +250,19 @@ def fit_in_steps(
     return history
 
 
+_STOPPED = (
+    "resumed from %s at step %d, where a callback (early stopping, the time budget) had ended "
+    "the run: nothing left to train"
+)
+
+
 class StepBackup(keras.callbacks.Callback):
     """Writes ``backup`` (a ``TrainingBackup``) during ``model.fit`` at the
     steps ``plan.backs_up_at`` names: at a batch end, or at an epoch end after
     the epoch's other callbacks (so a kill never leaves a backup past an epoch
-    whose checkpoint was not written). Diverged (non-finite) weights are never
-    backed up."""
+    whose checkpoint was not written), and at the epoch end where a callback
+    ended the run (a resumed run then trains no further). Diverged
+    (non-finite) weights are never backed up."""
 
     def __init__(self, backup, plan: StepPlan):
         super().__init__()
@@ -273,6 +284,7 @@ class StepBackup(keras.callbacks.Callback):
             step=step,
             epoch=step // self.plan.steps_per_epoch,
             accumulate_steps=self.plan.accumulate_steps,
+            stopped=bool(getattr(self.model, "stop_training", False)),
         )
         self.saved = step
 
@@ -283,7 +295,9 @@ class StepBackup(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         step = optimizer_step(self.model)
-        if self.plan.backs_up_at(step):
+        if self.plan.backs_up_at(step) or self.model.stop_training:
+            if self.model.stop_training:
+                self.saved = None  # saved again at this step, now saying that the run ended
             self._save(step, logs)
 
 
@@ -401,27 +415,40 @@ def custom_fit(
         # lazily inside a replica context fails.
         model.optimizer.build(model.trainable_variables)
     done = 0
+    stopped = False
     if backup is not None and backup.exists():
-        done = backup.restore(model, accumulate_steps=plan.accumulate_steps)["step"]
+        restored = backup.restore(model, accumulate_steps=plan.accumulate_steps)
+        done, stopped = restored["step"], bool(restored.get("stopped"))
+    # Each worker restores its own backup: one that fell back to its previous one
+    # would train from another step.
+    same_on_every_worker(
+        strategy,
+        f"{done} {stopped}",
+        f"the workers' backups are at different steps (this one: step {done}); resume every "
+        "worker from the same step (delete the backups that differ)",
+    )
+    if stopped:
+        log.info(_STOPPED, backup.restored_from, done)
+        return {}
     per_pipeline = isinstance(dataset, PerPipelineInput)
     if per_pipeline:  # per-replica batches, each pipeline its own files
         iterator = iter(dataset.distribute(strategy, skip=done * plan.accumulate_steps))
         if done:
             log.info(
                 "resumed from %s at step %d: each replica skips the %d batches it used",
-                backup.directory,
+                backup.restored_from,
                 done,
                 done * plan.accumulate_steps,
             )
     else:
         iterator = iter(dataset)
         if done and backup.restore_iterator(iterator):
-            log.info("resumed from %s at step %d", backup.directory, done)
+            log.info("resumed from %s at step %d", backup.restored_from, done)
         elif done:
             log.info(
                 "resumed from %s at step %d: the backup has no input position; skipping the %d batches "
                 "already used",
-                backup.directory,
+                backup.restored_from,
                 done,
                 done * plan.accumulate_steps,
             )
@@ -487,13 +514,14 @@ def custom_fit(
                         tf.summary.scalar(name, value, step=done)
             model.reset_metrics()
             epoch_started = time.time()
-        if at_backup:
+        if backup is not None and (at_backup or stop):  # a stop is saved: a resumed run ends too
             backup.save(
                 model,
                 step=done,
                 epoch=done // plan.steps_per_epoch,
                 accumulate_steps=plan.accumulate_steps,
                 iterator=None if per_pipeline else iterator,
+                stopped=stop,
             )
         if stop:
             log.info("stopped by a callback after epoch %d", plan.epoch_number(done))

@@ -56,13 +56,23 @@ from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, tr
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import (
-    KeepLastWeights,
+    EarlyStopping,
+    KeepSnapshots,
     TimeBudget,
     TrainingBackup,
     ValidationBleu,
     average_weights,
+    better,
+    metric_name,
+    metric_value,
 )
-from training.config import check_prepare_mode, with_defaults
+from training.config import (
+    check_prepare_mode,
+    check_training,
+    needs_validation,
+    validation_metric,
+    with_defaults,
+)
 from training.curves import plot_learning_curves
 from training.corpus import load_corpus
 from training.scoring import score_translations
@@ -70,6 +80,7 @@ from training.loop import (
     PerPipelineInput,
     StepPlan,
     custom_fit,
+    evaluator,
     fit_in_steps,
     is_chief,
     optimizer_step,
@@ -435,6 +446,7 @@ def train_model(
     options: dict[str, Any],
     run_dir: Workdir,
     epoch_callbacks: list[keras.callbacks.Callback],
+    backup: TrainingBackup | None = None,
 ) -> dict:
     """``model.fit`` (one machine, mirrored, TPU) or ``custom_fit`` (multi-worker,
     or ``training.loop: custom``) over ``StepPlan.from_options(options)``; both
@@ -442,11 +454,13 @@ def train_model(
     number of replicas), run the same per-epoch callbacks and resume from
     ``run_dir.backup_dir`` (left in place: ``run`` deletes it at the end).
     ``train_data()`` builds the training batches anew (``fit_in_steps`` says
-    why). Returns the per-epoch history."""
+    why). ``backup``: the ``TrainingBackup`` (with the callbacks' states it
+    tracks), by default one in ``run_dir.backup_dir``. Returns the per-epoch
+    history."""
     options = with_defaults("training", options)
     loop = training_loop(options, strategy)
     plan = StepPlan.from_options(options)
-    backup = TrainingBackup(run_dir.backup_dir)
+    backup = backup if backup is not None else TrainingBackup(run_dir.backup_dir)
     if loop == "custom":
         return custom_fit(
             model,
@@ -475,6 +489,78 @@ def train_model(
         callbacks=callbacks,
         verbose=options["verbose"],
     )
+
+
+def choose_final_weights(
+    model, keeper: KeepSnapshots, averaged: list[int], average: str, metric, measure
+) -> dict[str, Any]:
+    """Set ``model``'s final weights: the average of the ``averaged`` epochs'
+    snapshots or a single one (the best epoch when best epochs are kept, else
+    the last), whichever scores better on validation (``metric``; the average
+    wins a tie), so averaging never makes the model worse than that single
+    snapshot. ``measure()`` gives the metric of the model's weights now (a
+    single snapshot's is the one its epoch recorded). Without a validation
+    metric the average is kept unchecked. Returns what ``metrics.json`` records
+    under ``averaging`` (and logs it)."""
+    single_role = "best" if keeper.best else "last"
+    single = keeper.best_epoch() if keeper.best else (keeper.last_epochs(1) or [None])[0]
+
+    def names(epochs):
+        return [keeper.path(epoch).name for epoch in epochs]
+
+    candidates = []  # (what it is, its epochs): the average first, it wins ties
+    if averaged:
+        kind = "average" if len(averaged) > 1 else ("best" if average == "best" else "last")
+        candidates.append((kind, list(averaged)))
+    if single is not None and [single] != list(averaged):
+        candidates.append((single_role, [single]))
+    record: dict[str, Any] = {
+        "metric": metric,
+        "averaged": names(averaged),
+        "averaged_value": None,
+        "single": None if single is None else keeper.path(single).name,
+        "single_value": None if single is None else keeper.values.get(single),
+        "kept": None,
+        "snapshots": [],
+    }
+    if not candidates:
+        return record
+
+    def describe(kind, epochs):
+        if kind == "average":
+            return "the average of epochs " + ", ".join(map(str, sorted(epochs)))
+        return f"the {kind} epoch {epochs[0]}"
+
+    kind, epochs = candidates[0]
+    model.set_weights(average_weights(keeper.paths(epochs)))
+    if len(candidates) == 2:
+        other_kind, other = candidates[1]
+        if metric is None:
+            log.info(
+                "final model: %s (no validation to check it against %s)",
+                describe(kind, epochs),
+                describe(other_kind, other),
+            )
+        else:
+            value = measure() if kind == "average" else keeper.values.get(epochs[0])
+            record["averaged_value"] = value
+            keep_first = not better(metric, record["single_value"], value)
+            log.info(
+                "final model: %s (%s %s) against %s (%s): kept %s",
+                describe(kind, epochs),
+                metric_name(metric),
+                metric_value(metric, value),
+                describe(other_kind, other),
+                metric_value(metric, record["single_value"]),
+                describe(kind, epochs) if keep_first else describe(other_kind, other),
+            )
+            if not keep_first:
+                kind, epochs = other_kind, other
+                model.set_weights(average_weights(keeper.paths(epochs)))
+    else:
+        log.info("final model: %s", describe(kind, epochs))
+    record.update(kept=kind, snapshots=names(epochs))
+    return record
 
 
 def batching_for_replicas(config: dict[str, Any], replicas: int) -> dict[str, Any]:
@@ -537,10 +623,17 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     run_dir = Workdir(workdir)
     run_dir.save_config(config)
 
+    check_training(config)
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
     log.info(
         "pairs: %s", {split: len(pairs) for split, pairs in corpus.items()}
     )  # scans train once
+    setting = needs_validation(config)
+    if setting and not corpus["valid"]:
+        raise ValueError(
+            f"{setting} needs a validation split, and the corpus has none: add one "
+            "(data: valid) or turn the setting off."
+        )
     training_input(
         train_options, len(corpus["train"])
     )  # a bad cache/shuffle setting fails before tokenizers
@@ -630,13 +723,34 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
     evaluation = with_defaults("evaluation", config.get("evaluation") or {})
     translator = Translator(model, src_tok, tgt_tok, max_src_length=train_options["max_src_length"])
-    keeper = KeepLastWeights(run_dir.checkpoints_dir, keep=train_options["average_last"])
-    epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
+    metric = validation_metric(config, bool(corpus["valid"]))
+    backup = TrainingBackup(run_dir.backup_dir)
+    average = train_options["average"]
+    keep_best = train_options["keep_best"] or (1 if train_options["early_stopping"] else 0)
+    keeper = KeepSnapshots(
+        run_dir.checkpoints_dir,
+        last=train_options["average_last"] if average == "last" else 0,
+        best=keep_best,
+        metric=metric,
+        protect=lambda: {
+            name for state in backup.saved_states("snapshots") for name in state.get("kept", ())
+        },
+    )
+    backup.track("snapshots", keeper)
+    epoch_callbacks: list[keras.callbacks.Callback] = []
     bleu_sentences = evaluation["bleu_sentences"]
+    bleu = None
     if bleu_sentences and corpus["valid"]:
-        epoch_callbacks.append(
-            ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir)
+        bleu = ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir)
+        epoch_callbacks.append(bleu)  # first: the others read its val_bleu
+    stopper = None
+    if train_options["early_stopping"]:
+        stopper = EarlyStopping(
+            train_options["early_stopping"], train_options["patience"], train_options["min_delta"]
         )
+        backup.track("early_stopping", stopper)
+        epoch_callbacks.append(stopper)
+    epoch_callbacks.append(keeper)
     if train_options["max_minutes"]:
         epoch_callbacks.append(
             TimeBudget(train_options["max_minutes"])
@@ -644,7 +758,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
 
     fit_started = time.time()
     history = train_model(
-        model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks
+        model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks, backup
     )
     train_seconds = time.time() - fit_started
 
@@ -669,19 +783,35 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
             log.info("learning_curves.png not drawn: install matplotlib (the [plots] extra) for it")
     eval_split = "test" if corpus["test"] else "valid"
     pairs = corpus[eval_split][: evaluation["max_sentences"]]
-    kept = keeper.paths()
-    if len(kept) > 1:
-        if pairs:
-            metrics[f"{eval_split}_last_checkpoint"] = score_split(translator, pairs)
-        model.set_weights(average_weights(kept))
-        metrics["averaged_checkpoints"] = [path.name for path in kept]
-        log.info("averaged the weights of %s", ", ".join(path.name for path in kept))
+    best = keeper.best_epoch()
+    metrics["validation_metric"] = metric
+    metrics["best_epoch"] = best
+    metrics["best_value"] = None if best is None else keeper.values[best]
+    metrics["stopped_early"] = stopper is not None and stopper.stopped_epoch is not None
+    averaged = (
+        keeper.last_epochs(train_options["average_last"])
+        if average == "last"
+        else keeper.best_epochs(train_options["keep_best"])
+    )
+    if len(averaged) > 1 and pairs:
+        metrics[f"{eval_split}_last_checkpoint"] = score_split(translator, pairs)
+
+    def measure() -> float:
+        """The validation metric of the model's weights now."""
+        if metric == "bleu":
+            return float(bleu.score()["bleu"])
+        return float(evaluator(model, strategy)(valid_ds)["loss"])
+
+    metrics["averaging"] = choose_final_weights(model, keeper, averaged, average, metric, measure)
+    if len(averaged) > 1:
+        metrics["averaged_checkpoints"] = metrics["averaging"]["averaged"]
     write_through_temp(run_dir.model_path, model.save)
     if pairs:
         metrics[eval_split] = score_split(translator, pairs, show=5)
     metrics["total_seconds"] = round(time.time() - started, 1)
     metrics["cpu"] = cpu_record()  # the seconds (and a bf16 run's speed) depend on it
     write_text_atomically(run_dir.metrics_path, json.dumps(metrics, indent=2))
-    TrainingBackup(run_dir.backup_dir).delete()  # finished: the next run starts afresh
+    backup.delete()  # finished: the next run starts afresh
+    keeper.collect()  # the kept snapshots stay in W/checkpoints
     log.info("metrics: %s", json.dumps({k: v for k, v in metrics.items() if k != "history"}))
     return metrics
