@@ -1,8 +1,9 @@
 """Decoding speed, side by side: our cached greedy and beam search (graph and
 XLA), CTranslate2 running our own weights (fp32, int8) and keras-hub.
 
-    python -m benchmarks.decode_speed [--systems ours ours-xla ct2-fp32 ct2-int8 keras-hub keras-hub-xla]
-                                      [--steps 16 64 256] [--batch 64 1] [--repeats 3] [--json out.json]
+    python -m benchmarks.decode_speed \
+        [--systems ours ours-xla ct2-fp32 ct2-int8 keras-hub keras-hub-xla] \
+        [--steps 16 64 256] [--batch 64 1] [--repeats 3] [--json out.json]
 
 The workload is ``benchmarks.workload``'s small model (shared vocabulary 8,192,
 d_model 256, 4+4 layers, 8 heads, d_ff 1,024) with random weights (seed 0: every process
@@ -249,7 +250,8 @@ def main(argv=None) -> int:
         "results": rows,
     }
     print(
-        f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} {'ms/step':>8}"
+        f"{'system':<14} {'decoder':<7} {'batch':>5} {'steps':>5} {'median s':>9} {'min s':>8} "
+        f"{'ms/step':>8}"
     )
     for row in rows:
         if "error" in row:

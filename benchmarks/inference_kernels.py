@@ -1,6 +1,7 @@
 """The inference kernels' choices, timed one op group at a time in a ``tf.while_loop``.
 
-    python -m benchmarks.inference_kernels [--rows 1,4,16,64] [--keys 17] [--candidates 32000] [--json out.json]
+    python -m benchmarks.inference_kernels [--rows 1,4,16,64] [--keys 17] [--candidates 32000] \
+        [--json out.json]
 
 The choices a decoding step of few rows makes on TensorFlow's graph executor:
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf

@@ -1,11 +1,13 @@
 """keras-hub running the benchmarks' workload, for side-by-side speed numbers with our model.
 
     python -m benchmarks.keras_hub_reference --part train --jit off [--precision fp32] [--steps 10]
-    python -m benchmarks.keras_hub_reference --part decode --jit off [--batch 64 1] [--steps 64] [--beam 4]
+    python -m benchmarks.keras_hub_reference --part decode --jit off [--batch 64 1] [--steps 64] \
+        [--beam 4]
 
 Same workload as ``benchmarks.train_speed`` and ``benchmarks.decode_speed``
 (``benchmarks.workload``: shared vocabulary 8,192, d_model 256, 4+4 layers, 8 heads,
-d_ff 1,024, dropout 0.1, post-LN, batch 64, length 64 with ~15% padding), built only from keras-hub layers so the
+d_ff 1,024, dropout 0.1, post-LN, batch 64, length 64 with ~15% padding), built only from keras-hub
+layers so the
 comparison measures keras-hub, not a re-implementation of it:
 
 * ``keras_hub.layers.ReversibleEmbedding`` (``tie_weights=True``): ONE matrix for source
@@ -79,7 +81,7 @@ class KerasHubSeq2Seq(keras.Model):
         ]
 
     def build_with_dummy(self) -> None:
-        """Create every variable (the decoders only build cross-attention when called with memory)."""
+        """Create every variable (the decoders build cross-attention only when given memory)."""
         dummy = np.ones((1, 2), np.int32)
         self((dummy, dummy), training=False)
 
@@ -274,7 +276,7 @@ def train_step_time(
 
 
 def decode_function(model: KerasHubSeq2Seq, decoder: str, steps: int, xla: bool) -> Callable:
-    """A ``tf.function`` (XLA when ``xla``) running encoder + cached sampler for ``steps`` tokens."""
+    """A ``tf.function`` (XLA when ``xla``): the encoder, then the cached sampler for ``steps``."""
     sampler = make_sampler(decoder)
     return tf.function(
         lambda source_ids: model.generate(source_ids, steps, sampler), jit_compile=xla

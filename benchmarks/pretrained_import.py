@@ -1,7 +1,8 @@
 """A full-size OPUS-MT checkpoint through the programs: import, export, and the
 PyTorch model's logits against ours.
 
-    python -m benchmarks.pretrained_import [--layers 6] [--d-model 512] [--vocab 58101] [--json out.json]
+    python -m benchmarks.pretrained_import [--layers 6] [--d-model 512] [--vocab 58101] \
+        [--json out.json]
 
 No hub is reachable here, so the checkpoint is made the way ``save_pretrained``
 writes a real one, with the shape of Helsinki-NLP/opus-mt-de-en by default (6+6
@@ -258,14 +259,16 @@ def main(argv=None) -> int:
         "work": str(work),
     }
     print(
-        f"checkpoint {sizes['safetensors']} MB ({args.layers}+{args.layers} layers, d_model {args.d_model}, "
+        f"checkpoint {sizes['safetensors']} MB ({args.layers}+{args.layers} layers, d_model "
+        f"{args.d_model}, "
         f"vocabulary {args.vocab})",
         file=sys.stderr,
     )
     print(f"{'step':<12} {'seconds':>8} {'peak RSS MB':>12} {'output MB':>10}", file=sys.stderr)
     for name, result in results.items():
         print(
-            f"{name:<12} {result['wall_seconds']:>8} {result['max_rss_mb']:>12} {result['output_mb']:>10}",
+            f"{name:<12} {result['wall_seconds']:>8} {result['max_rss_mb']:>12} "
+            f"{result['output_mb']:>10}",
             file=sys.stderr,
         )
     print(f"largest |logit difference| against PyTorch: {difference:.2e}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """Where the exported decoders spend their time, per decoding step.
 
     python -m benchmarks.profile_serving --workdir runs/multi30k \\
-        --src ../shared/corpora/multi30k_de_en/test.src [--beam 4] [--alpha 1.4] [--sentences 256] [--json out.json]
+        --src ../shared/corpora/multi30k_de_en/test.src [--beam 4] [--alpha 1.4] [--sentences 256]
+        [--json out.json]
 
 For greedy decoding and beam search as ``export_saved_model`` traces them
 (graph mode, no XLA), at batch 64 and batch 1:
@@ -118,7 +119,8 @@ def main(argv=None) -> int:
             )
             row = rows[-1]
             print(
-                f"{name:<7} batch {batch:>2}: {ops} ops a step, {row['steps_per_batch']} steps a batch, "
+                f"{name:<7} batch {batch:>2}: {ops} ops a step, {row['steps_per_batch']} steps a "
+                "batch, "
                 f"{row['ms_per_step']} ms a step, {row['us_per_op']} µs an op",
                 flush=True,
             )

@@ -1,6 +1,7 @@
 """Where a training step's time goes: a per-op breakdown from the TF profiler.
 
-    python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--serial] [--steps 5] [--top 25]
+    python -m benchmarks.profile_train_step [--precision fp32|bf16] [--jit] [--serial] \
+        [--steps 5] [--top 25]
 
 Runs the benchmarks' small training workload (``benchmarks.train_speed``) under
 ``tf.profiler``, reads the host trace (``*.xplane.pb``, parsed with the
@@ -118,7 +119,8 @@ def main(argv=None) -> int:
     for op, ms in per_step.items():
         by_category[categorize(op)] += ms
     print(
-        f"wall {1000 * wall:.1f} ms/step; op time {total:.1f} ms/step (summed over executor threads)"
+        f"wall {1000 * wall:.1f} ms/step; op time {total:.1f} ms/step (summed over executor "
+        "threads)"
     )
     print(f"\n{'category':<45} {'ms/step':>8} {'share':>6}")
     for category, ms in sorted(by_category.items(), key=lambda kv: -kv[1]):

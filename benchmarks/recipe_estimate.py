@@ -133,8 +133,10 @@ def main(argv=None) -> int:
         f"{report['precision']} ({report['precision_reason']})"
     )
     print(
-        f"this CPU: {report['seconds_per_micro_batch']:.2f} s per {args.batch}x{args.length} micro-batch "
-        f"({report['cpu_gflops_achieved']:.0f} GFLOP/s): {report['cpu_seconds_per_update']:.0f} s per "
+        f"this CPU: {report['seconds_per_micro_batch']:.2f} s per {args.batch}x{args.length} "
+        "micro-batch "
+        f"({report['cpu_gflops_achieved']:.0f} GFLOP/s): {report['cpu_seconds_per_update']:.0f} s "
+        "per "
         f"{TOKENS_PER_UPDATE:,}-token update, {report['cpu_days']:.0f} days for {UPDATES:,} updates"
     )
     print(

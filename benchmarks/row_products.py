@@ -144,7 +144,8 @@ def main(argv=None) -> int:
     }
     for name, result in results.items():
         print(
-            f"{name:12s} {result['us_per_step']:8.1f} µs a step, {result['us_per_node']:6.2f} µs each of "
+            f"{name:12s} {result['us_per_step']:8.1f} µs a step, {result['us_per_node']:6.2f} µs "
+            "each of "
             f"{result['nodes_per_step']}"
         )
     emit(

@@ -8,7 +8,8 @@ scratch), one at a time::
 
     python -m training.train --config multi30k --workdir W --set data.dir=DIR
         --set training.epochs=1 --set training.steps_per_epoch=60 --set training.max_minutes=null
-        --set evaluation.bleu_sentences=0 --set evaluation.max_sentences=20 --set training.average_last=1
+        --set evaluation.bleu_sentences=0 --set evaluation.max_sentences=20 --set
+        training.average_last=1
 
 Measured per run: the wall time, the peak resident set size from the kernel
 (``wait4``'s ``ru_maxrss``: the high-water mark of the largest process) and the
@@ -141,7 +142,8 @@ def table_row(report: dict) -> str:
     return (
         f"| {report['date']} | {report['corpora']['big']['train_pairs']:,} | "
         f"{small['max_rss_mb']:,.0f} / {big['max_rss_mb']:,.0f} MB ({verdict['rss_ratio']:.2f}×) | "
-        f"{small['wall_seconds']:.0f} / {big['wall_seconds']:.0f} s (+{verdict['extra_wall_seconds']:.0f} s) | "
+        f"{small['wall_seconds']:.0f} / {big['wall_seconds']:.0f} s "
+        f"(+{verdict['extra_wall_seconds']:.0f} s) | "
         f"{small['tokenizer_seconds']} / {big['tokenizer_seconds']} s |"
     )
 
@@ -197,7 +199,8 @@ def main(argv=None) -> int:
         },
     }
     print(
-        "| date | big corpus pairs | peak RSS, Multi30k / big | wall, Multi30k / big | tokenizers, Multi30k / big |"
+        "| date | big corpus pairs | peak RSS, Multi30k / big | wall, Multi30k / big | tokenizers, "
+        "Multi30k / big |"
     )
     print(table_row(report))
     from benchmarks.report import emit

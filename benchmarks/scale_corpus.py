@@ -119,7 +119,8 @@ def main(argv=None) -> int:
         )
     report = generate(out_dir, args.pairs, args.seed, source)
     print(
-        f"wrote {args.pairs:,} pairs to {out_dir} ({report['train_src_bytes'] / 1e6:.0f} MB source, "
+        f"wrote {args.pairs:,} pairs to {out_dir} ({report['train_src_bytes'] / 1e6:.0f} MB "
+        "source, "
         f"{report['train_tgt_bytes'] / 1e6:.0f} MB target)"
     )
     return 0

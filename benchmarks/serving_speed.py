@@ -20,8 +20,8 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 import sentencepiece as spm
@@ -207,12 +207,14 @@ def main(argv=None) -> int:
         "results": rows,
     }
     print(
-        f"{'artifact':<12} {'decoder':<7} {'batch':>5} {'sentences':>9} {'sent/s':>8} {'tokens/s':>9} {'ms/sent':>8}"
+        f"{'artifact':<12} {'decoder':<7} {'batch':>5} {'sentences':>9} {'sent/s':>8} "
+        f"{'tokens/s':>9} {'ms/sent':>8}"
     )
     for row in rows:
         print(
             f"{row['artifact']:<12} {row['decoder']:<7} {row['batch']:>5} {row['sentences']:>9} "
-            f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>9.0f} {row['ms_per_sentence']:>8.1f}"
+            f"{row['sentences_per_s']:>8.1f} {row['tokens_per_s']:>9.0f} "
+            f"{row['ms_per_sentence']:>8.1f}"
         )
     emit(report, args.json)
     return 0

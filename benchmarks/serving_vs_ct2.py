@@ -1,9 +1,11 @@
 """The shipped SavedModel against CTranslate2 on the same trained model.
 
     python -m benchmarks.serving_vs_ct2 --workdir runs/multi30k \\
-        --src ../shared/corpora/multi30k_de_en/test.src --ref ../shared/corpora/multi30k_de_en/test.tgt \\
+        --src ../shared/corpora/multi30k_de_en/test.src --ref
+        ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
-        [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline SAVED_MODEL] \\
+        [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline
+        SAVED_MODEL] \\
         [--step-splits N] [--step-products conv|matmul] [--ct2-backend fastest|library|mkl|dnnl]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
@@ -81,8 +83,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import sacrebleu
 import tensorflow as tf
@@ -269,7 +271,8 @@ def ct2_translators(
     return {"greedy": call(1), "beam": call(beam)}
 
 
-# The engines timed beside the SavedModel and CTranslate2 on request: their ratio's key and printed name.
+# The engines timed beside the SavedModel and CTranslate2 on request: their ratio's key and printed
+# name.
 EXTRA_ENGINES = {
     "saved_model_xla": ("ratio_xla", "SavedModel XLA"),
     "saved_model_session": ("ratio_session", "SavedModel, TF1 session"),
@@ -394,7 +397,8 @@ def main(argv=None) -> int:
         "--baseline",
         type=Path,
         default=None,
-        help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time too",
+        help="another SavedModel of the same workdir (e.g. exported by an earlier version) to time "
+        "too",
     )
     parser.add_argument(
         "--ct2-backend",

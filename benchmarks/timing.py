@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 REPEATS = 5  # fit runs per configuration; medians over them
 
@@ -111,13 +111,15 @@ def add_thread_arguments(parser) -> None:
         "--inter-op-threads",
         type=int,
         default=0,
-        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its choice",
+        help="TensorFlow's inter-op pool (TF Serving: --tensorflow_inter_op_parallelism); 0: its "
+        "choice",
     )
     parser.add_argument(
         "--intra-op-threads",
         type=int,
         default=0,
-        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its choice",
+        help="TensorFlow's intra-op pool (TF Serving: --tensorflow_intra_op_parallelism); 0: its "
+        "choice",
     )
 
 

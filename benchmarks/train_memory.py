@@ -1,6 +1,7 @@
 """Peak memory of training the paper's ``base`` model, and whether it grows.
 
-    python -m benchmarks.train_memory [--steps 1000] [--batch 16] [--length 64] [--every 100] [--json out.json]
+    python -m benchmarks.train_memory [--steps 1000] [--batch 16] [--length 64] [--every 100] \
+        [--json out.json]
 
 ``base`` (6+6 layers, d_model 512, d_ff 2048, 8 heads) with the benchmarks' shared
 8,192 vocabulary, trained with ``model.fit`` on one fixed batch of
@@ -114,7 +115,8 @@ def main(argv=None) -> int:
         "samples": samples,
     }
     print(
-        f"peak RSS {report['peak_rss_mb']:.0f} MB; RSS after warm-up {warm:.0f} MB, after {args.steps} steps "
+        f"peak RSS {report['peak_rss_mb']:.0f} MB; RSS after warm-up {warm:.0f} MB, after "
+        f"{args.steps} steps "
         f"{report['rss_end_mb']:.0f} MB (growth {report['growth_mb']:+.1f} MB, second half "
         f"{report['growth_second_half_mb']:+.1f} MB); {report['ms_per_step']:.0f} ms/step"
     )

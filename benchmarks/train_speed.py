@@ -1,7 +1,7 @@
 """Training step speed and model FLOP utilisation (MFU) against this CPU's measured peak.
 
-    python -m benchmarks.train_speed [--systems ours keras-hub] [--precision fp32 bf16] [--jit off on]
-                                     [--steps 10] [--json out.json]
+    python -m benchmarks.train_speed [--systems ours keras-hub] [--precision fp32 bf16] \
+        [--jit off on] [--steps 10] [--json out.json]
 
 Workload: ``benchmarks.workload`` (the small model with a shared vocabulary of 8,192, batch 64
 pairs of source and target length 64 with ~15% padding at the ends); one optimizer step =
@@ -126,17 +126,20 @@ def main(argv=None) -> int:
                     continue
                 rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
     print(
-        f"{'system':<10} {'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} {'peak GF/s':>9} {'MFU':>6} "
+        f"{'system':<10} {'precision':<9} {'xla':<5} {'ms/step':>8} {'tokens/s':>9} "
+        f"{'peak GF/s':>9} {'MFU':>6} "
         f"{'MFU vs best peak':>16}"
     )
     for row in rows:
         if "error" in row:
             print(
-                f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} error: {row['error'][-120:]!r}"
+                f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} error: "
+                f"{row['error'][-120:]!r}"
             )
             continue
         print(
-            f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} {row['ms_per_step']:>8.1f} "
+            f"{row['system']:<10} {row['precision']:<9} {str(row['xla']):<5} "
+            f"{row['ms_per_step']:>8.1f} "
             f"{row['target_tokens_per_s']:>9.0f} {row['peak_gflops']:>9.1f} {row['mfu']:>6.1%} "
             f"{row['mfu_vs_best_peak']:>16.1%}"
         )

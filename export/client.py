@@ -6,11 +6,10 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import urllib.error
 import urllib.request
-from typing import Sequence
+from collections.abc import Sequence
 
 from programs import ArgumentParser, run, setup_logging
 
@@ -91,7 +90,7 @@ def main(argv=None) -> int:
                 raise ServerError(
                     f"{args.rest} answered HTTP {error.code}: {detail or error.reason}"
                 ) from error
-            except (urllib.error.URLError, socket.timeout, ConnectionError) as error:
+            except (TimeoutError, urllib.error.URLError, ConnectionError) as error:
                 reason = getattr(error, "reason", error)
                 raise ServerError(
                     f"cannot reach TF Serving at {args.rest} ({reason}); is the server "

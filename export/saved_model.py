@@ -64,7 +64,8 @@ def parse_args(argv=None):
         type=int,
         default=None,
         metavar="N",
-        help="splits of the small-batch decoding step (a sentence or a beam), run side by side on the "
+        help="splits of the small-batch decoding step (a sentence or a beam), run side by side on "
+        "the "
         "server's inter-op threads (default: 2; 1 for a server with one inter-op thread)",
     )
     parser.add_argument(

@@ -122,7 +122,7 @@ class BeamState(NamedTuple):
     alive_seq: tf.Tensor  # [rows, k, len] int32: the live hypotheses
     alive_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities, best first
     cache: list  # per decoder layer: {"self": {"key", "value"}: [rows·k, heads, len, depth]
-    #                                (reordered with the beams), "cross": projected once per sentence}
+    # (reordered with the beams), "cross": projected once per sentence}
     finished_seq: tf.Tensor  # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
     finished_scores: (
         tf.Tensor
@@ -300,7 +300,7 @@ def beam_search(
         return tf.reshape(rows[:, tf.newaxis] * k + beams, [-1])
 
     def is_done(state: BeamState) -> tf.Tensor:
-        """Which sentences are done by the stopping rule: no live beam can beat their finished ones."""
+        """Which sentences the stopping rule ends: no live beam can beat their finished ones."""
         length = state.row_limits if stopping == "exact" else state.step
         best_alive = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
         worst_finished = tf.reduce_min(
@@ -364,7 +364,8 @@ def beam_search(
             candidates = tf.reshape(
                 state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab]
             )
-            # The best `reach` candidates, then the best 2k of them once the impossible ones are struck.
+            # The best `reach` candidates, then the best 2k of them once the impossible ones are
+            # struck.
             top_lp, top_index = kernels.top_k(candidates, k=reach)
             top_lp = tf.where(impossible(top_index % vocab, t), _NEG, top_lp)
             # 2k candidates guarantee k that do not end here.
@@ -388,7 +389,8 @@ def beam_search(
             ]
 
             penalty = length_penalty(t + 1, alpha)
-            # A done sentence, waiting for compaction (or kept to the end with static shapes), takes no new hypothesis.
+            # A done sentence, waiting for compaction (or kept to the end with static shapes), takes
+            # no new hypothesis.
             new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
             pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
             pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
@@ -476,7 +478,8 @@ def beam_search(
     else:  # rows still searching at the length limit answer with what they hold
         results = write_results(state.results, state, tf.range(tf.shape(state.alive_seq)[0]))
         width = state.step + 1
-    # Drop the BOS column; a done row that holds fewer than k hypotheses pads with NEG-scored entries.
+    # Drop the BOS column; a done row that holds fewer than k hypotheses pads with NEG-scored
+    # entries.
     return BeamSearchOutput(
         results.seq[:, :, 1:width], results.scores, results.log_probs, state.step
     )

@@ -125,7 +125,8 @@ class TransformerConfig:
             errors.append(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}.")
         if self.position_encoding not in POSITION_ENCODINGS:
             errors.append(
-                f"position_encoding must be one of {POSITION_ENCODINGS}, got {self.position_encoding!r}."
+                f"position_encoding must be one of {POSITION_ENCODINGS}, got "
+                f"{self.position_encoding!r}."
             )
         elif self.learned_positions and self.position_encoding != "interleaved":
             errors.append(
@@ -160,7 +161,8 @@ class TransformerConfig:
             errors.append(f"pad/unk/eos ids must be distinct, got {special}.")
         if self.bos_id in (self.unk_id, self.eos_id):
             errors.append(
-                f"bos_id must differ from unk_id and eos_id (it may equal pad_id, for a decoder that "
+                "bos_id must differ from unk_id and eos_id (it may equal pad_id, for a decoder "
+                "that "
                 f"starts from the pad id), got {special}."
             )
         smallest_vocab = min(self.src_vocab_size, self.tgt_vocab_size) if not errors else None
@@ -179,7 +181,7 @@ class TransformerConfig:
         return self.d_model // self.num_heads
 
     @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> "TransformerConfig":
+    def from_preset(cls, name: str, **overrides: Any) -> TransformerConfig:
         """Makes the config of a named size (``PRESETS``), with optional overrides.
 
         Args:
@@ -204,7 +206,7 @@ class TransformerConfig:
         return cls.from_dict({**PRESETS[name], **overrides})
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TransformerConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TransformerConfig:
         """Makes a config from a dict of field values, as ``to_dict`` writes it.
 
         Args:
@@ -244,14 +246,14 @@ class TransformerConfig:
         return dataclasses.asdict(self)
 
     def to_json(self) -> str:
-        """Gives the fields as JSON text (sorted keys), as a workdir's ``model_config.json`` holds it.
+        """Gives the fields as JSON text (sorted keys), as ``model_config.json`` holds them.
 
         Returns:
             The JSON text.
         """
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
-    def replace(self, **overrides: Any) -> "TransformerConfig":
+    def replace(self, **overrides: Any) -> TransformerConfig:
         """Makes a copy with some fields changed, checked again.
 
         Args:

@@ -10,7 +10,8 @@ the weights as constants, for an export.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -198,7 +199,8 @@ class ConstantSteps:
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> steps = ConstantSteps(model)
-        >>> tokens, _ = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, constant_steps=steps)
+        >>> source = tf.constant([[5, 6, 3]])
+        >>> tokens, _ = greedy_decode(model, source, max_length=4, constant_steps=steps)
         >>> expected, _ = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4)
         >>> bool(tf.reduce_all(tokens == expected))
         True
@@ -473,7 +475,7 @@ def decode_loop(
     small_batch_step=None,
     rows=None,
 ):
-    """Run ``step`` until every row is done or ``state.step`` reaches ``limit``: every decoder's loop.
+    """Every decoder's loop: run ``step`` until every row is done or ``state.step`` is ``limit``.
 
     With dynamic shapes the loop runs in rounds: each round decodes until
     ``_COMPACT_FRACTION`` of its rows are done, and then ``compact`` removes

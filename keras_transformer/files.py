@@ -7,8 +7,8 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_atomically(files: dict[Path, bytes]) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 _CPUINFO = Path("/proc/cpuinfo")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpuinfo() -> dict[str, str]:
     """The first processor's ``key: value`` lines of ``/proc/cpuinfo`` ({} where there is none)."""
     fields: dict[str, str] = {}
@@ -55,7 +55,7 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_model() -> str:
-    """The processor's marketing name, e.g. ``"AMD EPYC"`` or ``"Intel(R) Xeon(R) Platinum 8481C"``."""
+    """The processor's marketing name, e.g. ``"Intel(R) Xeon(R) Platinum 8481C"``."""
     info = _cpuinfo()
     return (
         info.get("model name")
@@ -115,7 +115,7 @@ def cpu_record() -> dict:
 
 
 def describe_cpu() -> str:
-    """One line, e.g. ``"AMD EPYC, 2 cores: AVX2, no AVX-512, no bf16 units, no int8 dot product"``."""
+    """One line, e.g. ``"AMD EPYC, 2 cores: AVX2, no AVX-512, no bf16 units, no int8 dot"``."""
     record = cpu_record()
     features = [record["kind"] if record["kind"] != "AVX-512 + BF16" else "AVX-512"]
     if not record["avx512"]:

@@ -62,8 +62,9 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import yaml
@@ -84,7 +85,8 @@ PICKLE = "pytorch_model.bin"
 ACTIVATIONS = {"swish": "swish", "silu": "swish", "relu": "relu", "gelu": "gelu"}
 LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian uses
 DEFAULT_MAX_LENGTH = 512  # MarianTokenizer's model_max_length
-# config.json keys of older conversions that describe other architectures: (key, the value Marian has).
+# config.json keys of older conversions that describe other architectures: (key, the value Marian
+# has).
 _MARIAN_ONLY = {
     "normalize_before": False,
     "normalize_embedding": False,
@@ -117,7 +119,7 @@ class MarianCheckpoint:
     weights_file: Path
 
     @classmethod
-    def read(cls, path: PathLike, allow_pickle: bool = False) -> "MarianCheckpoint":
+    def read(cls, path: PathLike, allow_pickle: bool = False) -> MarianCheckpoint:
         """Reads and checks a checkpoint directory.
 
         Args:
@@ -351,7 +353,7 @@ def _first(tensors: Mapping[str, np.ndarray], *names: str) -> str:
 def weight_names(
     config: TransformerConfig, tensors: Mapping[str, np.ndarray]
 ) -> dict[str, tuple[str, bool]]:
-    """Maps each weight of a ``Transformer`` built from ``config`` to the checkpoint tensor it takes.
+    """Maps each weight of a ``Transformer`` built from ``config`` to its checkpoint tensor.
 
     PyTorch's ``Linear`` keeps ``[out, in]`` and Keras' ``Dense`` ``[in, out]``,
     so such kernels are transposed.

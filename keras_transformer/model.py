@@ -8,6 +8,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
+from keras_transformer import kernels
 from keras_transformer.config import TransformerConfig
 from keras_transformer.layers import (
     Decoder,
@@ -16,10 +17,8 @@ from keras_transformer.layers import (
     padding_mask,
     target_padding_mask,
 )
-from keras_transformer import kernels
 from keras_transformer.layers.dense import Dense
 from keras_transformer.losses import MaskedLabelSmoothedCrossEntropy
-
 
 _COMPILE_SIGNATURE = inspect.signature(keras.Model.compile)
 
@@ -167,10 +166,11 @@ class Transformer(keras.Model):
         return self.logits(self.decoder_states(inputs, training=training), training=training)
 
     def decoder_states(self, inputs, training=None) -> tf.Tensor:
-        """Runs a teacher-forced pass up to the last decoder layer: ``call`` without the output projection.
+        """Runs a teacher-forced pass up to the last decoder layer (``call`` less the output layer).
 
         Args:
-            inputs: ``(source_ids, target_in_ids)``, int ``[batch, src_len]`` and ``[batch, tgt_len]``.
+            inputs: ``(source_ids, target_in_ids)``, int ``[batch, src_len]`` and ``[batch,
+            tgt_len]``.
             training: whether dropout is on.
 
         Returns:
@@ -460,7 +460,8 @@ class Transformer(keras.Model):
         Example:
             >>> from keras_transformer.beam_search import beam_search
             >>> from keras_transformer.decoding import greedy_decode
-            >>> model = Transformer(TransformerConfig.from_preset("tiny", num_layers=1))  # or a trained one
+            >>> # a tiny untrained model; a trained one works alike
+            >>> model = Transformer(TransformerConfig.from_preset("tiny", num_layers=1))
             >>> model.build()
             >>> def greedy(source_ids):
             ...     target_ids, scores = greedy_decode(model, source_ids, max_length=20)

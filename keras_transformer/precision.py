@@ -20,7 +20,7 @@ weights can be run in any precision (``with_precision``).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 
@@ -152,7 +152,7 @@ def choose_precision(
 
 
 def resolve_precision(precision: str, **choose_options) -> PrecisionChoice:
-    """``precision`` itself for ``fp32``/``bf16``/``fp16``; ``auto`` resolved by ``choose_precision``."""
+    """``precision`` itself for ``fp32``/``bf16``/``fp16``; ``auto`` by ``choose_precision``."""
     if precision == AUTO:
         return choose_precision(**choose_options)
     dtype_policy(precision)  # checks the name

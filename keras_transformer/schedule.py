@@ -10,7 +10,7 @@ from keras_transformer.kernels import FusedAdam
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class TransformerSchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """The paper's learning rate, ``scale · d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)``.
+    """The paper's learning rate, ``scale·d_model^-0.5·min(step^-0.5, step·warmup_steps^-1.5)``.
 
     Linear warm-up for ``warmup_steps`` steps, then decay ∝ 1/√step; the peak
     is ``scale · (d_model · warmup_steps)^-0.5`` at ``step = warmup_steps``.

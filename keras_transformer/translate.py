@@ -10,8 +10,8 @@ decoding calls they and the SavedModel exporter share.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import tensorflow as tf
 
@@ -115,7 +115,7 @@ PARTS_MIN_ROWS = 8
 
 
 def check_decode_parts(parts: int | None) -> int:
-    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError`` that says so."""
+    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError``."""
     if parts is None:
         return DECODE_PARTS
     if parts < 1:
@@ -293,7 +293,7 @@ class Translator(tf.Module):
         alpha: float = 0.6,
         precision: str = "fp32",
         **options,
-    ) -> "Translator":
+    ) -> Translator:
         """A translator for the model a training run ended with (``WORKDIR/model.keras``).
 
         Args:
@@ -314,7 +314,7 @@ class Translator(tf.Module):
     @classmethod
     def from_trained_model(
         cls, trained, beam_size: int = 1, alpha: float = 0.6, **options
-    ) -> "Translator":
+    ) -> Translator:
         """A translator for a ``keras_transformer.TrainedModel`` (a model and its tokenizers).
 
         Args:
@@ -336,7 +336,7 @@ class Translator(tf.Module):
         )
 
     @staticmethod
-    def from_saved_model(path: str | os.PathLike, beam_size: int | None = None) -> "Translator":
+    def from_saved_model(path: str | os.PathLike, beam_size: int | None = None) -> Translator:
         """A translator over an exported SavedModel's signatures (``export_saved_model``).
 
         It runs the graph TF Serving runs, tokenization inside it, and has
@@ -429,7 +429,8 @@ class _SavedModelTranslator(Translator):
 
     def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
         tf.Module.__init__(self)  # no Keras model: Translator's own set-up does not apply
-        # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF Text.
+        # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF
+        # Text.
         self.path = saved_model_version(path)
         self.saved_model = tf.saved_model.load(str(self.path))
         self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())

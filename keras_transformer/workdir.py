@@ -191,8 +191,8 @@ class Workdir:
         """The prepared training split (``prepare_shards``), ``W/prepared/``."""
         return self.path / "prepared"
 
-    def worker(self, task_id: int) -> "Workdir":
-        """Gives the folder a non-chief worker of a multi-worker run writes to (its outputs are not the run's).
+    def worker(self, task_id: int) -> Workdir:
+        """Gives the folder where a non-chief worker of a multi-worker run writes its outputs.
 
         Args:
             task_id: the worker's task index.
@@ -216,7 +216,7 @@ class Workdir:
 
     @functools.cached_property
     def config(self) -> dict[str, Any]:
-        """The run's ``config.yaml``, read once (a run writes it when it starts and does not change it).
+        """The run's ``config.yaml``, read once (a run writes it when it starts, then never again).
 
         Raises:
             WorkdirError: the file is missing or holds no mapping.
@@ -282,7 +282,7 @@ class Workdir:
 
     # Loading.
     def transformer_config(self) -> TransformerConfig:
-        """Reads the model's architecture from ``model_config.json``, without building or loading the model.
+        """Reads the model's architecture from ``model_config.json``, without building the model.
 
         Returns:
             The ``TransformerConfig``: its sizes and ids.
@@ -383,7 +383,7 @@ class Workdir:
         max_src, max_tgt = self.max_lengths
         return TrainedModel(model, src, tgt, max_src_length=max_src, max_tgt_length=max_tgt)
 
-    def check(self) -> "Workdir":
+    def check(self) -> Workdir:
         """Checks that the run has a config, tokenizers and a final model.
 
         Returns:

@@ -15,13 +15,15 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 # keras_transformer.precision.PRECISIONS' names, for --precision before TensorFlow is
 # imported (tests/test_programs.py keeps the two equal).
 PRECISION_NAMES = ("bf16", "fp16", "fp32")
-# Training also takes "auto": keras_transformer.precision.choose_precision picks one for the hardware.
+# Training also takes "auto": keras_transformer.precision.choose_precision picks one for the
+# hardware.
 TRAINING_PRECISIONS = ("auto", *PRECISION_NAMES)
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 USAGE_ERROR = 2
@@ -94,6 +96,7 @@ def import_library():
     notices; anything else it prints (a real warning, an error) still shows."""
     with _stderr_filtered(_IMPORT_NOTICES):
         import tensorflow  # noqa: F401
+
         import keras_transformer
     return keras_transformer
 

@@ -11,7 +11,6 @@ from pathlib import Path  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-
 from tiers import excluded_before_import  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent

@@ -34,8 +34,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer import kernels
-from keras_transformer import hardware
+from keras_transformer import hardware, kernels
 
 ARITHMETICS = ("exact", "saturating")
 # The one seam every projection of the forward pass goes through (``kernels.project``).

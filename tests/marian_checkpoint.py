@@ -102,7 +102,7 @@ def write_marian_checkpoint(
         model.final_logits_bias[0, pad] = 0.0
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for step in range(steps):
+    for _ in range(steps):
         batch = random.sample(data, 32)
         inputs = tokenizer(
             [s for s, _ in batch],
@@ -136,7 +136,8 @@ def greedy_generate(
     model = MarianMTModel.from_pretrained(str(directory)).eval()
     inputs = tokenizer(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():
-        # forced_eos_token_id would put EOS at the length limit, which plain greedy decoding does not.
+        # forced_eos_token_id would put EOS at the length limit, which plain greedy decoding does
+        # not.
         out = model.generate(
             **inputs,
             num_beams=1,

@@ -16,8 +16,8 @@ import json
 import random
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import sentencepiece as spm
 

@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
+import reference
 import tensorflow as tf
+from layer_harness import run_layer_test
 
 from keras_transformer.layers import (
     MultiHeadAttention,
@@ -8,9 +10,6 @@ from keras_transformer.layers import (
     masked_score_value,
     scaled_dot_product_attention,
 )
-
-import reference
-from layer_harness import run_layer_test
 
 pytestmark = pytest.mark.quick
 

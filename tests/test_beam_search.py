@@ -4,11 +4,11 @@ beams are ranked by the length-penalised score, batching changes nothing."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from tiny_models import peaked_tiny_model
 
 import keras_transformer as kt
 from keras_transformer.beam_search import beam_search, length_penalty
 from keras_transformer.decoding import greedy_decode
-from tiny_models import peaked_tiny_model
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)
 
@@ -72,7 +72,7 @@ def test_beam_scores_are_the_models_log_probabilities(model):
 
 
 def varied_sources(count: int, seed: int = 3) -> np.ndarray:
-    """``count`` sources of 1-9 real tokens (EOS last), padded: sentences that settle at different steps."""
+    """``count`` padded sources of 1-9 real tokens (EOS last): done at different steps."""
     rng = np.random.default_rng(seed)
     rows = np.zeros((count, 10), np.int32)
     for row in rows:
@@ -150,8 +150,10 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
     ],
 )
 def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
-    """Fixed-size buffers (the XLA/TPU form), where done sentences keep their
-    rows, give the beams of the growing search, where compaction removes them, padded to max_length."""
+    """Fixed-size buffers (the XLA/TPU form) give the beams of the growing search.
+
+    Done sentences keep their rows in the fixed buffers, where compaction removes them from the
+    growing ones; the beams are compared padded to max_length."""
     dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
     static = tf.function(
         lambda s: beam_search(

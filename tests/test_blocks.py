@@ -3,12 +3,11 @@ NumPy, masking, caches, and the shared harness."""
 
 import numpy as np
 import pytest
+import reference
 import tensorflow as tf
+from layer_harness import run_layer_test
 
 from keras_transformer.layers import Decoder, DecoderLayer, Encoder, EncoderLayer
-
-import reference
-from layer_harness import run_layer_test
 
 pytestmark = pytest.mark.quick
 

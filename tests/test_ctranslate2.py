@@ -22,17 +22,17 @@ import yaml
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
+import int8_reference  # noqa: E402
+from examples import modules_with_examples, run_examples  # noqa: E402
+
+import export.ctranslate2 as ct2_program  # noqa: E402
+import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
 from keras_transformer.data import encode_sources, target_ids  # noqa: E402
 from keras_transformer.decoding import greedy_decode  # noqa: E402
 from keras_transformer.tokenization import train_sentencepiece  # noqa: E402
-from training.corpus import load_corpus  # noqa: E402
 from keras_transformer.workdir import Workdir  # noqa: E402
-
-import export.ctranslate2 as ct2_program  # noqa: E402
-import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
-import int8_reference  # noqa: E402
-from examples import modules_with_examples, run_examples  # noqa: E402
+from training.corpus import load_corpus  # noqa: E402
 
 pytestmark = pytest.mark.programs
 
@@ -40,7 +40,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 MAX_DECODING_LENGTH = 40
 THRESHOLD_INT8_AGREEMENT = 0.75
-# int8 tolerances, from the error model in int8_reference (measured on the three cases): CTranslate2's
+# int8 tolerances, from the error model in int8_reference (measured on the three cases):
+# CTranslate2's
 # int8 model differs from the emulation of its backend's arithmetic by <= 0.002 nats on average and
 # <= 0.044 at most (rounding ties), from the other arithmetic by 0.13-0.19 on average.
 EMULATION_MEAN, EMULATION_MAX = 0.01, 0.15
@@ -361,12 +362,14 @@ def test_int8_equals_the_int8_arithmetic_of_this_cpu(case, int8_case, capsys):
         int8_case["int8"], int8_case["emulated"][arithmetic]
     )
     with capsys.disabled():
+        against_other = int8_reference.absolute_differences(
+            int8_case["int8"], int8_case["emulated"][other]
+        )
+        against_float = int8_reference.absolute_differences(int8_case["int8"], int8_case["float32"])
         print(
-            f"\n[{case['name']}] {int8_case['reason']}. CTranslate2 int8 against emulated {arithmetic} "
-            f"int8: {_summary(errors)}; against emulated {other} int8: "
-            f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['emulated'][other]))}; "
-            f"against float32: "
-            f"{_summary(int8_reference.absolute_differences(int8_case['int8'], int8_case['float32']))}"
+            f"\n[{case['name']}] {int8_case['reason']}. CTranslate2 int8 against emulated "
+            f"{arithmetic} int8: {_summary(errors)}; against emulated {other} int8: "
+            f"{_summary(against_other)}; against float32: {_summary(against_float)}"
         )
     assert errors.mean() < EMULATION_MEAN and errors.max() < EMULATION_MAX, (
         arithmetic,

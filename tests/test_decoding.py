@@ -4,11 +4,11 @@ dynamic shapes agree, EOS stops rows, scores are the model's log-probs."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from tiny_models import peaked_tiny_model
 
 import keras_transformer as kt
 from keras_transformer import kernels
 from keras_transformer.decoding import ConstantSteps, greedy_decode
-from tiny_models import peaked_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -344,7 +344,7 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
-    """Greedy and beam search of a batch in two parts: the same tokens and scores as the batch whole."""
+    """Greedy and beam search of a batch in two parts: the tokens and scores of the batch whole."""
     from keras_transformer.translate import best_ids, decode_in_parts
 
     rng = np.random.default_rng(beam)

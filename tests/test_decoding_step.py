@@ -73,8 +73,10 @@ def sources(config, seed=0):
 
 
 def step_by_step(model, step, src, tokens, initial_cache=None):
-    """Logits ``[steps, rows, vocab]`` and the last cache of ``step`` fed ``tokens`` ``[rows, steps]``,
-    from ``initial_cache(memory)`` (default: ``model.initial_cache``)."""
+    """Logits ``[steps, rows, vocab]`` and the last cache of ``step`` fed ``tokens``.
+
+    ``tokens`` is ``[rows, steps]``; the cache starts from ``initial_cache(memory)``
+    (default: ``model.initial_cache``)."""
     memory = model.encode(src, training=False)
     cache = (initial_cache or model.initial_cache)(memory)
     source_padding = padding_mask(src, model.config.pad_id)
@@ -165,8 +167,10 @@ def test_splits_give_the_logits_and_cache_of_one_split(variant, products):
     )
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-5)
     assert_caches_close(two_cache, one_cache, atol=1e-5)
-    # The layers' products (self qkv and output, cross query and output, inner, outer) in each split; an
-    # untied output layer's in OUTPUT_SPLITS shares, a tied one's by slices of the embedding (MatMul).
+    # The layers' products (self qkv and output, cross query and output, inner, outer) in each
+    # split; an
+    # untied output layer's in OUTPUT_SPLITS shares, a tied one's by slices of the embedding
+    # (MatMul).
     layer_products = 6 * model.config.num_decoder_layers
     op = "Conv2D" if products == "conv" else "MatMul"
     untied = constants.output[0] is not None
@@ -261,7 +265,7 @@ def _is_loop_body(name: str) -> bool:
 
 
 def _loop_bodies(graph) -> dict[str, collections.Counter]:
-    """The op types of each decoding-step loop body (the while bodies that run the decoder), by name."""
+    """The op types of each decoding-step loop body (the while bodies that run the decoder)."""
     bodies = {
         f.signature.name: collections.Counter(node.op for node in f.node_def)
         for f in graph.library.function
@@ -310,7 +314,8 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
         )  # the rounds' large- and small-batch steps; a small batch's flat loop
         for name, ops in bodies.items():
             carried = _carried(graph, name)
-            # Made once a call without FrozenWeights: each layer's fused qkv, scaled query (kernel and
+            # Made once a call without FrozenWeights: each layer's fused qkv, scaled query (kernel
+            # and
             # bias each) and, for the small-batch step, its negated biases; the tied output kernel.
             assert (
                 sum(carried.values()) - carried["resource"]
@@ -329,7 +334,8 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
         ), ops
         assert ops["Neg"] == 0, ops
     # 2 layers × 6 projections, then the tied logits: one product; for few rows, the projections as
-    # the products that suit this process's TensorFlow (1×1 convolutions or MatMul) and the logits as
+    # the products that suit this process's TensorFlow (1×1 convolutions or MatMul) and the logits
+    # as
     # products each of a slice of the embedding.
     conv = kernels.step_products() == "conv"
     many, *few = sorted(bodies.values(), key=lambda ops: ops["BiasAdd"], reverse=True)

@@ -26,13 +26,13 @@ import types
 import pytest
 
 import keras_transformer
+import keras_transformer.beam_search
 import keras_transformer.data
+import keras_transformer.decoding
 import keras_transformer.exporters
 import keras_transformer.layers
 import keras_transformer.marian
 import keras_transformer.tokenization
-import keras_transformer.beam_search
-import keras_transformer.decoding
 import keras_transformer.translate
 
 # Names audited elsewhere or exempt: none.

@@ -1,5 +1,6 @@
 """The inference encoder (``kernels.encode``) against ``Transformer.encode``, for
-every model option it covers, a short and a long batch, padded and empty rows, mixed bfloat16 and the fallback;
+every model option it covers, a short and a long batch, padded and empty rows, mixed bfloat16 and
+the fallback;
 and ``kernels.FrozenWeights`` and ``decoding.ConstantSteps``: the same decodes, the
 variables and constants a SavedModel keeps."""
 
@@ -9,12 +10,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_decoding_step import VARIANTS, VOCAB, _carried, _is_loop_body, randomized_model, sources
 
 from keras_transformer import kernels
 from keras_transformer.beam_search import beam_search
 from keras_transformer.decoding import ConstantSteps, decoding_steps, greedy_decode
 from keras_transformer.precision import with_precision
-from test_decoding_step import VARIANTS, VOCAB, _carried, _is_loop_body, randomized_model, sources
 
 
 def padded_sources(config, rows, length, seed=0):
@@ -171,7 +172,8 @@ def test_the_encoder_has_no_transpose_branch_or_onednn_batched_product():
     assert ops.count("Transpose") == 0
     assert ops.count("If") + ops.count("StatelessIf") == 0
     assert ops.count("MatMul") == 2 * 4  # 2 layers × (qkv, output, inner, outer)
-    # float32 attention: two BatchMatMulV3 a layer (oneDNN rewrites BatchMatMulV2), softmax from exp.
+    # float32 attention: two BatchMatMulV3 a layer (oneDNN rewrites BatchMatMulV2), softmax from
+    # exp.
     assert (
         ops.count("BatchMatMulV3") == 2 * 2
         and ops.count("BatchMatMulV2") == 0
@@ -221,7 +223,8 @@ def test_constant_steps_decode_as_the_variables(variant):
         tokens, scores = greedy["variables"](src)
         got_tokens, got_scores = greedy["constants"](src)
         np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
-        # The graph optimiser may fold or fuse constants differently: the last bits of a sum may move.
+        # The graph optimiser may fold or fuse constants differently: the last bits of a sum may
+        # move.
         # The constant step's tied logits come from the embedding transposed once, not in the
         # product: under bfloat16 a logit may round to the neighbouring bfloat16 value, which may
         # swap two lesser hypotheses of a beam whose scores are that close; the best one stays.

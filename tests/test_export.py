@@ -103,14 +103,18 @@ def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
 
     stdout = _python(f"""
         import json, sys, tensorflow as tf, tensorflow_text  # noqa: F401
-        assert not any(name.startswith(("keras_transformer", "training", "export")) for name in sys.modules)
+        assert not any(name.startswith(("keras_transformer", "training", "export")) for name in
+        sys.modules)
         serve = tf.saved_model.load({str(export_dir)!r}).signatures["serving_default"]
         sentences = {SENTENCES!r}
         batch = [t.decode() for t in serve(inputs=tf.constant(sentences))["translations"].numpy()]
-        alone = [serve(inputs=tf.constant([s]))["translations"].numpy()[0].decode() for s in sentences]
-        odd = serve(inputs=tf.constant(["", "   ", b"caf\\xc3 \\xff\\xfe dog", " ".join(["cat"] * 2000)]))
+        alone = [serve(inputs=tf.constant([s]))["translations"].numpy()[0].decode() for s in
+        sentences]
+        odd = serve(inputs=tf.constant(["", "   ", b"caf\\xc3 \\xff\\xfe dog", " ".join(["cat"] *
+        2000)]))
         print(json.dumps({{"batch": batch, "alone": alone,
-                          "odd": [t.decode("utf-8", "replace") for t in odd["translations"].numpy()],
+                          "odd": [t.decode("utf-8", "replace") for t in
+                          odd["translations"].numpy()],
                           "odd_scores": odd["scores"].numpy().tolist()}}))
     """)
     result = json.loads(stdout.strip().splitlines()[-1])
@@ -127,7 +131,8 @@ def test_ids_signature_and_session_loader(export_dir):
             meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], {str(export_dir)!r})
             signature = meta.signature_def["translate_ids"]
             out = session.run({{k: v.name for k, v in signature.outputs.items()}},
-                              {{signature.inputs["source_ids"].name: np.array([[5, 6, 7, 3]], np.int32)}})
+                              {{signature.inputs["source_ids"].name: np.array([[5, 6, 7, 3]],
+                              np.int32)}})
         print(out["target_ids"].shape, out["target_ids"].dtype, out["scores"].shape)
     """)
     shape_line = stdout.strip().splitlines()[-1]
@@ -143,7 +148,8 @@ def test_graph_uses_only_core_tf_and_tf_text_ops(export_dir):
         saved.ParseFromString(open({str(export_dir / "saved_model.pb")!r}, "rb").read())
         graph = saved.meta_graphs[0].graph_def
         functions = {{f.signature.name for f in graph.library.function}}
-        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
+        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in
+        f.node_def}}
         print(json.dumps(sorted(op for op in ops - functions if op_def_registry.get(op) is None)))
     """)
     not_in_core = set(json.loads(stdout.strip().splitlines()[-1]))
@@ -163,12 +169,14 @@ def test_saved_model_cli_show_and_run(export_dir):
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "signature_def['serving_default']" in shown.stdout
     assert "signature_def['translate_ids']" in shown.stdout
-    # `run` needs TF Text's ops registered: saved_model_cli's own main, with tensorflow_text imported.
+    # `run` needs TF Text's ops registered: saved_model_cli's own main, with tensorflow_text
+    # imported.
     stdout = _python(f"""
         import sys, tensorflow_text  # noqa: F401
         from tensorflow.python.tools import saved_model_cli
         sys.argv = ["saved_model_cli", "run", "--dir", {str(export_dir)!r}, "--tag_set", "serve",
-                    "--signature_def", "serving_default", "--input_exprs", 'inputs=["a boy sleeps", ""]']
+                    "--signature_def", "serving_default", "--input_exprs", 'inputs=["a boy sleeps",
+                    ""]']
         saved_model_cli.main()
     """)
     assert "Result for output key translations" in stdout
@@ -260,9 +268,10 @@ def test_cross_attention_signature_rows_are_distributions(export_dir):
 
 
 def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
+    import yaml
+
     from keras_transformer.data import write_parallel_files
     from training.corpus import load_corpus
-    import yaml
 
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     write_parallel_files(load_corpus(config["data"])["test"][:8], tmp_path, "test")
@@ -366,10 +375,13 @@ def test_constant_steps_are_held_once_and_translate_as_the_variables(
 def test_the_small_batch_step_runs_in_splits_and_one_split_translates_the_same(
     workdir, export_dir, tmp_path, capsys
 ):
-    """The export's step for a few rows runs two splits (each product in two
-    shares of its kernel, the output layer's in ``OUTPUT_SPLITS``); ``step_splits=1`` exports one, here with the other
-    kind of products (``step_products``) and batches decoded whole (``decode_parts=1``), with the same
-    translations; a split or part count below 1 and an unknown kind of products are refused in one line."""
+    """The export's step for a few rows runs two splits, and ``step_splits=1`` one.
+
+    Two splits: each product in two shares of its kernel, the output layer's in
+    ``OUTPUT_SPLITS``. ``step_splits=1`` here also takes the other kind of products
+    (``step_products``) and batches decoded whole (``decode_parts=1``), with the same
+    translations; a split or part count below 1 and an unknown kind of products are refused in
+    one line."""
     import collections
 
     from keras_transformer import kernels
@@ -427,7 +439,7 @@ def test_the_small_batch_step_runs_in_splits_and_one_split_translates_the_same(
 
 
 def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: str) -> None:
-    """``python -m export.saved_model`` with ``flags`` exits 2 with ``message`` as its one line and writes nothing."""
+    """``python -m export.saved_model`` with ``flags``: exit 2, one line ``message``, no files."""
     from export import saved_model as export_program
 
     with pytest.raises(SystemExit) as exit_:
@@ -439,7 +451,7 @@ def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: s
 
 
 def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
-    """``--decode-parts 0``: one line naming the problem, before the model loads, and nothing written."""
+    """``--decode-parts 0``: one line naming the problem, before the model loads; no files."""
     _refused_in_one_line(
         workdir,
         tmp_path,

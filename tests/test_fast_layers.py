@@ -8,11 +8,10 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from layer_harness import run_layer_test
 
 from keras_transformer.kernels import project
 from keras_transformer.layers import Dense, Dropout, LayerNormalization
-
-from layer_harness import run_layer_test
 
 pytestmark = pytest.mark.quick
 

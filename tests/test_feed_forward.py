@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
-
-from keras_transformer.layers import FeedForward
-
 import reference
 from layer_harness import run_layer_test
+
+from keras_transformer.layers import FeedForward
 
 pytestmark = pytest.mark.quick
 

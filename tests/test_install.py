@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.install, pytest.mark.programs]
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-# The extras' packages, which a core install must not pull (tensorboard: TF 2.21 no longer requires it).
+# The extras' packages, which a core install must not pull (tensorboard: TF 2.21 no longer requires
+# it).
 NOT_IN_CORE = {
     "ctranslate2",
     "ai-edge-litert",
@@ -106,7 +107,8 @@ def test_installed_library_trains_exports_and_translates_outside_the_checkout(
         assert not any(m.split(".")[0] in ("training", "export", "programs") for m in sys.modules)
         sentences = {SENTENCES!r}
         result = {{
-            "workdir": kt.Translator.from_workdir({str(tiny_workdir)!r}, beam_size=2).translate(sentences),
+            "workdir": kt.Translator.from_workdir({str(tiny_workdir)!r},
+            beam_size=2).translate(sentences),
             "saved_model": kt.Translator.from_saved_model({str(export_dir)!r}).translate(sentences),
         }}
 
@@ -114,21 +116,26 @@ def test_installed_library_trains_exports_and_translates_outside_the_checkout(
         from keras_transformer.data import PairSource, demo_splits, make_dataset
         from keras_transformer.tokenization import train_tokenizers
         pairs = demo_splits(train=400, valid=10, test=10, seed=3)["train"]
-        path, _ = train_tokenizers([s for s, _ in pairs], [t for _, t in pairs], "tokenizer", vocab_size=200,
+        path, _ = train_tokenizers([s for s, _ in pairs], [t for _, t in pairs], "tokenizer",
+        vocab_size=200,
                                    shared=True)
         tokenizer = kt.SubwordTokenizer.from_file(path)
-        model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=tokenizer.vocab_size,
+        model = kt.Transformer(kt.TransformerConfig.from_preset("tiny",
+        vocab_size=tokenizer.vocab_size,
                                                                 d_model=32, d_ff=64, max_length=48))
         model.compile(optimizer=kt.paper_adam(d_model=32, warmup_steps=10),
                       loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), metrics=[kt.MaskedAccuracy()])
-        data = make_dataset(PairSource.from_pairs(pairs).dataset(), tokenizer, tokenizer, batch_size=32, max_src_length=32,
+        data = make_dataset(PairSource.from_pairs(pairs).dataset(), tokenizer, tokenizer,
+        batch_size=32, max_src_length=32,
                             max_tgt_length=32, repeat=True, seed=0)
         history = model.fit(data, epochs=2, steps_per_epoch=8, verbose=0).history
         trained = kt.TrainedModel(model, tokenizer, tokenizer, max_src_length=32, max_tgt_length=32)
         version = kt.exporters.export_saved_model(trained, "exports/mine", beam_size=2)
         result["fit_loss"] = history["loss"]
-        result["mine_in_process"] = kt.Translator.from_trained_model(trained, beam_size=2).translate(sentences)
-        result["mine_saved_model"] = kt.Translator.from_saved_model("exports/mine").translate(sentences)
+        result["mine_in_process"] = kt.Translator.from_trained_model(trained,
+        beam_size=2).translate(sentences)
+        result["mine_saved_model"] =
+        kt.Translator.from_saved_model("exports/mine").translate(sentences)
         result["version"] = str(version)
         result["tflite_bytes"] = kt.exporters.export_tflite(trained, "mine.tflite").stat().st_size
         print(json.dumps(result))

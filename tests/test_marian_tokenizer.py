@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
 
 from keras_transformer.data import (
     PairSource,
@@ -28,7 +29,6 @@ from keras_transformer.data import (
 )
 from keras_transformer.tokenization import MarianSubwordTokenizer, load_marian_tokenizers
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
-from marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 LANGUAGE_CODES = (">>fra<<", ">>deu<<")
@@ -136,7 +136,8 @@ def test_ids_match_marian_tokenizer(tokenizers, hf_tokenizer):
         for text, ours, theirs in zip(sentences, src_ids, expected_src)
         if ours + [src.eos_id] != theirs
     ]
-    # A special token written out in the text is read as that token by MarianTokenizer, as text here.
+    # A special token written out in the text is read as that token by MarianTokenizer, as text
+    # here.
     assert [text for text, _, _ in mismatched] == ["</s> written out"], mismatched
     mismatched = [
         (text, ours, theirs)
@@ -233,16 +234,20 @@ def test_saved_model_in_a_fresh_process_with_only_tf_and_tf_text(tokenizers, tmp
         sentences, padded = json.load(sys.stdin)
         module = tf.saved_model.load({str(path)!r})
         out = module.tokenize(tf.constant(sentences))
-        ids = [row[:n] for row, n in zip(out["ids"].numpy().tolist(), out["lengths"].numpy().tolist())]
-        text = [t.decode() for t in module.detokenize(tf.constant(padded, tf.int32))["text"].numpy()]
+        ids = [row[:n] for row, n in zip(out["ids"].numpy().tolist(),
+        out["lengths"].numpy().tolist())]
+        text = [t.decode() for t in module.detokenize(tf.constant(padded,
+        tf.int32))["text"].numpy()]
         saved = saved_model_pb2.SavedModel()
         saved.ParseFromString(open({str(path / "saved_model.pb")!r}, "rb").read())
         graph = saved.meta_graphs[0].graph_def
         functions = {{f.signature.name for f in graph.library.function}}
-        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in f.node_def}}
+        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in
+        f.node_def}}
         custom = sorted(op for op in ops - functions if op_def_registry.get(op) is None)
         leaked = sorted(name for name in sys.modules if name.split(".")[0] == "keras_transformer")
-        print(json.dumps({{"ids": ids, "text": text, "custom": custom, "ops": sorted(ops), "leaked": leaked}}))
+        print(json.dumps({{"ids": ids, "text": text, "custom": custom, "ops": sorted(ops), "leaked":
+        leaked}}))
     """)
     result = subprocess.run(
         [sys.executable, "-c", script],
@@ -523,14 +528,14 @@ def test_saved_model_export_embeds_the_marian_tokenizer(tokenizers, tmp_path):
     import keras
 
     import keras_transformer as kt
-    from keras_transformer.exporters import export_saved_model
-
     from keras_transformer.data import encode_sources
+    from keras_transformer.exporters import export_saved_model
     from keras_transformer.translate import best_ids
 
     src, tgt = tokenizers
     keras.utils.set_random_seed(0)
-    # The decoder's start id is the model's; any id not pad/unk/eos serves for the tokenizer's part here.
+    # The decoder's start id is the model's; any id not pad/unk/eos serves for the tokenizer's part
+    # here.
     config = kt.TransformerConfig.from_preset(
         "tiny",
         vocab_size=src.vocab_size,

@@ -10,6 +10,7 @@ import math
 import keras
 import numpy as np
 import pytest
+import reference
 import tensorflow as tf
 
 import keras_transformer as kt
@@ -21,8 +22,6 @@ from keras_transformer.layers import (
     sinusoidal_positions,
     target_padding_mask,
 )
-
-import reference
 
 VOCAB = 40
 SMALL = dict(

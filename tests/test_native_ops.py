@@ -15,12 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
-
-from keras_transformer.kernels import native
-from keras_transformer.layers import LayerNormalization
-from keras_transformer.kernels import layer_norm
-
 from reference import layer_norm as reference_layer_norm
+
+from keras_transformer.kernels import layer_norm, native
+from keras_transformer.layers import LayerNormalization
 
 NATIVE_OPS = {"KerasTransformerLayerNorm", "KerasTransformerLayerNormGrad"}
 

@@ -44,7 +44,7 @@ def _parameters_index(notebook) -> int:
 
 
 def inject_parameters(notebook, parameters: dict, in_colab: bool = False):
-    """Insert a cell setting ``parameters`` right after the ``parameters`` cell (papermill's convention).
+    """Insert a cell setting ``parameters`` after the ``parameters`` cell (papermill's convention).
 
     With ``in_colab``, the cell also registers a stand-in ``google.colab`` module, as Colab's kernel
     has it imported, so that the setup cell takes its Colab branch."""
@@ -152,7 +152,8 @@ def test_train_translate_export_runs_in_smoke_mode(tmp_path):
     assert "serving_default" in saved and "→" in saved
     assert "same ids as greedy_decode" in _text(_cell(notebook, "tflite"))
     assert "docker run" in _text(_cell(notebook, "serving"))
-    # The workdir has the layout of `python -m training.train`; the export is a TF Serving model version.
+    # The workdir has the layout of `python -m training.train`; the export is a TF Serving model
+    # version.
     for path in (
         "run/config.yaml",
         "run/model.keras",

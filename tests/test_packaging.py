@@ -20,7 +20,6 @@ except ModuleNotFoundError:  # Python 3.10
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
 from record_check import Mismatch, verify_record
 from tiers import excluded_before_import, module_marks
 

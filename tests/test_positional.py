@@ -2,12 +2,11 @@ import math
 
 import numpy as np
 import pytest
+import reference
 import tensorflow as tf
+from layer_harness import run_layer_test
 
 from keras_transformer.layers import PositionalEmbedding, sinusoidal_positions
-
-import reference
-from layer_harness import run_layer_test
 
 pytestmark = pytest.mark.quick
 

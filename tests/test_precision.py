@@ -1,4 +1,4 @@
-"""``mixed_precision: auto``: the precision picked for each kind of hardware, from faked device descriptions."""
+"""``mixed_precision: auto``: the precision picked for each kind of hardware (faked devices)."""
 
 import json
 

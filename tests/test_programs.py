@@ -197,7 +197,8 @@ def test_help_answers_before_tensorflow_is_imported(program):
         f"    runpy.run_module({program!r}, run_name='__main__')\n"
         "except SystemExit as exit:\n"
         "    assert exit.code in (0, None), exit.code\n"
-        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer') if m in "
+        "sys.modules)\n"
         "print('imported:', heavy)\n"
     )
     result = subprocess.run(

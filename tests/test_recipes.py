@@ -67,7 +67,8 @@ def test_the_recipe_is_the_papers():
     assert training["mixed_precision"] == "auto"
 
 
-@pytest.mark.slow  # a training and an export; the TFDS reader: test_training_program.py's offline TFDS test
+# a training and an export; the TFDS reader: test_training_program.py's offline TFDS test
+@pytest.mark.slow
 def test_wmt14_recipe_end_to_end_on_tfds_mock_data(tmp_path):
     workdir = tmp_path / "wmt14"
     overrides = [arg for item in TINY for arg in ("--set", item)]

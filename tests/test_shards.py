@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from loopback import free_ports
 
 from keras_transformer.config import BOS_ID, PAD_ID
 from keras_transformer.data import (
@@ -30,7 +31,6 @@ from keras_transformer.data import (
 )
 from keras_transformer.data import shards as shards_module
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
-from loopback import free_ports
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 PAIRS = demo_splits(train=300, valid=0, test=0, seed=3)["train"]  # no two sources alike
@@ -59,7 +59,7 @@ def prepared(tokenizers, tmp_path_factory) -> PreparedShards:
 
 
 def example_rows(dataset) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-    """(src ids, tgt_out ids) of every example of a batched dataset, padding removed; checks tgt_in."""
+    """(src ids, tgt_out ids) of every example of a batched dataset, unpadded; checks tgt_in."""
     rows = []
     for (src, tgt_in), tgt_out in dataset:
         for s, i, o in zip(src.numpy(), tgt_in.numpy(), tgt_out.numpy()):
@@ -307,15 +307,20 @@ directory, out = sys.argv[1:]
 def fingerprints(distributed):
     seen = []
     for (src, _), tgt_out in distributed:
-        for s, o in zip(strategy.experimental_local_results(src), strategy.experimental_local_results(tgt_out)):
+        for s, o in zip(strategy.experimental_local_results(src),
+        strategy.experimental_local_results(tgt_out)):
             for a, b in zip(s.numpy(), o.numpy()):
-                seen.append(hashlib.sha256(a[a != 0].tobytes() + b"|" + b[b != 0].tobytes()).hexdigest())
+                seen.append(hashlib.sha256(a[a != 0].tobytes() + b"|" + b[b !=
+                0].tobytes()).hexdigest())
     return seen
 
-per_worker = strategy.distribute_datasets_from_function(sharded_dataset_fn(directory, batch_size=8, seed=0))
-one_pipeline = strategy.experimental_distribute_dataset(sharded_dataset(directory, batch_size=8, seed=0))
+per_worker = strategy.distribute_datasets_from_function(sharded_dataset_fn(directory, batch_size=8,
+seed=0))
+one_pipeline = strategy.experimental_distribute_dataset(sharded_dataset(directory, batch_size=8,
+seed=0))
 with open(out, "w") as handle:
-    json.dump({"from_function": fingerprints(per_worker), "distribute_dataset": fingerprints(one_pipeline)},
+    json.dump({"from_function": fingerprints(per_worker), "distribute_dataset":
+    fingerprints(one_pipeline)},
               handle)
 """
 

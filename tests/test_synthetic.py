@@ -14,8 +14,9 @@ from keras_transformer.data import (
     Sentence,
     demo_splits,
     generate_pairs,
+    synthetic,
+    write_parallel_files,
 )
-from keras_transformer.data import synthetic, write_parallel_files
 
 pytestmark = pytest.mark.quick
 

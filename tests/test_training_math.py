@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import reference
 import tensorflow as tf
 
 from keras_transformer import (
@@ -13,8 +14,6 @@ from keras_transformer import (
     masked_accuracy,
     paper_adam,
 )
-
-import reference
 
 pytestmark = pytest.mark.quick
 

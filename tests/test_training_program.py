@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from keras_transformer.hardware import cpu_record
-from keras_transformer import Workdir
-from training.config import apply_override, config_path, load_config
 from loopback import free_ports
+
+from keras_transformer import Workdir
+from keras_transformer.hardware import cpu_record
+from training.config import apply_override, config_path, load_config
 from training.strategy import make_strategy
 
 pytestmark = pytest.mark.programs
@@ -260,7 +260,8 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     )
 
 
-@pytest.mark.slow  # two trainings; bf16 and XLA steps: test_precision.py, test_model.py's test_fit_with_xla
+# two trainings; bf16 and XLA steps: test_precision.py, test_model.py's test_fit_with_xla
+@pytest.mark.slow
 def test_mixed_precision_and_xla_switches(tmp_path):
     workdir = tmp_path / "bf16"
     _run(
@@ -296,7 +297,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_transformer as kt
-from training.loop import PerPipelineInput, StepPlan, custom_fit, evaluator, fit_in_steps, pad_batches_for_replicas
+from training.loop import PerPipelineInput, StepPlan, custom_fit, evaluator, fit_in_steps,
+pad_batches_for_replicas
 from training.strategy import make_strategy
 from training.trainer import keras_steps_per_execution
 
@@ -304,21 +306,24 @@ mirrored = make_strategy("mirrored")
 plan = StepPlan(steps_per_epoch=2, epochs=1, accumulate_steps=2)
 out = {"replicas": mirrored.num_replicas_in_sync,
        "keras_steps_per_execution": keras_steps_per_execution(StepPlan(steps_per_epoch=4, epochs=1,
-                                                                       steps_per_execution=2), mirrored, "fit")}
+                                                                       steps_per_execution=2),
+                                                                       mirrored, "fit")}
 rng = np.random.default_rng(0)
 ids = lambda *shape: rng.integers(3, 40, size=shape).astype("int32")
 
 def model_under(strategy, accumulate):
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=40, d_model=16, d_ff=32,
+        model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", vocab_size=40, d_model=16,
+        d_ff=32,
                                                                 num_layers=1, dropout=0.0))
         model.build()
         # epsilon 1: Adam's first steps are not sign(gradient), which rounding could flip.
         model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(16, 5), epsilon=1.0,
                                               gradient_accumulation_steps=accumulate),
                       loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), metrics=[kt.MaskedAccuracy()],
-                      steps_per_execution=1 if accumulate is None else keras_steps_per_execution(plan, strategy, "fit"))
+                      steps_per_execution=1 if accumulate is None else
+                      keras_steps_per_execution(plan, strategy, "fit"))
     return model
 
 # Validation batches of 5, 3 and 1 sentences, some padding, about half the tokens right.
@@ -343,9 +348,11 @@ train = lambda size: tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out)
 single.fit(train(8), verbose=0)
 out["one_device"] = single.evaluate(valid, return_dict=True, verbose=0)
 by_fit, by_loop = model_under(mirrored, 2), model_under(mirrored, 2)
-out["fit_history"] = fit_in_steps(by_fit, lambda: pad_batches_for_replicas(train(4).repeat(), 2), plan,
+out["fit_history"] = fit_in_steps(by_fit, lambda: pad_batches_for_replicas(train(4).repeat(), 2),
+plan,
                                   validation_data=pad_batches_for_replicas(valid, 2), verbose=0)
-out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan, validation_data=valid)
+out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan,
+validation_data=valid)
 # Per-replica batches from one input pipeline (as each worker's own shard files give them): the
 # pipeline's batches of 2 go to the replicas in turn, so each micro-batch is again rows 4k..4k+3.
 per_pipeline = PerPipelineInput(lambda context: train(2).repeat())
@@ -356,9 +363,11 @@ out["skipped_rows"] = [[int(row[0]) for row in part.numpy()]
                        for part in mirrored.experimental_local_results(first[0][0])]
 out["expected_rows"] = [[int(row[0]) for row in src[4:6]], [int(row[0]) for row in src[6:8]]]
 out["steps"] = [int(model.optimizer.iterations) for model in (single, by_fit, by_loop, by_split)]
-out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(), model.get_weights()))
+out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(),
+model.get_weights()))
                       for model in (by_fit, by_loop, by_split)]
-out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True, verbose=0)
+out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True,
+verbose=0)
 out["custom_evaluate"] = evaluator(by_loop, mirrored)(valid)
 print("RESULT" + json.dumps(out))
 """
@@ -464,7 +473,8 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
     outputs = [worker.communicate(timeout=600)[0] for worker in workers]
     for worker, output in zip(workers, outputs):
         assert worker.returncode == 0, output[-4000:]
-    # Each worker's pipeline reads its own files of the (identical) preparations: disjoint, all of them.
+    # Each worker's pipeline reads its own files of the (identical) preparations: disjoint, all of
+    # them.
     manifest = json.loads((tmp_path / "run" / "prepared" / "manifest.json").read_text())
     other_manifest = json.loads(
         (tmp_path / "run" / "worker_1" / "prepared" / "manifest.json").read_text()
@@ -787,10 +797,9 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     """A corpus stored in length order (Tatoeba's is) must not reach the model short-first."""
     import itertools
 
+    from keras_transformer.data import PairSource
     from training.corpus import load_corpus
     from training.trainer import build_tokenizers, datasets
-
-    from keras_transformer.data import PairSource
 
     config = load_config(
         "demo",

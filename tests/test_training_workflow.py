@@ -156,7 +156,7 @@ def test_a_resumed_run_keeps_the_early_stopping_state(tmp_path, loop):
 def _snapshots(tmp_path, values, metric="bleu", last=1, best=3):
     """A ``KeepSnapshots`` whose epoch ``e`` snapshot holds the tiny model's weights + e,
     with ``values[e - 1]`` as its metric; returns it and the model."""
-    from training.callbacks import KeepSnapshots, METRICS
+    from training.callbacks import METRICS, KeepSnapshots
 
     model = _tiny_model()
     start = model.get_weights()

@@ -9,8 +9,8 @@ pytestmark = pytest.mark.programs
     "beam_size", [1, pytest.param(3, marks=pytest.mark.slow)]
 )  # XLA compiles are slow
 def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
-    from keras_transformer.translate import Translator
     from keras_transformer import Workdir
+    from keras_transformer.translate import Translator
 
     trained = Workdir(tiny_workdir).load()
     model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer

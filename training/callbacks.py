@@ -13,8 +13,8 @@ import os
 import shutil
 import time
 import zlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import keras
 import numpy as np
@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from keras_transformer.files import staging_directory, write_atomically
 from training.loop import optimizer_step
-from training.steps import BackupError
 from training.scoring import score_translations
+from training.steps import BackupError
 
 log = logging.getLogger("training")
 
@@ -104,7 +104,8 @@ class TrainingBackup:
                     self.iterator_checkpoints = False
                     shutil.rmtree(staging / self.ITERATOR, ignore_errors=True)
                     log.warning(
-                        "the input iterator cannot be saved (%s); a resumed run will skip the batches "
+                        "the input iterator cannot be saved (%s); a resumed run will skip the "
+                        "batches "
                         "already used instead",
                         str(error).strip().splitlines()[0],
                     )
@@ -206,8 +207,10 @@ class TrainingBackup:
             saved = metadata.get("accumulate_steps", 1)
             if saved != accumulate_steps:
                 raise BackupError(
-                    f"The backup in {folder} was written with training.accumulate_steps={saved}, this run "
-                    f"has {accumulate_steps}: resume with the same value, or delete the folder to start afresh."
+                    f"The backup in {folder} was written with training.accumulate_steps={saved}, "
+                    "this run "
+                    f"has {accumulate_steps}: resume with the same value, or delete the folder to "
+                    "start afresh."
                 )
             try:
                 with model.distribute_strategy.scope():
@@ -561,7 +564,8 @@ class TimeBudget(keras.callbacks.Callback):
         elapsed = now - self.started
         if elapsed + seconds > self.budget:
             log.info(
-                "time budget: %.1f of %.1f min used, another epoch would not fit; stopping after epoch %d",
+                "time budget: %.1f of %.1f min used, another epoch would not fit; stopping after "
+                "epoch %d",
                 elapsed / 60,
                 self.budget / 60,
                 epoch + 1,

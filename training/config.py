@@ -13,7 +13,7 @@ read the resolved values. The ``model`` section holds ``TransformerConfig`` fiel
 import dataclasses
 import typing
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Union
 
 import yaml
 
@@ -31,18 +31,18 @@ class DataSection:
     """``data``: where the corpus comes from."""
 
     kind: Literal["synthetic", "text", "tsv", "tfds"] = "text"
-    dir: Optional[str] = (
+    dir: str | None = (
         None  # text: {dir}/{split}.src|.tgt (or .gz); a relative path from the checkout
     )
     prepare: Literal["auto", True, False] = (
         "auto"  # train on W/prepared shards: when present | make them | never
     )
     examples_per_shard: int = 100_000  # per prepared shard file; one file per worker at least
-    synthetic: Optional[dict] = (
+    synthetic: dict | None = (
         None  # kind synthetic: {train, valid, test, seed} sizes of the demo pair
     )
-    tsv: Optional[dict] = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
-    tfds: Optional[dict] = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
+    tsv: dict | None = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
+    tfds: dict | None = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +52,7 @@ class TokenizerSection:
     vocab_size: int = 8000
     shared: bool = True  # one model for both languages
     model_type: Literal["unigram", "bpe"] = "unigram"
-    max_sentences: Optional[int] = (
+    max_sentences: int | None = (
         500_000  # a random sample a model (= tokenization.DEFAULT_MAX_SENTENCES)
     )
 
@@ -69,33 +69,33 @@ class TrainingSection:
     mixed_precision: Literal["auto", "fp32", "bf16", "fp16"] = "fp32"
     native_ops: bool = False  # the C++ LayerNorm in CPU training
     jit: bool = False  # XLA
-    batch_tokens: Optional[int] = None  # tokens a side a batch (length buckets); or batch_size
-    batch_size: Optional[int] = None  # sentences a batch
+    batch_tokens: int | None = None  # tokens a side a batch (length buckets); or batch_size
+    batch_size: int | None = None  # sentences a batch
     accumulate_steps: int = 1  # micro-batches an update
-    shuffle_buffer: Optional[int] = None  # examples; null: the whole split (small corpora only)
-    cache: Union[Literal["auto"], bool, str] = (
+    shuffle_buffer: int | None = None  # examples; null: the whole split (small corpora only)
+    cache: Literal["auto"] | bool | str = (
         "auto"  # tokenized train split in memory (auto: up to 1M pairs)
     )
     static_shapes: bool = False  # pad every batch to the length limits (TPU / XLA)
     warmup_steps: int = 4000
     learning_rate_scale: float = 1.0  # times the paper's d_model^-0.5 schedule
     label_smoothing: float = 0.1
-    epochs: Optional[int] = (
+    epochs: int | None = (
         None  # with steps_per_epoch; the first of epochs and max_steps reached ends the run
     )
-    max_steps: Optional[int] = None
-    max_minutes: Optional[float] = None  # stop after the last epoch that fits
-    steps_per_epoch: Optional[int] = (
+    max_steps: int | None = None
+    max_minutes: float | None = None  # stop after the last epoch that fits
+    steps_per_epoch: int | None = (
         None  # validation, BLEU, logs and averaging checkpoints at each epoch end
     )
     steps_per_execution: int = 1
     average_last: int = 1  # epochs averaged at the end (average: last)
     average: Literal["last", "best"] = "last"  # average the last average_last or keep_best best
-    keep_best: Optional[int] = None  # the K best epoch snapshots kept (by the validation metric)
-    early_stopping: Optional[Literal["bleu", "loss"]] = None  # the validation metric; null: off
+    keep_best: int | None = None  # the K best epoch snapshots kept (by the validation metric)
+    early_stopping: Literal["bleu", "loss"] | None = None  # the validation metric; null: off
     patience: int = 3  # validations without improvement that end the run (early_stopping)
     min_delta: float = 0.0  # the smallest change of the metric that counts as an improvement
-    backup_every_steps: Union[Literal["epoch"], int] = "epoch"
+    backup_every_steps: Literal["epoch"] | int = "epoch"
     verbose: int = 2
 
 
@@ -104,7 +104,7 @@ class EvaluationSection:
     """``evaluation``: validation BLEU during training and the final test scores."""
 
     bleu_sentences: int = 0  # validation sentences translated (greedy) after each epoch; 0: none
-    max_sentences: Optional[int] = None  # test sentences scored at the end; null: all
+    max_sentences: int | None = None  # test sentences scored at the end; null: all
 
 
 SECTIONS = {
@@ -201,7 +201,8 @@ def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[st
         unknown = sorted(set(options) - set(fields))
         if unknown:
             raise ValueError(
-                f"{where}: no key(s) {unknown} in section {section!r}; known keys: {sorted(fields)}."
+                f"{where}: no key(s) {unknown} in section {section!r}; known keys: "
+                f"{sorted(fields)}."
             )
         hints = typing.get_type_hints(schema)
         values = with_defaults(section, options)
@@ -273,7 +274,8 @@ def apply_override(config: dict[str, Any], override: str) -> None:
     last = keys[-1]
     if last not in node and keys[0] != "model":
         raise ValueError(
-            f"Override {override!r}: no key {last!r} in section {'.'.join(keys[:-1]) or '<root>'!r}; "
+            f"Override {override!r}: no key {last!r} in section "
+            f"{'.'.join(keys[:-1]) or '<root>'!r}; "
             f"known keys: {sorted(node)}."
         )
     try:

@@ -11,7 +11,7 @@ SPLITS = ("train", "valid", "test")
 
 
 def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
-    """``{"train": PairSource, "valid": [(src, tgt), ...], "test": [...]}`` (valid/test may be empty).
+    """``{"train": PairSource, "valid": [(src, tgt), ...], "test": [...]}``; valid, test may be [].
 
     The training split is a ``PairSource``: streamed, never read into memory
     whole (``len`` scans it once; ``dataset()`` feeds the pipeline; iterating
@@ -105,7 +105,7 @@ def _resolve(path: str, base_dir: Path | None) -> Path:
 
 
 def _text_files(directory: Path, split: str) -> tuple[Path | None, Path | None]:
-    """``{split}.src`` / ``.tgt``, or their ``.gz``; ``(None, None)`` when there is no source file."""
+    """``{split}.src`` / ``.tgt``, or their ``.gz``; ``(None, None)`` without a source file."""
     for suffix in ("", ".gz"):
         src = directory / f"{split}.src{suffix}"
         if src.exists():

@@ -3,8 +3,8 @@ validation BLEU, per epoch (from the history that ``metrics.json`` stores)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from keras_transformer.files import write_atomically
 

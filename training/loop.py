@@ -66,8 +66,8 @@ import hashlib
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -302,7 +302,7 @@ class StepBackup(keras.callbacks.Callback):
 
 
 def _pad_id(model: keras.Model) -> int:
-    """The pad id of a ``Transformer``'s config; 0 for other Keras models, which the loop trains too."""
+    """The pad id of a ``Transformer``'s config; 0 for other Keras models (the loop trains them)."""
     return getattr(getattr(model, "config", None), "pad_id", PAD_ID)
 
 
@@ -446,7 +446,8 @@ def custom_fit(
             log.info("resumed from %s at step %d", backup.restored_from, done)
         elif done:
             log.info(
-                "resumed from %s at step %d: the backup has no input position; skipping the %d batches "
+                "resumed from %s at step %d: the backup has no input position; skipping the %d "
+                "batches "
                 "already used",
                 backup.restored_from,
                 done,

@@ -71,7 +71,7 @@ class StepPlan:
                 )
 
     @classmethod
-    def from_options(cls, options: dict) -> "StepPlan":
+    def from_options(cls, options: dict) -> StepPlan:
         """The plan of a config's ``training`` section (``backup_every_steps``:
         ``epoch`` or a number)."""
         options = with_defaults("training", options)

@@ -53,7 +53,7 @@ def parse_args(argv=None):
 
 
 def resolved_config(args) -> dict:
-    """The config with ``--set`` and the switches applied; bad names fail here, before TensorFlow."""
+    """The config with ``--set`` and the switches applied; bad names fail here, before TF loads."""
     try:
         config = load_config(args.config, args.set)
         check_prepare_mode(config)

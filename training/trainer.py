@@ -27,8 +27,9 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -73,9 +74,8 @@ from training.config import (
     validation_metric,
     with_defaults,
 )
-from training.curves import plot_learning_curves
 from training.corpus import load_corpus
-from training.scoring import score_translations
+from training.curves import plot_learning_curves
 from training.loop import (
     PerPipelineInput,
     StepPlan,
@@ -87,6 +87,7 @@ from training.loop import (
     pad_batches_for_replicas,
     same_on_every_worker,
 )
+from training.scoring import score_translations
 from training.strategy import make_strategy
 
 log = logging.getLogger("training")
@@ -169,7 +170,8 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path, source: Work
         train = _train_source(corpus)
         max_sentences = options["max_sentences"]
         log.info(
-            "training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a model)",
+            "training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a "
+            "model)",
             len(train),
             "all" if max_sentences is None else f"{max_sentences:,}",
         )
@@ -332,9 +334,12 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     if shuffle_buffer is None:
         if pairs > IN_MEMORY_PAIRS:
             raise ValueError(
-                f"training.shuffle_buffer=null shuffles the whole training split, but it has {pairs:,} "
-                f"pairs (at most {IN_MEMORY_PAIRS:,} are shuffled whole, in memory); set a bound, e.g. "
-                "--set training.shuffle_buffer=200000 (shuffle the corpus file itself if it is sorted)."
+                "training.shuffle_buffer=null shuffles the whole training split, but it has "
+                f"{pairs:,} "
+                f"pairs (at most {IN_MEMORY_PAIRS:,} are shuffled whole, in memory); set a bound, "
+                "e.g. "
+                "--set training.shuffle_buffer=200000 (shuffle the corpus file itself if it is "
+                "sorted)."
             )
         shuffle_buffer = pairs
     return {"cache": cache, "shuffle_buffer": shuffle_buffer}
@@ -656,8 +661,10 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     same_on_every_worker(
         strategy,
         training_input_identity(prepared),
-        "the workers would train on different data (some on prepared shards, some on the text, or on "
-        "different preparations); give every worker the same W/prepared (python -m training.prepare on "
+        "the workers would train on different data (some on prepared shards, some on the text, or "
+        "on "
+        "different preparations); give every worker the same W/prepared (python -m "
+        "training.prepare on "
         "each machine, or a shared workdir), or --set data.prepare=false on all of them",
     )
     train_ds, valid_ds = datasets(

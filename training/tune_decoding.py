@@ -85,7 +85,8 @@ def main(argv=None) -> int:
             )
             results.append(scores)
             print(
-                f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF {scores['chrf']:.2f} "
+                f"beam {beam} alpha {alpha:.2f}: BLEU {scores['bleu']:.2f} chrF "
+                f"{scores['chrf']:.2f} "
                 f"({scores['seconds']:.0f}s)",
                 flush=True,
             )
@@ -100,7 +101,8 @@ def main(argv=None) -> int:
         write_text_atomically(args.workdir / "decoding_grid.json", json.dumps(report, indent=2))
         best = results[0]
         print(
-            f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU {best['bleu']:.2f})"
+            f"best on {args.src.name}: beam {best['beam']} alpha {best['alpha']} (BLEU "
+            f"{best['bleu']:.2f})"
         )
         return 0
 

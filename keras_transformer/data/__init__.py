@@ -16,6 +16,7 @@ from keras_transformer.data.pipeline import (
     pad_id_of,
     tokenize_pairs,
 )
+from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
 from keras_transformer.data.shards import (
     PreparationError,
     PreparedShards,
@@ -25,7 +26,6 @@ from keras_transformer.data.shards import (
     sharded_dataset,
     sharded_dataset_fn,
 )
-from keras_transformer.data.sequences import encode_sources, source_ids, target_ids
 from keras_transformer.data.sources import (
     PairSource,
     ParallelText,

@@ -10,7 +10,7 @@ lengths 1–8, 9–16 and 17–64.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 
 def default_bucket_bounds(
@@ -56,7 +56,9 @@ def default_bucket_bounds(
 def resolve_bucket_bounds(
     bucket_boundaries: Sequence[int] | None, max_length: int
 ) -> tuple[int, ...]:
-    """User bounds checked and closed with ``max_length``; ``None`` gives the defaults, ``()`` one bucket."""
+    """User bounds checked and closed with ``max_length``.
+
+    ``None`` gives the defaults, ``()`` one bucket."""
     if bucket_boundaries is None:
         return default_bucket_bounds(max_length)
     bounds = list(bucket_boundaries)

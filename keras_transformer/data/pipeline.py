@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
@@ -55,7 +55,8 @@ def _check_pairs(pairs: tf.data.Dataset) -> None:
     spec = getattr(pairs, "element_spec", None)
     if not (isinstance(spec, tuple) and len(spec) == 2 and all(_is_scalar_string(s) for s in spec)):
         raise ValueError(
-            f"make_dataset and tokenize_pairs need a tf.data.Dataset of (source, target) scalar strings, got "
+            "make_dataset and tokenize_pairs need a tf.data.Dataset of (source, target) scalar "
+            "strings, got "
             f"element_spec {spec}; build it with PairSource(...).dataset()."
         )
 
@@ -126,19 +127,22 @@ class _BatchPlan:
         drop_remainder,
         training,
         pad_id: int = PAD_ID,
-    ) -> "_BatchPlan":
+    ) -> _BatchPlan:
         if (batch_tokens is None) == (batch_size is None):
             raise ValueError(
                 "Give exactly one of batch_tokens (ids per batch, e.g. 4096) or batch_size "
-                f"(sentences per batch); got batch_tokens={batch_tokens!r}, batch_size={batch_size!r}."
+                f"(sentences per batch); got batch_tokens={batch_tokens!r}, "
+                f"batch_size={batch_size!r}."
             )
         longest = _check_lengths(max_src_length, max_tgt_length)
         if batch_tokens is not None:
             _check_positive("batch_tokens", batch_tokens)
             if batch_tokens < longest:
                 raise ValueError(
-                    f"batch_tokens={batch_tokens} cannot hold one sentence of the longest allowed length "
-                    f"{longest} (max(max_src_length, max_tgt_length + 1)); raise batch_tokens or lower "
+                    f"batch_tokens={batch_tokens} cannot hold one sentence of the longest allowed "
+                    "length "
+                    f"{longest} (max(max_src_length, max_tgt_length + 1)); raise batch_tokens or "
+                    "lower "
                     "the max lengths."
                 )
         else:
@@ -154,7 +158,8 @@ class _BatchPlan:
             )
         if static_shapes and bucket_boundaries is not None:
             raise ValueError(
-                "static_shapes=True pads every batch to the maximum lengths; drop bucket_boundaries."
+                "static_shapes=True pads every batch to the maximum lengths; drop "
+                "bucket_boundaries."
             )
         bounds = None if static_shapes else resolve_bucket_bounds(bucket_boundaries, longest)
         return cls(
@@ -292,8 +297,7 @@ def _tokenized_batches(
 
 
 def _examples(batches: tf.data.Dataset) -> tf.data.Dataset:
-    """Ragged ``(src_ids, tgt_in_ids, tgt_out_ids)`` batches to ``((src_ids, tgt_in_ids), tgt_out_ids)``
-    examples."""
+    """Ragged ``(src, tgt_in, tgt_out)`` batches to ``((src, tgt_in), tgt_out)`` examples."""
     # Unbatched ragged rows arrive as dense tensors; restructure for Keras.
     return batches.unbatch().map(
         lambda src, tgt_in, tgt_out: ((tf.identity(src), tf.identity(tgt_in)), tf.identity(tgt_out))

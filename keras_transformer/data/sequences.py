@@ -126,6 +126,7 @@ def encode_sources(tokenizer, texts, max_length: int | None = None) -> tf.Ragged
     texts = tf.convert_to_tensor(texts, dtype=tf.string)
     if texts.shape.rank != 1:
         raise ValueError(
-            f"encode_sources needs a 1-D batch of strings, got shape {texts.shape}; wrap one text in a list."
+            f"encode_sources needs a 1-D batch of strings, got shape {texts.shape}; wrap one text "
+            "in a list."
         )
     return source_ids(tokenizer.tokenize(texts), max_length, eos_id=tokenizer.eos_id)

@@ -45,8 +45,9 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -234,7 +235,7 @@ class PreparedShards:
         return (Path(directory) / MANIFEST).is_file()
 
     @classmethod
-    def load(cls, directory: PathLike) -> "PreparedShards":
+    def load(cls, directory: PathLike) -> PreparedShards:
         """Reads a prepared corpus from its ``manifest.json``.
 
         Args:
@@ -315,7 +316,7 @@ class PreparedShards:
         max_tgt_length: int,
         length_filter: str = "drop",
         source: Any = None,
-    ) -> "PreparedShards":
+    ) -> PreparedShards:
         """Checks that the shards were made with these tokenizers, limits and source.
 
         Args:
@@ -343,7 +344,8 @@ class PreparedShards:
         differ = [key for key in wanted if self.fingerprint.get(key) != wanted[key]]
         if differ:
             details = "; ".join(
-                f"{key}: prepared with {_short(self.fingerprint.get(key))}, now {_short(wanted[key])}"
+                f"{key}: prepared with {_short(self.fingerprint.get(key))}, now "
+                f"{_short(wanted[key])}"
                 for key in differ
             )
             raise StalePreparationError(
@@ -411,12 +413,12 @@ class _Ragged:
     def __len__(self) -> int:
         return len(self.src_lengths)
 
-    def take(self, order: np.ndarray) -> "_Ragged":
+    def take(self, order: np.ndarray) -> _Ragged:
         src_tokens, src_lengths = _take_rows(self.src_tokens, self.src_lengths, order)
         tgt_tokens, tgt_lengths = _take_rows(self.tgt_tokens, self.tgt_lengths, order)
         return _Ragged(src_lengths, tgt_lengths, src_tokens, tgt_tokens)
 
-    def chunks(self, sizes) -> list["_Ragged"]:
+    def chunks(self, sizes) -> list[_Ragged]:
         """Consecutive pieces of ``sizes`` examples (which sum to ``len(self)``)."""
         bounds = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
         src, tgt = _starts(self.src_lengths), _starts(self.tgt_lengths)
@@ -449,7 +451,7 @@ class _Ragged:
             handle.write(tokens.astype(dtype).tobytes())
 
     @staticmethod
-    def read(path: Path, dtype: np.dtype) -> "_Ragged":
+    def read(path: Path, dtype: np.dtype) -> _Ragged:
         """A temporary file's chunks, concatenated."""
 
         def array(handle, kind: np.dtype, count: int) -> np.ndarray:

@@ -31,8 +31,8 @@ import dataclasses
 import gzip
 import logging
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -523,7 +523,7 @@ class PairSource:
     # ------------------------------------------------------------------ constructors
 
     @classmethod
-    def from_text_files(cls, src_path: PathLike, tgt_path: PathLike) -> "PairSource":
+    def from_text_files(cls, src_path: PathLike, tgt_path: PathLike) -> PairSource:
         """Reads two line-aligned UTF-8 files: line i of one translates line i of the other.
 
         Args:
@@ -564,7 +564,7 @@ class PairSource:
         return cls((str(src_path), str(tgt_path)), graph_batches, python_pass)
 
     @classmethod
-    def from_tsv(cls, path: PathLike, src_column: int = 0, tgt_column: int = 1) -> "PairSource":
+    def from_tsv(cls, path: PathLike, src_column: int = 0, tgt_column: int = 1) -> PairSource:
         """Reads a tab-separated file, one pair per row.
 
         Fields are split on tabs only, without CSV quoting (quotes are text, as
@@ -615,7 +615,7 @@ class PairSource:
         data_dir: PathLike | None = None,
         *,
         download: bool = True,
-    ) -> "PairSource":
+    ) -> PairSource:
         """Reads a TensorFlow Datasets translation split (needs the ``[tfds]`` extra).
 
         Without ``src_key``/``tgt_key`` the builder's ``supervised_keys`` give
@@ -646,7 +646,7 @@ class PairSource:
         return cls((f"{name} {split}",), graph_batches, _graph_pass(graph_batches))
 
     @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> "PairSource":
+    def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> PairSource:
         """Takes in-memory ``(source, target)`` pairs, cleaned like a file's lines.
 
         Empty pairs are skipped and logged with their 1-based positions.
@@ -716,7 +716,7 @@ class PairSource:
         for sources, targets in self._batches():
             yield from zip(sources, targets)
 
-    def sentences(self, side: str) -> "Sentences":
+    def sentences(self, side: str) -> Sentences:
         """One side of the kept pairs, streamed.
 
         Args:

@@ -37,8 +37,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from keras_transformer.files import write_atomically
 
@@ -628,7 +628,7 @@ MIN_WORDS, MAX_WORDS = 4, 20
 
 
 def generate_pairs(num_pairs: int, seed: int) -> list[tuple[str, str]]:
-    """Generates ``num_pairs`` (source, target) pairs of 4-20 source words, a pure function of ``seed``.
+    """Generates ``num_pairs`` pairs of 4-20 source words, a pure function of ``seed``.
 
     Short sentences repeat across a large sample; use ``demo_splits`` for
     duplicate-free, non-overlapping splits.

@@ -16,8 +16,8 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import tensorflow as tf
 
@@ -56,7 +56,8 @@ INPUT_KEY = "inputs"
 XLA_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 XLA_LENGTH_BUCKET = 16
 # A model whose float32 weights take at most this many bytes decodes a sentence or a few by a step
-# with the decoder's weights as graph constants (decoding.ConstantSteps): a second copy of them (of a
+# with the decoder's weights as graph constants (decoding.ConstantSteps): a second copy of them (of
+# a
 # tied target embedding, a third) in the SavedModel's graph and, for each signature a server runs,
 # in its memory.
 CONSTANT_STEPS_MAX_BYTES = 128 * 2**20
@@ -82,7 +83,7 @@ def attach_model(module: tf.Module, model) -> None:
 
 
 class ExportedTranslator(tf.Module):
-    """The ``tf.Module`` that ``export_saved_model`` saves: a translator's signatures for TF Serving.
+    """The ``tf.Module`` that ``export_saved_model`` saves: translation signatures for TF Serving.
 
     It decodes by the inference kernels, with the model's precomputed
     weights kept as variables (``kernels.FrozenWeights``) and, for a small
@@ -164,7 +165,8 @@ class ExportedTranslator(tf.Module):
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
         supported = kernels.encoding_supported(model) and kernels.decoding_step_supported(model)
         self.frozen_weights = kernels.FrozenWeights(model) if supported else None
-        # Built once and held outside the module's tracked state: every signature calls the same function,
+        # Built once and held outside the module's tracked state: every signature calls the same
+        # function,
         # so the SavedModel holds its constants once.
         small = 4 * model.count_params() <= CONSTANT_STEPS_MAX_BYTES  # float32 bytes
         self.__dict__["constant_steps"] = (
@@ -177,7 +179,8 @@ class ExportedTranslator(tf.Module):
             if supported and small
             else None
         )
-        # One decoder function for each beam size, made at its first use and called for each part of a
+        # One decoder function for each beam size, made at its first use and called for each part of
+        # a
         # batch (decode_in_parts): the SavedModel holds each decoder once.
         self.__dict__["decoders"] = {}
         self.decode_parts = decode_parts
@@ -510,7 +513,8 @@ def export_saved_model(
                         module.constant_steps.products,
                         "chosen"
                         if step_products
-                        else f"this TensorFlow's oneDNN rewrites are {'on' if kernels.onednn_rewrites() else 'off'}",
+                        else "this TensorFlow's oneDNN rewrites are "
+                        f"{'on' if kernels.onednn_rewrites() else 'off'}",
                     )
                 bar.set_postfix_str("tracing and saving")
                 tf.saved_model.save(module, str(staging), signatures=module.signatures())

@@ -31,7 +31,7 @@ QUANTIZATIONS = ("dynamic",)
 
 
 class TFLiteTranslator(tf.Module):
-    """The ``tf.Module`` that ``export_tflite`` converts: batch-1 greedy decoding over ids, static shapes.
+    """The ``tf.Module`` that ``export_tflite`` converts: batch-1 greedy decoding over ids.
 
     Args:
         model: a ``keras_transformer.Transformer``.

@@ -106,7 +106,7 @@ def projected_smoothed_cross_entropy(
     bias: tf.Tensor | None = None,
     vocab_major: bool = False,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """``smoothed_cross_entropy(labels, hidden @ kernel + bias)`` with the output projection inside the gradient.
+    """``smoothed_cross_entropy(labels, hidden @ kernel + bias)``, the projection in the gradient.
 
     The training step's fast path: the gradient of the logits is pushed
     through the projection's two products, so no pass over the ``[tokens,

@@ -17,7 +17,8 @@ place) keeps ``Transformer.decode``.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import keras
 import numpy as np
@@ -117,7 +118,7 @@ def supported(model) -> bool:
 
 
 def step_weights(model, precomputed: PrecomputedWeights | None = None) -> StepWeights:
-    """Everything ``decoding_step`` reads: the decoder's, output layer's and target embedding's weights.
+    """Everything ``decoding_step`` reads: the decoder, output layer and target embedding weights.
 
     The model's variables where the step uses them as they are; their
     products (cast, scaled, concatenated, negated) made once here, or taken
@@ -370,7 +371,8 @@ def _output_parts(output: tuple, splits: int) -> tuple:
     return tuple(_split_pair(output, min(OUTPUT_SPLITS, output[0].shape[1]), axis=1))
 
 
-# The small-batch step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s ``products``).
+# The small-batch step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s
+# ``products``).
 PRODUCT_OPS = ("conv", "matmul")
 
 
@@ -509,8 +511,10 @@ def decoding_step(
         return as_rows(attend_heads(q, key, value, bias, has_key), d_model)
 
     def column_product(h, shares, activation=None):
-        """One product from its splits' ``shares`` of its columns (``(kernel, bias)``, the bias in the
-        first only): the splits' outputs joined, then the bias; one share: the plain product."""
+        """One product from its splits' ``shares`` of its columns.
+
+        Each share is a ``(kernel, bias)``, the bias in the first only: the splits' outputs
+        joined, then the bias; one share: the plain product."""
         if len(shares) == 1:
             return product(h, shares[0], activation)
         joined = tf.concat([product(h, (kernel, None)) for kernel, _ in shares], axis=-1)
@@ -535,9 +539,11 @@ def decoding_step(
         return inference_norm(x, n, dtype)
 
     def residual(x, sublayer, n: Norm, output):
-        """The sublayer's residual block; ``sublayer(h)`` gives its splits' outputs. The small-batch step
-        adds the output product's bias (``output``: its ``(kernel, bias)``) to the residual instead,
-        which is ready before the products, and adds the splits and the residual by one node."""
+        """The sublayer's residual block; ``sublayer(h)`` gives its splits' outputs.
+
+        The small-batch step adds the output product's bias (``output``: its ``(kernel, bias)``)
+        to the residual instead, which is ready before the products, and adds the splits and the
+        residual by one node."""
         bias = output[1] if small_batch else None
         return inference_residual(
             x, sublayer, n, norm_first, dtype, None if bias is None else x - bias.negated
@@ -551,7 +557,8 @@ def decoding_step(
     # Each layer as its splits, the output layer as its parts (one of each without splits).
     layers = tuple(_split_layer(layer, splits) for layer in weights.layers)
     output = _output_parts(weights.output, splits)
-    # The step reads its weights, and makes its constants, itself: a tensor made out here and used in a
+    # The step reads its weights, and makes its constants, itself: a tensor made out here and used
+    # in a
     # loop's body would be one of the loop's variables. It reads only what it uses.
     to_read = weights._replace(layers=layers, output=output, cross_key_value=(), unfused_biases=())
 
@@ -581,7 +588,8 @@ def decoding_step(
 
             # The sublayers run at once, in this iteration: no late binding to guard against.
             def self_attention(h):
-                # [rows, 3·heads·depth] → [rows, 3·heads, 1, depth]: the query's heads, the key's, the value's.
+                # [rows, 3·heads·depth] → [rows, 3·heads, 1, depth]: the query's heads, the key's,
+                # the value's.
                 qkv = tf.reshape(
                     column_product(h, splits_of("self_qkv")), [-1, 3 * heads, 1, depth]
                 )

@@ -17,7 +17,7 @@ def layer_norm(
     native_ops: ModuleType | None = None,
     with_gradient: bool = True,
 ) -> tf.Tensor:
-    """``γ·(x − μ)/√(σ² + ε) + β`` over the last axis of a float32 ``x``, with a closed-form gradient.
+    """``γ·(x − μ)/√(σ² + ε) + β`` over the last axis of a float32 ``x``, closed-form gradient.
 
     Args:
         x: float32 ``[..., d]``.

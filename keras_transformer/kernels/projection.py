@@ -10,7 +10,7 @@ import tensorflow as tf
 
 
 def transposed_product(a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
-    """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens), tall case as ``(bᵀ a)ᵀ``.
+    """``aᵀ b`` for ``a [N, p]``, ``b [N, q]`` (a weight gradient, N = tokens).
 
     Args:
         a: ``[N, p]``.
@@ -141,7 +141,7 @@ def project_pointwise(x: tf.Tensor, weights: tuple, activation=None) -> tf.Tenso
 
 
 def as_rows(x: tf.Tensor) -> tf.Tensor:
-    """``x [..., depth]`` as the rank-2 ``[rows, depth]`` a matmul takes, by static sizes where known.
+    """``x [..., depth]`` as the rank-2 ``[rows, depth]`` of a matmul, static sizes where known.
 
     Returns:
         ``x`` itself where it is rank 2, else ``[-1, depth]``.

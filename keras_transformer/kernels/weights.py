@@ -168,7 +168,9 @@ def unfused_biases(model, decoder_qkv, cross_query) -> tuple:
 
 
 class PrecomputedWeights(NamedTuple):
-    """The products of a model's weights that the inference kernels make before use, in the compute dtype."""
+    """The products of a model's weights that the inference kernels make before use.
+
+    They are in the model's compute dtype."""
 
     encoder_qkv: tuple  # per encoder layer: fused_qkv of its self-attention
     decoder_qkv: tuple  # per decoder layer: fused_qkv of its self-attention
@@ -219,10 +221,14 @@ class FrozenWeights(tf.Module):
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> frozen = FrozenWeights(model)
-        >>> len(frozen.frozen)  # kernels and biases: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v
-        ...                     # and the 6 negated biases of each decoder layer's products
+        >>> # kernels and biases: 2 encoder qkv, 2 decoder qkv, 2 cross queries, 1 cross k/v,
+        >>> # and the 6 negated biases of each decoder layer's products
+        >>> len(frozen.frozen)
         26
-        >>> tokens, scores = greedy_decode(model, tf.constant([[5, 6, 3]]), max_length=4, precomputed=frozen.as_variables())
+        >>> source = tf.constant([[5, 6, 3]])
+        >>> tokens, scores = greedy_decode(
+        ...     model, source, max_length=4, precomputed=frozen.as_variables()
+        ... )
         >>> tokens.shape[0]
         1
     """

@@ -22,7 +22,8 @@ class LayerNormalization(keras.layers.LayerNormalization):
     enabled and build. They are off by default; turn them on with
     ``keras_transformer.kernels.native.set_enabled(True)``, the environment variable
     ``KERAS_TRANSFORMER_NATIVE_OPS=1`` or, in ``training.train``, the config
-    key ``training.native_ops: true``. Inference always uses TensorFlow's ops, so exported SavedModels and
+    key ``training.native_ops: true``. Inference always uses TensorFlow's ops, so exported
+    SavedModels and
     TFLite models contain only standard ops; the two paths agree to float32
     rounding (``tests/test_native_ops.py``).
 

@@ -10,7 +10,6 @@ import tensorflow as tf
 
 from keras_transformer.layers.dropout import Dropout
 
-
 POSITION_ENCODINGS = ("interleaved", "halves")
 
 
@@ -79,7 +78,8 @@ def check_embedding_scale(embedding_scale) -> float | None:
         or embedding_scale <= 0
     ):
         raise ValueError(
-            f"embedding_scale must be a positive number, or None for √d_model, got {embedding_scale!r}."
+            "embedding_scale must be a positive number, or None for √d_model, got "
+            f"{embedding_scale!r}."
         )
     return float(embedding_scale)
 

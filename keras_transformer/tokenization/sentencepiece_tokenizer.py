@@ -165,7 +165,8 @@ class SubwordTokenizer(_Pieces):
         ids = (processor.pad_id(), processor.unk_id(), processor.bos_id(), processor.eos_id())
         if ids != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
             raise ValueError(
-                f"The model reserves pad/unk/bos/eos ids {ids} (pieces {actual}), but this package needs "
+                f"The model reserves pad/unk/bos/eos ids {ids} (pieces {actual}), but this package "
+                "needs "
                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with train_sentencepiece."
             )
         self._model_bytes = bytes(model_bytes)
@@ -173,7 +174,7 @@ class SubwordTokenizer(_Pieces):
         self._tokenizer = _SentencepieceTokenizer(self._model_bytes)
 
     @classmethod
-    def from_file(cls, path: PathLike) -> "SubwordTokenizer":
+    def from_file(cls, path: PathLike) -> SubwordTokenizer:
         """Loads a tokenizer from a SentencePiece ``.model`` file.
 
         Args:

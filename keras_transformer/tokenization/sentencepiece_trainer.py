@@ -16,8 +16,8 @@ import itertools
 import math
 import os
 import random
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence, Sized
 
 import sentencepiece as spm
 

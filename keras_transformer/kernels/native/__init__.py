@@ -11,7 +11,8 @@ inference, GPUs or TPUs.
 They are **off by default**: nothing is compiled or loaded, and nothing is
 logged, unless they are enabled by one of
 
-* ``keras_transformer.kernels.native.set_enabled(True)`` (also ``keras_transformer.native``) (``False`` turns them off,
+* ``keras_transformer.kernels.native.set_enabled(True)`` (also ``keras_transformer.native``)
+(``False`` turns them off,
   ``None`` returns to the environment's choice), which wins over
 * the environment: ``KERAS_TRANSFORMER_NATIVE_OPS=1`` (or ``true``, ``yes``,
   ``on``); unset, ``0``, ``false``, ``no``, ``off`` or empty: off;
@@ -92,7 +93,7 @@ class UnsafeCache(RuntimeError):
 
 
 def set_enabled(value: bool | None) -> None:
-    """Turn the native ops on or off for this process, whatever ``KERAS_TRANSFORMER_NATIVE_OPS`` says.
+    """Turn the native ops on or off for this process, over ``KERAS_TRANSFORMER_NATIVE_OPS``.
 
     Takes effect for graphs traced afterwards; a library already loaded stays
     loaded, but is no longer used once the ops are turned off.
@@ -126,7 +127,7 @@ def enabled() -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_unknown_value(value: str) -> None:
     logger.warning(
         "%s=%r is neither 1/true/yes/on nor 0/false/no/off; the native ops stay off.",
@@ -136,7 +137,9 @@ def _warn_unknown_value(value: str) -> None:
 
 
 def cache_dir() -> Path:
-    """The native ops' build cache: ``$KERAS_TRANSFORMER_CACHE``, else ``$XDG_CACHE_HOME/keras_transformer`` (``~/.cache``)."""
+    """The native ops' build cache folder.
+
+    ``$KERAS_TRANSFORMER_CACHE``, else ``$XDG_CACHE_HOME/keras_transformer`` (``~/.cache``)."""
     if os.environ.get(_CACHE_VARIABLE):
         return Path(os.environ[_CACHE_VARIABLE])
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -362,7 +365,7 @@ def load() -> ModuleType | None:
     return _load_once()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _load_once() -> ModuleType | None:
     with _lock:
         try:
@@ -387,7 +390,8 @@ def _load_once() -> ModuleType | None:
                 return tf.load_op_library(str(library))
         except UnsafeCache as error:
             logger.warning(
-                "Refusing keras_transformer's native LayerNorm op: %s. Training uses TensorFlow's ops. "
+                "Refusing keras_transformer's native LayerNorm op: %s. Training uses TensorFlow's "
+                "ops. "
                 "Fix or remove the cache (%s sets where it is).",
                 error,
                 _CACHE_VARIABLE,
@@ -402,7 +406,8 @@ def _load_once() -> ModuleType | None:
         ) as error:
             logger.warning(
                 "keras_transformer's native LayerNorm op is unavailable (%s); training uses "
-                "TensorFlow's ops, a few percent slower on CPU. Install a C++ compiler (or set CXX) "
+                "TensorFlow's ops, a few percent slower on CPU. Install a C++ compiler (or set "
+                "CXX) "
                 "to build it, or leave the op off (unset %s) to silence this.",
                 error,
                 _ENABLE_VARIABLE,
@@ -410,7 +415,7 @@ def _load_once() -> ModuleType | None:
             return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpu_only_process() -> bool:
     return all(device.device_type == "CPU" for device in tf.config.list_logical_devices())
 
