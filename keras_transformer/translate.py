@@ -16,6 +16,7 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer.beam_search import beam_search, check_stopping
+from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import greedy_decode
 from keras_transformer.numerics import round_up
@@ -394,12 +395,18 @@ class Translator(tf.Module):
         return outputs
 
     def _translate_batch(self, batch: list[str], batch_size: int) -> tf.Tensor:
-        """The translations of ``batch`` as a string tensor."""
-        ids = encode_sources(self.src_tokenizer, tf.constant(batch), self.max_src_length).to_tensor(
+        """The translations of ``batch`` as a string tensor; an empty sentence gives ``""``.
+
+        The text is read as the SavedModel reads it: whitespace normalised, and a sentence with
+        nothing left translates to the empty string.
+        """
+        text = normalize_whitespace_tf(tf.constant(batch, tf.string))
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
             default_value=self.model.config.pad_id
         )
         tokens, _ = self._decode(ids, batch_size)
-        return self.tgt_tokenizer.detokenize(tokens)
+        translations = self.tgt_tokenizer.detokenize(tokens)
+        return tf.where(tf.equal(tf.strings.length(text), 0), tf.constant(""), translations)
 
 
 def saved_model_version(path: str | os.PathLike) -> Path:

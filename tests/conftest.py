@@ -62,7 +62,7 @@ def tiny_workdir(tmp_path_factory) -> Path:
                 "--set",
                 "training.epochs=2",
                 "--set",
-                "training.steps_per_epoch=30",
+                "training.steps_per_epoch=60",
                 "--set",
                 "training.steps_per_execution=10",
                 "--set",

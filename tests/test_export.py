@@ -175,8 +175,8 @@ def test_saved_model_cli_show_and_run(export_dir):
         import sys, tensorflow_text  # noqa: F401
         from tensorflow.python.tools import saved_model_cli
         sys.argv = ["saved_model_cli", "run", "--dir", {str(export_dir)!r}, "--tag_set", "serve",
-                    "--signature_def", "serving_default", "--input_exprs", 'inputs=["a boy sleeps",
-                    ""]']
+                    "--signature_def", "serving_default",
+                    "--input_exprs", 'inputs=["a boy sleeps", ""]']
         saved_model_cli.main()
     """)
     assert "Result for output key translations" in stdout

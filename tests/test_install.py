@@ -134,8 +134,8 @@ def test_installed_library_trains_exports_and_translates_outside_the_checkout(
         result["fit_loss"] = history["loss"]
         result["mine_in_process"] = kt.Translator.from_trained_model(trained,
         beam_size=2).translate(sentences)
-        result["mine_saved_model"] =
-        kt.Translator.from_saved_model("exports/mine").translate(sentences)
+        result["mine_saved_model"] = kt.Translator.from_saved_model(
+            "exports/mine").translate(sentences)
         result["version"] = str(version)
         result["tflite_bytes"] = kt.exporters.export_tflite(trained, "mine.tflite").stat().st_size
         print(json.dumps(result))

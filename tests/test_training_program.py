@@ -297,8 +297,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_transformer as kt
-from training.loop import PerPipelineInput, StepPlan, custom_fit, evaluator, fit_in_steps,
-pad_batches_for_replicas
+from training.loop import (PerPipelineInput, StepPlan, custom_fit, evaluator, fit_in_steps,
+                           pad_batches_for_replicas)
 from training.strategy import make_strategy
 from training.trainer import keras_steps_per_execution
 

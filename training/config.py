@@ -11,6 +11,7 @@ read the resolved values. The ``model`` section holds ``TransformerConfig`` fiel
 """
 
 import dataclasses
+import types
 import typing
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -132,7 +133,7 @@ def with_defaults(section: str, options: dict[str, Any]) -> dict[str, Any]:
 def _allowed(annotation) -> list:
     """The plain types and literal values an annotation admits."""
     origin = typing.get_origin(annotation)
-    if origin is Union:
+    if origin is Union or origin is types.UnionType:  # Optional[X] or X | None
         return [item for argument in typing.get_args(annotation) for item in _allowed(argument)]
     if origin is Literal:
         return [("literal", value) for value in typing.get_args(annotation)]
