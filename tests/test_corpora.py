@@ -366,3 +366,64 @@ def test_two_tagged_corpora_train_and_the_tags_survive_export(tmp_path):
     pieces = loaded.signatures["cross_attention"](sentence=tf.constant("<b> ka mi"))
     source_pieces = [piece.decode() for piece in np.asarray(pieces["source_pieces"])]
     assert source_pieces[0] == "\u2581<b>" and source_pieces[-1] == "</s>", source_pieces
+
+
+@pytest.mark.slow  # a killed training, then its resumption
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_killed_run_on_two_weighted_corpora_resumes(tmp_path, loop):
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        str(workdir),
+        "--set",
+        f"data.sources={json.dumps(two_sources(tmp_path, weights=(1, 2), tags=('<a>', None)))}",
+        "--set",
+        "tokenizer.vocab_size=120",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.d_ff=64",
+        "--set",
+        f"training.loop={loop}",
+        "--set",
+        "training.epochs=6",
+        "--set",
+        "training.steps_per_epoch=4",
+        "--set",
+        "training.steps_per_execution=1",
+        "--set",
+        "training.backup_every_steps=2",
+        "--set",
+        "training.batch_tokens=256",
+        "--set",
+        "evaluation.max_sentences=3",
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    backup = workdir / "backup" / "training_metadata.json"
+    process = subprocess.Popen(
+        command, cwd=CHECKOUT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 300
+    while not backup.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert backup.exists(), "no backup written before the deadline"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
+    resumed_at = json.loads(backup.read_text())["step"]
+    result = subprocess.run(
+        command, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"at step {resumed_at}" in result.stderr
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert metrics["optimizer_steps"] == 24
+    assert len(metrics["history"]["loss"]) == 6 - resumed_at // 4
