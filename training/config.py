@@ -11,8 +11,10 @@ read the resolved values. The ``model`` section holds ``TransformerConfig`` fiel
 """
 
 import dataclasses
+import math
 import types
 import typing
+import unicodedata
 from pathlib import Path
 from typing import Any, Literal, Union
 
@@ -44,6 +46,8 @@ class DataSection:
     )
     tsv: dict | None = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
     tfds: dict | None = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
+    sources: list | None = None  # several corpora: [{kind, dir, ..., weight, tag, name}, ...]
+    eval_source: int | str = 0  # with sources: the one (index or name) valid and test come from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +181,7 @@ def _describe(allowed: list) -> str:
             bool: "true or false",
             str: "a string",
             dict: "a mapping",
+            list: "a list",
         }.get(item, getattr(item, "__name__", str(item)))
         for item in allowed
     ]
@@ -362,3 +367,142 @@ def validation_metric(config: dict[str, Any], has_valid: bool) -> str | None:
     if options["early_stopping"]:
         return options["early_stopping"]
     return "bleu" if evaluation["bleu_sentences"] else "loss"
+
+
+# --------------------------------------------------------------------------- several corpora
+
+# The keys of one corpus in data.sources: those of a single-corpus data section, plus its share
+# of the training pairs (weight), the token put before its source sentences (tag) and a name.
+CORPUS_KEYS = ("kind", "dir", "synthetic", "tsv", "tfds")
+SOURCE_KEYS = (*CORPUS_KEYS, "weight", "tag", "name")
+
+
+def _source_name(source: dict[str, Any], index: int) -> str:
+    """A corpus's ``name``, or one made from where it is read."""
+    if source.get("name"):
+        return str(source["name"])
+    for path in (source.get("dir"), (source.get("tsv") or {}).get("train")):
+        if path:
+            return Path(str(path)).name
+    if (source.get("tfds") or {}).get("name"):
+        return str(source["tfds"]["name"])
+    return f"{source.get('kind', 'text')}{index}"
+
+
+def check_tag(tag: Any, where: str) -> None:
+    """Raise ``ValueError`` unless ``tag`` can be a reserved piece of the tokenizer: a
+    non-empty string without whitespace (a tag is one piece, written before a sentence)."""
+    if not isinstance(tag, str) or not tag:
+        raise ValueError(f"{where}={tag!r}: a tag is a non-empty string such as '<bt>' or '<fr>'.")
+    if any(character.isspace() for character in tag) or "\u2581" in tag:
+        raise ValueError(
+            f"{where}={tag!r}: a tag is one piece of the tokenizer and cannot hold whitespace "
+            "(or '\u2581'); use e.g. '<bt>'."
+        )
+    if unicodedata.normalize("NFKC", tag) != tag:
+        raise ValueError(
+            f"{where}={tag!r}: the tokenizer's NFKC normalisation changes it, so it would not stay "
+            f"one piece; write it as {unicodedata.normalize('NFKC', tag)!r}."
+        )
+
+
+def corpus_sources(data: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """``data.sources`` checked, each corpus with its defaults (``kind: text``, ``weight: 1``,
+    ``tag: null``, a ``name``), or ``None`` for a single-corpus ``data`` section.
+
+    Args:
+        data: the ``data`` section.
+
+    Returns:
+        The corpora, in order, or ``None`` without ``data.sources``.
+
+    Raises:
+        ValueError: ``sources`` is not a non-empty list of mappings, a corpus has an unknown
+            key, a value of the wrong type, a weight that is not a positive number or a tag
+            that cannot be one piece, or ``eval_source`` names no corpus.
+    """
+    sources = data.get("sources")
+    if sources is None:
+        return None
+    if not isinstance(sources, list) or not sources:
+        raise ValueError(
+            f"data.sources={sources!r}: list one corpus or more, e.g. [{{kind: text, dir: DIR, "
+            "weight: 1}}, {kind: text, dir: DIR2, weight: 2, tag: '<bt>'}]; or drop the key for "
+            "a single corpus."
+        )
+    hints = typing.get_type_hints(DataSection)
+    resolved = []
+    for index, source in enumerate(sources):
+        where = f"data.sources[{index}]"
+        if not isinstance(source, dict):
+            raise ValueError(
+                f"{where}={source!r}: each corpus is a mapping such as "
+                "{kind: text, dir: DIR, weight: 1}."
+            )
+        unknown = sorted(set(source) - set(SOURCE_KEYS))
+        if unknown:
+            raise ValueError(f"{where}: no key(s) {unknown}; known keys: {sorted(SOURCE_KEYS)}.")
+        for key in CORPUS_KEYS:
+            if key in source:
+                allowed = _allowed(hints[key])
+                if not _admits(allowed, source[key]):
+                    raise ValueError(f"{where}.{key}={source[key]!r}: use {_describe(allowed)}.")
+        weight = source.get("weight", 1)
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not math.isfinite(weight)
+            or weight <= 0
+        ):
+            raise ValueError(
+                f"{where}.weight={weight!r}: use a positive number (the corpus's share of the "
+                "sampled training pairs, relative to the other weights)."
+            )
+        tag = source.get("tag")
+        if tag is not None:
+            check_tag(tag, f"{where}.tag")
+        if source.get("name") is not None and not isinstance(source["name"], str):
+            raise ValueError(f"{where}.name={source['name']!r}: use a string.")
+        resolved.append(
+            {
+                "kind": "text",
+                **{key: source[key] for key in CORPUS_KEYS if key in source},
+                "weight": float(weight),
+                "tag": tag,
+                "name": _source_name(source, index),
+            }
+        )
+    eval_source_index(data, resolved)
+    return resolved
+
+
+def eval_source_index(data: dict[str, Any], sources: list[dict[str, Any]]) -> int:
+    """The index in ``sources`` of the corpus that ``data.eval_source`` names (an index, or a
+    corpus's ``name``); the first by default. Raises ``ValueError`` when it names none."""
+    chosen = data.get("eval_source", 0)
+    if isinstance(chosen, int) and not isinstance(chosen, bool):
+        if not 0 <= chosen < len(sources):
+            raise ValueError(
+                f"data.eval_source={chosen}: use an index of data.sources (0 to "
+                f"{len(sources) - 1}) or a corpus's name."
+            )
+        return chosen
+    names = [source["name"] for source in sources]
+    if names.count(chosen) != 1:
+        raise ValueError(
+            f"data.eval_source={chosen!r}: "
+            + ("no corpus has that name" if chosen not in names else "several corpora have it")
+            + f"; the names are {names} (or use an index)."
+        )
+    return names.index(chosen)
+
+
+def check_data(config: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the first bad setting of ``data.sources`` (``corpus_sources``)
+    or a ``data.eval_source`` without ``data.sources``."""
+    data = with_defaults("data", config.get("data") or {})
+    if corpus_sources(data) is None and data["eval_source"] != 0:
+        raise ValueError(
+            f"data.eval_source={data['eval_source']!r} picks one of several data.sources; this "
+            "config has one corpus (no data.sources)."
+        )

@@ -1,13 +1,107 @@
-"""Where the training text comes from: the generated demo pairs, aligned files or TFDS."""
+"""Where the training text comes from: the generated demo pairs, aligned files or TFDS; one
+corpus, or several (``data.sources``) sampled by weight, each with an optional tag."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from keras_transformer.data import PairSource, demo_splits
+from keras_transformer.tokenization import sample_sentences
+from training.config import CORPUS_KEYS, corpus_sources, eval_source_index
 
 SPLITS = ("train", "valid", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightedSource:
+    """One training corpus of ``data.sources``: its pairs, weight and tag."""
+
+    name: str
+    pairs: PairSource
+    weight: float
+    tag: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceMix:
+    """The training split of several corpora: each pair is drawn from corpus i with
+    probability ``shares[i]`` (its weight over the sum of the weights)."""
+
+    sources: tuple[WeightedSource, ...]
+
+    def __len__(self) -> int:
+        return sum(len(source.pairs) for source in self.sources)
+
+    @property
+    def shares(self) -> list[float]:
+        total = sum(source.weight for source in self.sources)
+        return [source.weight / total for source in self.sources]
+
+    @property
+    def tags(self) -> list[str]:
+        """The distinct tags, in the order of the corpora."""
+        return list(dict.fromkeys(source.tag for source in self.sources if source.tag))
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Per corpus: name, pairs, weight, share and tag (for the log and metrics.json)."""
+        return [
+            {
+                "name": source.name,
+                "pairs": len(source.pairs),
+                "weight": source.weight,
+                "share": round(share, 6),
+                "tag": source.tag,
+            }
+            for source, share in zip(self.sources, self.shares)
+        ]
+
+    def sentences(self, side: str, size: int | None, seed: int = 0) -> list[str]:
+        """``side`` of as many pairs as the corpora hold (at most ``size``), drawn by weight:
+        corpus i gives ``round(n * shares[i])`` of the n, its whole text repeated as often as
+        that exceeds it and a seeded uniform sample of the rest. Tags are left out."""
+        size = len(self) if size is None else min(size, len(self))
+        text: list[str] = []
+        for index, (source, share) in enumerate(zip(self.sources, self.shares)):
+            quota = round(size * share)
+            pairs = len(source.pairs)
+            whole, rest = divmod(quota, pairs)
+            if whole:
+                text += list(source.pairs.sentences(side)) * whole
+            if rest:
+                text += sample_sentences(source.pairs.sentences(side), rest, seed=seed + index)
+        return text
+
+
+def tagged(pairs: list[tuple[str, str]], tag: str | None) -> list[tuple[str, str]]:
+    """``pairs`` with ``tag`` and a space put before each source sentence (unchanged without)."""
+    if not tag:
+        return pairs
+    return [(f"{tag} {source}", target) for source, target in pairs]
+
+
+def load_sources(data: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+    """``load_corpus`` for ``data.sources``: ``train`` is a ``SourceMix``; ``valid`` and
+    ``test`` are those of ``data.eval_source`` (the first corpus by default), tagged with
+    its tag. A corpus that cannot be read is a ``ValueError`` naming it."""
+    sources = corpus_sources(data)
+    chosen = eval_source_index(data, sources)
+    weighted, evaluation = [], None
+    for index, options in enumerate(sources):
+        label = f"data.sources[{index}] ({options['name']})"
+        try:
+            splits = load_corpus({key: options.get(key) for key in CORPUS_KEYS}, base_dir)
+        except (ValueError, FileNotFoundError) as error:
+            raise ValueError(f"{label}: {error}") from error
+        if not len(splits["train"]):
+            raise ValueError(f"{label}: the training split has no pairs.")
+        weighted.append(
+            WeightedSource(options["name"], splits["train"], options["weight"], options["tag"])
+        )
+        if index == chosen:
+            evaluation = {split: tagged(splits[split], options["tag"]) for split in SPLITS[1:]}
+    return {"train": SourceMix(tuple(weighted)), **evaluation}
 
 
 def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
@@ -26,11 +120,20 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
       of a TFDS translation dataset (e.g. ``ted_hrlr_translate/pt_to_en``), in
       the builder's direction or, with ``src_key``/``tgt_key``, the features named.
 
+    With ``data.sources`` (several corpora, each a mapping of the keys above plus
+    ``weight``, ``tag`` and ``name``), ``train`` is a ``SourceMix`` (``load_sources``).
+
     Relative paths are resolved against ``base_dir`` (normally the checkout).
     """
+    if data.get("sources") is not None:
+        return load_sources(data, base_dir)
     kind = data.get("kind")
     if kind == "synthetic":
-        sizes = data["synthetic"]
+        sizes = data.get("synthetic")
+        if not isinstance(sizes, dict) or "train" not in sizes:
+            raise ValueError(
+                "data.kind=synthetic needs data.synthetic: {train: N, valid: N, test: N, seed: S}."
+            )
         splits = demo_splits(
             train=sizes["train"],
             valid=sizes["valid"],

@@ -53,6 +53,12 @@ def checked_config(args) -> dict:
     if args.workdir.exists() and not args.workdir.is_dir():
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
     data = config.get("data") or {}
+    if data.get("sources") is not None:
+        fail(
+            PROG,
+            "data.sources lists several corpora, and prepared shards take one: train on them "
+            "without preparing (data.prepare=auto or false streams the text, sampled by weight).",
+        )
 
     def resolved(path) -> Path:
         path = Path(path)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from programs import TRAINING_PRECISIONS, ArgumentParser, fail, run, setup_logging
-from training.config import check_prepare_mode, check_training, load_config
+from training.config import check_data, check_prepare_mode, check_training, load_config
 from training.steps import StepPlan
 from training.strategy import STRATEGIES, StrategyError
 
@@ -58,6 +58,7 @@ def resolved_config(args) -> dict:
         config = load_config(args.config, args.set)
         check_prepare_mode(config)
         check_training(config)
+        check_data(config)
     except ValueError as error:
         fail(PROG, str(error))
     training = config.setdefault("training", {})

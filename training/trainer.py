@@ -39,11 +39,14 @@ from keras_transformer.data import (
     PairSource,
     PreparedShards,
     StalePreparationError,
+    batch_examples,
     count_tokens,
     make_dataset,
+    pad_id_of,
     prepare_shards,
     sharded_dataset,
     sharded_dataset_fn,
+    tokenize_pairs,
 )
 from keras_transformer.files import (
     replace_directory,
@@ -53,7 +56,12 @@ from keras_transformer.files import (
 )
 from keras_transformer.hardware import cpu_record
 from keras_transformer.precision import dtype_policy, resolve_precision
-from keras_transformer.tokenization import SubwordTokenizer, tokenizer_paths, train_tokenizers
+from keras_transformer.tokenization import (
+    SubwordTokenizer,
+    tag_piece,
+    tokenizer_paths,
+    train_tokenizers,
+)
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import (
@@ -68,13 +76,14 @@ from training.callbacks import (
     metric_value,
 )
 from training.config import (
+    check_data,
     check_prepare_mode,
     check_training,
     needs_validation,
     validation_metric,
     with_defaults,
 )
-from training.corpus import load_corpus
+from training.corpus import SourceMix, load_corpus
 from training.curves import plot_learning_curves
 from training.loop import (
     PerPipelineInput,
@@ -100,7 +109,31 @@ IN_MEMORY_PAIRS = 1_000_000
 
 def _train_source(corpus) -> PairSource:
     train = corpus["train"]
+    if isinstance(train, SourceMix):
+        raise ValueError(
+            "prepared shards take one corpus, and data.sources lists several: train on them "
+            "with data.prepare=auto or false (the text is streamed and sampled by weight)."
+        )
     return train if isinstance(train, PairSource) else PairSource.from_pairs(train)
+
+
+def check_tags(corpus, src_tok) -> None:
+    """Raise ``ValueError`` unless each tag of a ``SourceMix`` corpus is one piece of ``src_tok``
+    (a tokenizer trained without them, e.g. a workdir's from before the tags, is not)."""
+    train = corpus["train"]
+    if not isinstance(train, SourceMix):
+        return
+    for source in train.sources:
+        if not source.tag:
+            continue
+        ids = src_tok.tokenize(source.tag).numpy().tolist()
+        if len(ids) != 1 or src_tok.piece(ids[0]) != tag_piece(source.tag):
+            raise ValueError(
+                f"data.sources tag {source.tag!r} (corpus {source.name}) is not one piece of the "
+                f"source tokenizer (it reads as {src_tok.pieces(ids)}): the tokenizer was trained "
+                "without it (an earlier run in this workdir, or model.init_from's model); train "
+                "in a new workdir."
+            )
 
 
 def starting_point(config: dict[str, Any]) -> Workdir | None:
@@ -160,14 +193,16 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path, source: Work
     seeded random sample; null: all of them). A run that starts from another
     model (``source``) takes that model's tokenizer instead."""
     if source is not None:
-        return copy_tokenizer(source, workdir)
+        tokenizers = copy_tokenizer(source, workdir)
+        check_tags(corpus, tokenizers[0])
+        return tokenizers
     options = with_defaults("tokenizer", config["tokenizer"])
     directory = Workdir(workdir).tokenizer_dir
     shared = bool(options["shared"])
     src_path, tgt_path = tokenizer_paths(directory, shared)
     if not (src_path.exists() and tgt_path.exists()):
         started = time.time()
-        train = _train_source(corpus)
+        train = corpus["train"]
         max_sentences = options["max_sentences"]
         log.info(
             "training the SentencePiece model(s) on %d sentence pairs (at most %s sentences a "
@@ -175,18 +210,30 @@ def build_tokenizers(config: dict[str, Any], corpus, workdir: Path, source: Work
             len(train),
             "all" if max_sentences is None else f"{max_sentences:,}",
         )
+        if isinstance(train, SourceMix):
+            # A sample of the corpora by weight; the tags are reserved pieces of the source model.
+            seed = with_defaults("training", config["training"])["seed"]
+            texts = [train.sentences(side, max_sentences, seed) for side in ("source", "target")]
+            symbols = [tag_piece(tag) for tag in train.tags]
+            log.info("drawn %d sentence pairs by weight; tags: %s", len(texts[0]), train.tags)
+        else:
+            train = _train_source(corpus)
+            texts = [train.sentences("source"), train.sentences("target")]
+            symbols = []
         train_tokenizers(
-            train.sentences("source"),
-            train.sentences("target"),
+            *texts,
             directory,
             vocab_size=options["vocab_size"],
             shared=shared,
             model_type=options["model_type"],
             max_sentences=max_sentences,
             progress=True,
+            **({"source_symbols": symbols} if symbols else {}),
         )
         log.info("trained tokenizers in %.1fs", time.time() - started)
-    return SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
+    src_tok = SubwordTokenizer.from_file(src_path)
+    check_tags(corpus, src_tok)
+    return src_tok, SubwordTokenizer.from_file(tgt_path)
 
 
 def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConfig:
@@ -200,11 +247,9 @@ def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConf
 
 def _preparation(config: dict[str, Any]) -> dict[str, Any]:
     """What a prepared training split must have been made with, from the config."""
-    data = {
-        key: value
-        for key, value in config["data"].items()
-        if key not in ("prepare", "examples_per_shard")
-    }
+    # A single corpus's preparation is described as before data.sources existed.
+    unused = ("prepare", "examples_per_shard", "sources", "eval_source")
+    data = {key: value for key, value in config["data"].items() if key not in unused}
     return dict(
         max_src_length=config["training"]["max_src_length"],
         max_tgt_length=config["training"]["max_tgt_length"],
@@ -260,6 +305,10 @@ def find_prepared(
     mode = with_defaults("data", config["data"])["prepare"]
     if mode is False or run_dir is None:
         return None
+    if isinstance(corpus["train"], SourceMix):
+        if mode is True:
+            _train_source(corpus)  # the ValueError that says prepared shards take one corpus
+        return None  # auto: several corpora are streamed from the text
     if mode is True:
         return prepared_train_split(config, run_dir, corpus, src_tok, tgt_tok)
     candidates = [Workdir(run_dir).prepared_dir]
@@ -345,6 +394,64 @@ def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
     return {"cache": cache, "shuffle_buffer": shuffle_buffer}
 
 
+def check_training_input(train_options: dict[str, Any], corpus) -> None:
+    """``training_input``'s checks for the training split, each corpus of a ``SourceMix``."""
+    train = corpus["train"]
+    sizes = [len(s.pairs) for s in train.sources] if isinstance(train, SourceMix) else [len(train)]
+    for pairs in sizes:
+        training_input(train_options, pairs)
+
+
+def mixed_batches(mix: SourceMix, src_tok, tgt_tok, train_options: dict[str, Any], **common):
+    """Training batches (repeating) of several corpora, each pair drawn from corpus i with
+    probability ``mix.shares[i]``.
+
+    Each corpus is streamed, tagged (its tag and a space before every source sentence),
+    tokenized with the length filter, cached and shuffled as ``training_input`` says for
+    its size (shuffle seed ``seed + i``) and repeated on its own, so a small corpus never
+    runs out; ``tf.data.Dataset.sample_from_datasets`` with the run's seed then draws the
+    pairs, and they are batched as one stream. The same seed gives the same stream, so a
+    resumed ``fit`` that skips the batches already used reads what an uninterrupted run
+    would have."""
+    options = with_defaults("training", train_options)
+    seed = options["seed"]
+    streams = []
+    for index, source in enumerate(mix.sources):
+        pairs = source.pairs.dataset()
+        if source.tag:
+            tag = tf.constant(source.tag)
+            pairs = pairs.map(lambda src, tgt, tag=tag: (tf.strings.join([tag, src], " "), tgt))
+        examples = tokenize_pairs(
+            pairs,
+            src_tok,
+            tgt_tok,
+            max_src_length=common["max_src_length"],
+            max_tgt_length=common["max_tgt_length"],
+        )
+        setting = training_input(options, len(source.pairs))
+        cache = setting["cache"]
+        if isinstance(cache, str):
+            examples = examples.cache(f"{cache}.source{index}")
+        elif cache:
+            examples = examples.cache()
+        if setting["shuffle_buffer"] > 0:
+            examples = examples.shuffle(
+                setting["shuffle_buffer"], seed=seed + index, reshuffle_each_iteration=True
+            )
+        streams.append(examples.repeat())
+    mixed = tf.data.Dataset.sample_from_datasets(streams, weights=mix.shares, seed=seed)
+    return batch_examples(
+        mixed,
+        **common,
+        shuffle_buffer=0,  # each corpus is shuffled on its own
+        seed=seed,
+        cache=False,
+        training=True,
+        static_shapes=bool(options["static_shapes"]),
+        pad_id=pad_id_of(src_tok, tgt_tok),
+    )
+
+
 def datasets(
     config,
     corpus,
@@ -367,6 +474,8 @@ def datasets(
     )
     if prepared is not None:
         train = prepared_batches(prepared, train_options, per_pipeline=per_pipeline)
+    elif isinstance(corpus["train"], SourceMix):
+        train = mixed_batches(corpus["train"], src_tok, tgt_tok, train_options, **common)
     else:
         source = _train_source(corpus)
         train = make_dataset(
@@ -629,19 +738,28 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     run_dir.save_config(config)
 
     check_training(config)
+    check_data(config)
     corpus = load_corpus(config["data"], base_dir=CHECKOUT)
     log.info(
         "pairs: %s", {split: len(pairs) for split, pairs in corpus.items()}
     )  # scans train once
+    if isinstance(corpus["train"], SourceMix):
+        for row in corpus["train"].describe():
+            log.info(
+                "training corpus %s: %d pairs, weight %g: %.1f%% of the sampled pairs%s",
+                row["name"],
+                row["pairs"],
+                row["weight"],
+                100 * row["share"],
+                f", tagged {row['tag']}" if row["tag"] else "",
+            )
     setting = needs_validation(config)
     if setting and not corpus["valid"]:
         raise ValueError(
             f"{setting} needs a validation split, and the corpus has none: add one "
             "(data: valid) or turn the setting off."
         )
-    training_input(
-        train_options, len(corpus["train"])
-    )  # a bad cache/shuffle setting fails before tokenizers
+    check_training_input(train_options, corpus)  # a bad cache/shuffle setting fails first
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir, source)
     data_config = batching_for_replicas(config, strategy.num_replicas_in_sync)
     prepared = find_prepared(
@@ -770,6 +888,11 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     train_seconds = time.time() - fit_started
 
     metrics: dict[str, Any] = {
+        **(
+            {"sources": corpus["train"].describe()}
+            if isinstance(corpus["train"], SourceMix)
+            else {}
+        ),
         "train_seconds": round(train_seconds, 1),
         "optimizer_steps": optimizer_step(model),
         "precision": {

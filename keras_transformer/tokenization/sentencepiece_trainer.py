@@ -33,6 +33,7 @@ DEFAULT_MAX_SENTENCES = 500_000
 MIN_SAMPLE = 100  # SentencePiece's input_sentence_size must be 0 (all) or above this
 SAMPLE_BATCH = 65536  # sentences handled at a time while sampling
 RESERVED_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+WORD_START = "\u2581"  # SentencePiece's mark of a word's start ("▁")
 
 PathLike = str | os.PathLike
 # A file, sentences, or files. A sized iterable of sentences that also has a ``batches()``
@@ -378,6 +379,35 @@ def _training_text(
         return _sample_batches(counted(), max_sentences, seed)
 
 
+def tag_piece(tag: str) -> str:
+    """Gives the piece that a tag written before a sentence is tokenized as: the tag as a word.
+
+    A tag (``"<bt>"``, ``"<fr>"``) marks a sentence's corpus or task: written as the first
+    word of a source sentence, it is one piece when the model reserves ``tag_piece(tag)``
+    (``train_tokenizers(source_symbols=[tag_piece(tag)])``), and the words after it are
+    tokenized as without it. SentencePiece starts a sentence with a word mark, so the
+    reserved piece is the tag with that mark (``"▁<bt>"``); the tag alone would leave a
+    lone ``"▁"`` piece before it.
+
+    Args:
+        tag: the tag as written, without whitespace.
+
+    Returns:
+        The piece to reserve.
+
+    Raises:
+        ValueError: ``tag`` is empty, not a string, or holds whitespace.
+
+    Example:
+
+    >>> tag_piece("<bt>")
+    '▁<bt>'
+    """
+    if not isinstance(tag, str) or not tag or any(c.isspace() or c == WORD_START for c in tag):
+        raise ValueError(f"A tag is a non-empty string without whitespace, got {tag!r}.")
+    return WORD_START + tag
+
+
 def train_tokenizers(
     src_texts: TextSource,
     tgt_texts: TextSource,
@@ -388,6 +418,7 @@ def train_tokenizers(
     *,
     max_sentences: int | None = DEFAULT_MAX_SENTENCES,
     seed: int = 0,
+    source_symbols: Sequence[str] = (),
     **options,
 ) -> tuple[Path, Path]:
     """Trains the source and target SentencePiece models of a run, or one shared model.
@@ -410,6 +441,8 @@ def train_tokenizers(
         model_type: ``"unigram"`` or ``"bpe"``.
         max_sentences: the most sentences a model is trained on (``None``: all).
         seed: the sample's seed, also SentencePiece's.
+        source_symbols: user-defined symbols of the source model only (of the
+            shared one when ``shared``), e.g. the ``tag_piece`` of each tag.
         **options: further ``train_sentencepiece`` arguments (not
             ``input_sentence_size``).
 
@@ -434,14 +467,22 @@ def train_tokenizers(
         raise ValueError("train_tokenizers samples with max_sentences=N; drop input_sentence_size.")
     src_path, tgt_path = tokenizer_paths(out_dir, shared)
     progress = bool(options.get("progress", False))
+    symbols = list(options.pop("user_defined_symbols", ()))
+    source_symbols = [*symbols, *(s for s in source_symbols if s not in symbols)]
     models = (
-        [((src_texts, tgt_texts), src_path)]
+        [((src_texts, tgt_texts), src_path, source_symbols)]
         if shared
-        else [((src_texts,), src_path), ((tgt_texts,), tgt_path)]
+        else [((src_texts,), src_path, source_symbols), ((tgt_texts,), tgt_path, symbols)]
     )
-    for texts, path in models:
+    for texts, path, user_defined_symbols in models:
         sentences = _training_text(texts, max_sentences, seed, progress, path.stem)
         train_sentencepiece(
-            sentences, path.with_suffix(""), vocab_size, model_type, seed=seed, **options
+            sentences,
+            path.with_suffix(""),
+            vocab_size,
+            model_type,
+            seed=seed,
+            user_defined_symbols=user_defined_symbols,
+            **options,
         )
     return src_path, tgt_path

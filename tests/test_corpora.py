@@ -1,0 +1,473 @@
+"""Several training corpora (``data.sources``): weights, tags, evaluation source, resume."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from training.config import check_data, corpus_sources, load_config
+
+pytestmark = pytest.mark.programs
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+PROG = "python -m training.train"
+
+
+def write_corpus(directory: Path, train: int, test: int = 5, seed: int = 0) -> Path:
+    """A small text corpus of the demo language pair: train/valid/test .src/.tgt files."""
+    from keras_transformer.data import demo_splits, write_parallel_files
+
+    splits = demo_splits(train=train, valid=4, test=test, seed=seed)
+    for split, pairs in splits.items():
+        write_parallel_files(pairs, directory, split)
+    return directory
+
+
+def two_sources(tmp_path, weights=(1, 3), tags=("<a>", "<b>"), **extra) -> list[dict]:
+    return [
+        {
+            "kind": "text",
+            "dir": str(write_corpus(tmp_path / "small", 60, test=5, seed=1)),
+            "weight": weights[0],
+            "tag": tags[0],
+            "name": "small",
+        },
+        {
+            "kind": "text",
+            "dir": str(write_corpus(tmp_path / "large", 240, test=7, seed=2)),
+            "weight": weights[1],
+            "tag": tags[1],
+            "name": "large",
+            **extra,
+        },
+    ]
+
+
+def tiny_config(sources, *overrides: str) -> dict:
+    return load_config(
+        "demo",
+        [
+            f"data.sources={json.dumps(sources)}",
+            "tokenizer.vocab_size=120",
+            "training.batch_size=32",
+            "training.batch_tokens=null",
+            "training.shuffle_buffer=null",
+            *overrides,
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- the config
+
+
+@pytest.mark.parametrize(
+    "sources, message",
+    [
+        ([], r"data.sources=\[\]: list one corpus or more"),
+        ({"kind": "text"}, r"data.sources=\{'kind': 'text'\}: list one corpus or more"),
+        (["corpus"], r"data.sources\[0\]='corpus': each corpus is a mapping"),
+        ([{"dir": "a", "weight": 0}], r"data.sources\[0\].weight=0: use a positive number"),
+        ([{"dir": "a", "weight": -1.5}], r"weight=-1.5: use a positive number"),
+        ([{"dir": "a", "weight": "two"}], r"weight='two': use a positive number"),
+        ([{"dir": "a", "tag": ""}], r"data.sources\[0\].tag='': a tag is a non-empty string"),
+        ([{"dir": "a", "tag": "<b t>"}], r"tag='<b t>': .*cannot hold whitespace"),
+        ([{"dir": "a", "tag": 3}], r"tag=3: a tag is a non-empty string"),
+        ([{"dir": "a", "tag": "＜bt＞"}], r"NFKC normalisation changes it"),
+        ([{"dir": "a", "weigth": 1}], r"no key\(s\) \['weigth'\]"),
+        ([{"dir": "a", "kind": "csv"}], r"data.sources\[0\].kind='csv': use synthetic, text"),
+    ],
+)
+def test_bad_sources_are_named(sources, message):
+    with pytest.raises(ValueError, match=message):
+        corpus_sources({"sources": sources})
+
+
+def test_sources_resolve_with_defaults_and_the_eval_source_by_index_or_name():
+    sources = corpus_sources(
+        {"sources": [{"dir": "corpora/x"}, {"kind": "tsv", "tsv": {"train": "t/y.tsv"}}]}
+    )
+    assert sources == [
+        {"kind": "text", "dir": "corpora/x", "weight": 1.0, "tag": None, "name": "x"},
+        {"kind": "tsv", "tsv": {"train": "t/y.tsv"}, "weight": 1.0, "tag": None, "name": "y.tsv"},
+    ]
+    two = [{"dir": "a"}, {"dir": "b", "name": "bt"}]
+    corpus_sources({"sources": two, "eval_source": "bt"})
+    corpus_sources({"sources": two, "eval_source": 1})
+    for chosen, message in [(2, "use an index of data.sources"), ("c", "no corpus has that name")]:
+        with pytest.raises(ValueError, match=message):
+            corpus_sources({"sources": two, "eval_source": chosen})
+    with pytest.raises(ValueError, match="several corpora have it"):
+        corpus_sources({"sources": [{"dir": "x/a"}, {"dir": "y/a"}], "eval_source": "a"})
+    with pytest.raises(ValueError, match="this config has one corpus"):
+        check_data(load_config("demo", ["data.eval_source=1"]))
+
+
+def test_a_single_corpus_config_is_unchanged():
+    """Without data.sources: the corpus, the tokenizer text and a preparation's description
+    are what they were before several corpora existed."""
+    from keras_transformer.data import PairSource
+    from training.corpus import load_corpus
+    from training.trainer import _preparation
+
+    config = load_config("demo", ["data.synthetic={train: 30, valid: 3, test: 3, seed: 1}"])
+    check_data(config)
+    assert corpus_sources(config["data"]) is None
+    assert isinstance(load_corpus(config["data"])["train"], PairSource)
+    assert set(_preparation(config)["source"]) == {"kind", "dir", "synthetic", "tsv", "tfds"}
+
+
+def _program(args, timeout=300):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    return subprocess.run(
+        [sys.executable, "-m", "training.train", *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    "sources, message",
+    [
+        ("[{kind: text, dir: corpora/x, weight: 0}]", "data.sources[0].weight=0: use a positive"),
+        ("[]", "data.sources=[]: list one corpus or more"),
+        ("{kind: text}", "use a list or null"),
+        ("[{dir: x, tag: ''}]", "data.sources[0].tag='': a tag is a non-empty string"),
+        ("[{dir: x, tag: 'a b'}]", "cannot hold whitespace"),
+    ],
+)
+def test_bad_sources_end_the_program_in_one_line(tmp_path, sources, message):
+    result = _program(
+        ["--config", "demo", "--workdir", str(tmp_path / "w"), "--set", f"data.sources={sources}"]
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{PROG}: error: "), result.stderr
+    assert message in lines[0]
+
+
+def test_a_missing_corpus_ends_the_program_in_one_line(tmp_path):
+    sources = [{"kind": "text", "dir": str(tmp_path / "nowhere"), "weight": 1, "name": "gone"}]
+    result = _program(
+        ["--config", "demo", "--workdir", str(tmp_path / "w"), "--set", f"data.sources={sources}"]
+    )
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr
+    assert last.startswith(f"{PROG}: error: data.sources[0] (gone): No training data:"), last
+    assert "train.src does not exist" in last
+
+
+# --------------------------------------------------------------------------- tags and sampling
+
+
+def test_tags_are_one_piece_of_the_source_model_only(tmp_path):
+    from keras_transformer.tokenization import SubwordTokenizer, tag_piece, train_tokenizers
+
+    assert tag_piece("<bt>") == "\u2581<bt>"
+    with pytest.raises(ValueError, match="without whitespace"):
+        tag_piece("a b")
+    src_texts = ["the cat sleeps", "a dog runs in the park"] * 60
+    tgt_texts = ["die Katze schläft", "ein Hund läuft im Park"] * 60
+    src_path, tgt_path = train_tokenizers(
+        src_texts, tgt_texts, tmp_path, vocab_size=60, source_symbols=[tag_piece("<bt>")]
+    )
+    src, tgt = SubwordTokenizer.from_file(src_path), SubwordTokenizer.from_file(tgt_path)
+    tagged, plain = src.tokenize(["<bt> a dog runs", "a dog runs"])
+    assert len(src.tokenize("<bt>").numpy()) == 1
+    assert (
+        src.pieces(tagged)[0] == "\u2581<bt>"
+        and tagged.numpy().tolist()[1:] == plain.numpy().tolist()
+    )
+    assert "\u2581<bt>" not in tgt.pieces(range(tgt.vocab_size))
+    assert src.detokenize(tagged).numpy().decode() == "<bt> a dog runs"
+
+
+def _mixed_input(tmp_path, config, workdir):
+    import keras
+
+    from training.corpus import load_corpus
+    from training.trainer import build_tokenizers, datasets
+
+    keras.utils.set_random_seed(config["training"]["seed"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    corpus = load_corpus(config["data"])
+    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
+    return corpus, src_tok, datasets(config, corpus, src_tok, tgt_tok)
+
+
+def test_weighted_sampling_matches_the_weights_and_tags_start_the_sources(tmp_path):
+    """Weights 1 and 3: over 4,000 sampled pairs the large corpus's share is 3/4 within four
+    standard deviations of a binomial count; every source row starts with its corpus's tag."""
+    import numpy as np
+
+    config = tiny_config(two_sources(tmp_path))
+    corpus, src_tok, (train, valid) = _mixed_input(tmp_path, config, tmp_path / "w")
+    tag_ids = [int(src_tok.tokenize(tag).numpy()[0]) for tag in ("<a>", "<b>")]
+    assert [src_tok.piece(i) for i in tag_ids] == ["\u2581<a>", "\u2581<b>"]
+    firsts = np.concatenate([inputs[0][:, 0] for inputs, _ in train.take(125).as_numpy_iterator()])
+    assert len(firsts) == 4000
+    assert set(np.unique(firsts)) == set(tag_ids)  # tags reach the model, first of every row
+    share, expected = float(np.mean(firsts == tag_ids[1])), 0.75
+    assert abs(share - expected) < 4 * math.sqrt(expected * (1 - expected) / len(firsts)), share
+    # The small corpus (60 pairs) ran out many times over: it repeats on its own.
+    assert np.sum(firsts == tag_ids[0]) > 3 * 60
+    # Validation and test come from the first corpus, tagged with its tag.
+    assert all(source.startswith("<a> ") for source, _ in corpus["test"])
+    assert len(corpus["test"]) == 5
+    rows = np.concatenate([inputs[0][:, 0] for inputs, _ in valid.as_numpy_iterator()])
+    assert set(rows) == {tag_ids[0]}
+
+
+def test_the_mixed_stream_is_the_same_after_a_skip(tmp_path):
+    """What a resumed ``fit`` does (a new dataset from its start, skipping the micro-batches
+    already used) gives the batches an uninterrupted run reads next."""
+    import numpy as np
+
+    config = tiny_config(two_sources(tmp_path, weights=(2, 1), tags=("<a>", None)))
+    _, _, (first, _) = _mixed_input(tmp_path, config, tmp_path / "w")
+    uninterrupted = list(first.take(30).as_numpy_iterator())
+    _, _, (again, _) = _mixed_input(tmp_path, config, tmp_path / "w")  # a new process's dataset
+    resumed = list(again.skip(18).take(12).as_numpy_iterator())
+    assert len(resumed) == 12
+    for (got_in, got_out), (want_in, want_out) in zip(resumed, uninterrupted[18:]):
+        for got, want in zip((*got_in, got_out), (*want_in, want_out)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_mixed_streams_iterator_is_saved_and_restored(tmp_path):
+    """What a resumed custom loop does (its backup holds the input iterator's state)."""
+    import numpy as np
+    import tensorflow as tf
+
+    config = tiny_config(two_sources(tmp_path, weights=(1, 2)))
+    _, _, (train, _) = _mixed_input(tmp_path, config, tmp_path / "w")
+    iterator = iter(train)
+    for _ in range(4):
+        next(iterator)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    path = checkpoint.write(str(tmp_path / "ckpt" / "input"))
+    ahead = [next(iterator)[1].numpy() for _ in range(6)]
+    checkpoint.read(path).assert_consumed()
+    again = [next(iterator)[1].numpy() for _ in range(6)]
+    for got, want in zip(again, ahead):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_tag_the_workdirs_tokenizer_lacks_is_refused(tmp_path):
+    config = tiny_config(two_sources(tmp_path, tags=(None, None)))
+    _mixed_input(tmp_path, config, tmp_path / "w")  # trains the tokenizer without tags
+    tagged = tiny_config(two_sources(tmp_path, tags=(None, "<new>")))
+    with pytest.raises(ValueError, match="tag '<new>' .* is not one piece of the source tokenizer"):
+        _mixed_input(tmp_path, tagged, tmp_path / "w")
+
+
+def test_prepared_shards_refuse_several_corpora(tmp_path):
+    from training.corpus import load_corpus
+    from training.trainer import find_prepared
+
+    config = tiny_config(two_sources(tmp_path), "data.prepare=true")
+    corpus = load_corpus(config["data"])
+    with pytest.raises(ValueError, match="prepared shards take one corpus"):
+        find_prepared(config, tmp_path / "w", corpus, None, None)
+    auto = tiny_config(two_sources(tmp_path), "data.prepare=auto")
+    assert find_prepared(auto, tmp_path / "w", corpus, None, None) is None
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.prepare",
+            "--config",
+            "demo",
+            "--workdir",
+            str(tmp_path / "p"),
+            "--set",
+            f"data.sources={json.dumps(two_sources(tmp_path))}",
+        ],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2 and "prepared shards take one" in result.stderr
+
+
+# --------------------------------------------------------------------------- the program
+
+
+@pytest.mark.slow  # a training and a SavedModel export
+def test_two_tagged_corpora_train_and_the_tags_survive_export(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer import Workdir
+    from keras_transformer.exporters import export_saved_model
+
+    workdir = tmp_path / "run"
+    sources = two_sources(tmp_path)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.train",
+            "--config",
+            "demo",
+            "--workdir",
+            str(workdir),
+            "--set",
+            f"data.sources={json.dumps(sources)}",
+            "--set",
+            "data.eval_source=large",
+            "--set",
+            "tokenizer.vocab_size=120",
+            "--set",
+            "model.d_model=32",
+            "--set",
+            "model.d_ff=64",
+            "--set",
+            "training.epochs=2",
+            "--set",
+            "training.steps_per_epoch=2",
+            "--set",
+            "training.steps_per_execution=1",
+            "--set",
+            "training.batch_tokens=256",
+            "--set",
+            "training.average_last=1",
+        ],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert [row["name"] for row in metrics["sources"]] == ["small", "large"]
+    assert [row["share"] for row in metrics["sources"]] == [0.25, 0.75]
+    assert metrics["test"]["sentences"] == 7  # the large corpus's test split (eval_source)
+
+    trained = Workdir(workdir).load()  # model.keras and the workdir's tokenizer
+    ids = trained.src_tokenizer.tokenize(["<b> ka mi", "<a>"]).to_list()
+    assert trained.src_tokenizer.pieces(ids[0])[0] == "\u2581<b>" and len(ids[1]) == 1
+    from keras_transformer.translate import Translator
+
+    translator = Translator(trained.model, trained.src_tokenizer, trained.tgt_tokenizer)
+    assert len(translator.translate(["<b> ka mi"])) == 1  # decodes a tagged sentence
+
+    version = export_saved_model(workdir, tmp_path / "served", beam_size=1)
+    loaded = tf.saved_model.load(str(version))
+    pieces = loaded.signatures["cross_attention"](sentence=tf.constant("<b> ka mi"))
+    source_pieces = [piece.decode() for piece in np.asarray(pieces["source_pieces"])]
+    assert source_pieces[0] == "\u2581<b>" and source_pieces[-1] == "</s>", source_pieces
+
+
+@pytest.mark.slow  # a killed training, then its resumption
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_killed_run_on_two_weighted_corpora_resumes(tmp_path, loop):
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "training.train",
+        "--config",
+        "demo",
+        "--workdir",
+        str(workdir),
+        "--set",
+        f"data.sources={json.dumps(two_sources(tmp_path, weights=(1, 2), tags=('<a>', None)))}",
+        "--set",
+        "tokenizer.vocab_size=120",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.d_ff=64",
+        "--set",
+        f"training.loop={loop}",
+        "--set",
+        "training.epochs=6",
+        "--set",
+        "training.steps_per_epoch=4",
+        "--set",
+        "training.steps_per_execution=1",
+        "--set",
+        "training.backup_every_steps=2",
+        "--set",
+        "training.batch_tokens=256",
+        "--set",
+        "evaluation.max_sentences=3",
+    ]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    backup = workdir / "backup" / "training_metadata.json"
+    process = subprocess.Popen(
+        command, cwd=CHECKOUT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 300
+    while not backup.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    assert backup.exists(), "no backup written before the deadline"
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
+    resumed_at = json.loads(backup.read_text())["step"]
+    result = subprocess.run(
+        command, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert f"at step {resumed_at}" in result.stderr
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    assert metrics["optimizer_steps"] == 24
+    assert len(metrics["history"]["loss"]) == 6 - resumed_at // 4
+
+
+@pytest.mark.slow  # two worker processes
+def test_two_workers_train_on_the_same_weighted_stream(tmp_path):
+    """Multi-worker on 127.0.0.1 with two weighted corpora: every worker reads the same sampled
+    stream (the text; prepared shards take one corpus), each replica its slice of the batches."""
+    sys.path.insert(0, str(CHECKOUT / "tests"))
+    from loopback import free_ports
+
+    sources = json.dumps(two_sources(tmp_path, weights=(1, 2), tags=("<a>", None)))
+    ports = free_ports(2)
+    workers = []
+    for index in range(2):
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
+        command = [
+            *("-m", "training.train", "--config", "demo", "--workdir", str(tmp_path / "run")),
+            *("--strategy", "multi_worker", "--set", f"data.sources={sources}"),
+            *("--set", "tokenizer.vocab_size=120", "--set", "model.d_model=32"),
+            *("--set", "model.d_ff=64", "--set", "training.epochs=2"),
+            *("--set", "training.steps_per_epoch=3", "--set", "training.steps_per_execution=1"),
+            *("--set", "training.batch_tokens=256", "--set", "evaluation.max_sentences=3"),
+        ]
+        workers.append(
+            subprocess.Popen(
+                [sys.executable, *command],
+                cwd=CHECKOUT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output[-4000:]
+    chief, other = tmp_path / "run", tmp_path / "run" / "worker_1"
+    metrics = [json.loads((path / "metrics.json").read_text()) for path in (chief, other)]
+    assert metrics[0]["optimizer_steps"] == metrics[1]["optimizer_steps"] == 6
+    assert metrics[0]["history"]["loss"] == metrics[1]["history"]["loss"]
+    assert metrics[0]["sources"] == metrics[1]["sources"]
