@@ -5,17 +5,47 @@
     python -m export.translate --model exports/demo/1 --plot-attention sentence.png "a sentence"
 
 ``--beam`` must be 1 (greedy) or the beam size fixed at export time. The
-library call is ``keras_transformer.Translator.from_saved_model``.
+library call is ``keras_transformer.Translator.from_saved_model`` and its
+``translate_iterable``.
+
+Standard input is read ``--window`` lines at a time; each window is sorted by
+length, batched by ``--batch-tokens`` (the padded source tokens of a batch:
+sentences × longest source; a longer sentence goes alone), translated, and its
+translations are written in input order before the next window is read, so a
+file of any length needs one window in memory. The output has one line a
+line of input, an empty line for an empty one. On a terminal a progress bar
+shows on stderr (with the ``[train]`` extra's tqdm).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from pathlib import Path
 
 from programs import ArgumentParser, existing_path, fail, run, setup_logging
 
 PROG = "python -m export.translate"
+# keras_transformer.translate.BATCH_TOKENS and WINDOW, for --help before TensorFlow is imported
+# (tests/test_file_translation.py keeps them equal).
+BATCH_TOKENS = 2048
+WINDOW = 10_000
+
+
+def lines_in(stream) -> int | None:
+    """The lines of ``stream`` if it is a regular file (for the progress bar's total), read
+    without moving its offset; ``None`` for a pipe or a terminal."""
+    try:
+        fd = stream.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        lines, offset, last = 0, os.lseek(fd, 0, os.SEEK_CUR), b"\n"
+        while chunk := os.pread(fd, 1 << 20, offset):
+            lines, offset, last = lines + chunk.count(b"\n"), offset + len(chunk), chunk[-1:]
+        return lines + (last != b"\n")  # a last line without its newline counts too
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def plot_attention(translator, sentence: str, path: Path) -> str:
@@ -59,7 +89,29 @@ def parse_args(argv=None):
     parser.add_argument(
         "--beam", type=int, default=None, help="1 = greedy; default: the exported beam"
     )
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N sentences a batch (default: as many as --batch-tokens allows)",
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=BATCH_TOKENS,
+        metavar="N",
+        help="padded source tokens a batch: sentences x longest source, the sentences sorted by "
+        f"length (default: {BATCH_TOKENS})",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=WINDOW,
+        metavar="N",
+        help="lines read, sorted and translated at a time; their translations are written before "
+        f"the next are read (default: {WINDOW})",
+    )
     parser.add_argument(
         "--plot-attention",
         type=Path,
@@ -73,8 +125,10 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.plot_attention is not None and not args.sentences:
         parser.error("--plot-attention needs the sentence as an argument")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    for flag in ("batch_size", "batch_tokens", "window"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     existing_path(PROG, args.model, "SavedModel")
     return args
 
@@ -90,11 +144,23 @@ def main(argv=None) -> int:
         if args.plot_attention is not None:
             print(plot_attention(translator, args.sentences[0], args.plot_attention))
             return 0
-        lines = args.sentences or [line.rstrip("\n") for line in sys.stdin]
-        for translation in translator.translate(
-            lines, batch_size=args.batch_size, progress=not args.sentences
-        ):
+        if args.sentences:
+            lines, total = args.sentences, None
+        else:
+            lines = (line.rstrip("\n") for line in sys.stdin)
+            total = lines_in(sys.stdin) if sys.stderr.isatty() else None  # the bar's length
+        translations = translator.translate_iterable(
+            lines,
+            args.batch_size,
+            progress=not args.sentences,
+            batch_tokens=args.batch_tokens,
+            window=args.window,
+            total=total,
+        )
+        for written, translation in enumerate(translations, 1):
             print(translation)
+            if written % args.window == 0:  # a window's translations out before the next is read
+                sys.stdout.flush()
         return 0
 
     return run(PROG, translate, expected=(ValueError,))

@@ -4,15 +4,20 @@
 loads a training run); ``Translator.from_saved_model`` runs an exported
 SavedModel's signatures instead, the graph TF Serving runs, with the same
 ``translate``. ``best_ids``, ``decode_in_parts`` and ``pad_for_xla`` are the
-decoding calls they and the SavedModel exporter share.
+decoding calls they and the SavedModel exporter share; ``token_batches`` is how
+both translators batch a long input (sorted by length, a token budget a batch),
+and ``Translator.translate_iterable`` streams a file through them a window of
+lines at a time.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
 from pathlib import Path
 
+import sentencepiece as spm
 import tensorflow as tf
 
 from keras_transformer.beam_search import beam_search, check_stopping
@@ -201,19 +206,121 @@ def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, b
     )
 
 
+# How a translator batches a long input (``token_batches``): at most BATCH_TOKENS padded source
+# tokens a batch (rows × longest source), the lines read WINDOW at a time by
+# ``Translator.translate_iterable``; INPUT_ORDER_BATCH sentences a batch in input order when no
+# token budget is asked for (``batch_tokens=None``, the batching before token budgets).
+BATCH_TOKENS = 2048
+WINDOW = 10_000
+INPUT_ORDER_BATCH = 64
+
+
+def check_batching(
+    batch_tokens: int | None, batch_size: int | None = None, window: int | None = None
+) -> None:
+    """Raise a ``ValueError`` unless each batching option is ``None`` or at least 1.
+
+    Args:
+        batch_tokens: the token budget of a batch (``token_batches``).
+        batch_size: the most sentences a batch.
+        window: the lines read and sorted at a time (``Translator.translate_iterable``).
+
+    Raises:
+        ValueError: an option is below 1, named in the message.
+    """
+    for name, value in (("batch_tokens", batch_tokens), ("batch_size", batch_size)):
+        if value is not None and value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}.")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 (lines read at a time), got {window}.")
+
+
+def batch_capacity(length: int, batch_tokens: int | None, batch_size: int | None = None) -> int:
+    """The most sentences a batch whose longest source has ``length`` tokens may hold.
+
+    Args:
+        length: the batch's longest source, in tokens (EOS included).
+        batch_tokens: the token budget (rows × longest source); ``None``: none.
+        batch_size: the most sentences a batch; ``None``: no limit but the budget
+            (``INPUT_ORDER_BATCH`` when there is no budget either).
+
+    Returns:
+        ``batch_tokens // length`` (at least 1: a source longer than the budget goes
+        alone), capped at ``batch_size``.
+
+    Example:
+        >>> batch_capacity(10, 64), batch_capacity(100, 64), batch_capacity(10, 64, 4)
+        (6, 1, 4)
+    """
+    if batch_tokens is None:
+        return batch_size or INPUT_ORDER_BATCH
+    rows = max(1, batch_tokens // max(1, length))
+    return rows if batch_size is None else min(rows, batch_size)
+
+
+def token_batches(
+    lengths: Sequence[int], batch_tokens: int | None = BATCH_TOKENS, batch_size: int | None = None
+) -> list[list[int]]:
+    """The batches of a window of sources: sorted by length, filled up to a token budget.
+
+    Sentences are taken shortest first (a stable sort) and a batch is closed when
+    one more would put its rows × longest source over ``batch_tokens`` or its
+    rows over ``batch_size`` (``batch_capacity``); a source longer than the
+    budget is a batch alone. Every index appears in exactly one batch. With
+    ``batch_tokens=None`` the batches are ``batch_size`` (default
+    ``INPUT_ORDER_BATCH``) sentences in input order instead. Both translators
+    batch with it (``Translator.translate_iterable``).
+
+    Args:
+        lengths: each source's length in tokens (EOS included).
+        batch_tokens: the token budget of a batch; ``None``: input order.
+        batch_size: the most sentences a batch (``None``: no limit but the budget).
+
+    Returns:
+        Lists of indices into ``lengths``, one a batch.
+
+    Raises:
+        ValueError: ``batch_tokens`` or ``batch_size`` is below 1.
+
+    Example:
+        >>> token_batches([5, 2, 9, 2, 3], batch_tokens=8)
+        [[1, 3], [4], [0], [2]]
+        >>> token_batches([5, 2, 9, 2, 3], batch_tokens=None, batch_size=2)
+        [[0, 1], [2, 3], [4]]
+    """
+    check_batching(batch_tokens, batch_size)
+    if batch_tokens is None:
+        size = batch_size or INPUT_ORDER_BATCH
+        starts = range(0, len(lengths), size)
+        return [list(range(start, min(start + size, len(lengths)))) for start in starts]
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for index in sorted(range(len(lengths)), key=lengths.__getitem__):
+        # Shortest first: the new source is the batch's longest.
+        if batch and len(batch) + 1 > batch_capacity(lengths[index], batch_tokens, batch_size):
+            batches.append(batch)
+            batch = []
+        batch.append(index)
+    if batch:
+        batches.append(batch)
+    return batches
+
+
 class Translator(tf.Module):
     """Translates Python strings with a Keras model in this process, or an exported SavedModel.
 
     Tokenizes, decodes (greedy for ``beam_size=1``, else beam search) and
     detokenizes. The decoder is traced once, for batches of any shape, and a
     batch of many sentences decodes as ``decode_parts`` parts side by side
-    (``decode_in_parts``). ``jit_compile=True`` compiles the static-shape
-    decoders with XLA instead: each batch is padded to ``batch_size`` rows
-    and its source length to a multiple of ``length_bucket``
-    (``pad_for_xla``), so a file costs one compilation per length bucket and
-    then decodes faster. Translations are the same either way.
-    ``Translator.from_saved_model(path)`` gives a translator with the same
-    ``translate`` over an export's signatures.
+    (``decode_in_parts``). ``translate`` and ``translate_iterable`` sort the
+    sentences by length and batch them by a token budget (``token_batches``),
+    the latter a window of lines at a time, for files. ``jit_compile=True``
+    compiles the static-shape decoders with XLA instead: each source length is
+    padded to a multiple of ``length_bucket`` and each batch to the rows its
+    bucket may hold (``pad_for_xla``, ``batch_capacity``), so a file costs one
+    compilation per length bucket and then decodes faster. Translations are the
+    same either way. ``Translator.from_saved_model(path)`` gives a translator
+    with the same ``translate`` over an export's signatures.
 
     Args:
         model: a ``keras_transformer.Transformer``.
@@ -241,6 +348,9 @@ class Translator(tf.Module):
         translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
         translator = Translator.from_saved_model("exports/demo")  # the newest version
         translator.translate(["the boy sees 3 cats"])
+        with open("test.de") as lines, open("test.en", "w") as out:  # a window at a time
+            for translation in translator.translate_iterable(line.rstrip("\n") for line in lines):
+                print(translation, file=out)
     """
 
     def __init__(
@@ -357,12 +467,13 @@ class Translator(tf.Module):
         """
         return _SavedModelTranslator(path, beam_size=beam_size)
 
-    def _decode(self, ids: tf.Tensor, batch_size: int):
+    def _decode(self, ids: tf.Tensor, capacity: int):
+        """``(tokens, scores)`` of a batch of ids; under XLA padded to ``capacity`` rows first."""
         if not self.jit_compile:
             return self._decode_dynamic(tf.cast(ids, tf.int32))
         rows, length = ids.shape
         bucket = round_up(length, self.length_bucket)
-        padded = pad_for_xla(ids, batch_size, self.length_bucket, self.model.config.pad_id)
+        padded = pad_for_xla(ids, capacity, self.length_bucket, self.model.config.pad_id)
         if bucket not in self._compiled:
             buffer = bucket + self._options["extra_length"]
             self._compiled[bucket] = tf.function(
@@ -373,40 +484,114 @@ class Translator(tf.Module):
         return tokens[:rows], scores[:rows]
 
     def translate(
-        self, sentences: Sequence[str], batch_size: int = 64, progress: bool = False
+        self,
+        sentences: Sequence[str],
+        batch_size: int | None = None,
+        progress: bool = False,
+        *,
+        batch_tokens: int | None = BATCH_TOKENS,
+        window: int | None = None,
     ) -> list[str]:
-        """Translations of ``sentences``, in order, ``batch_size`` at a time.
+        """Translations of ``sentences``, in their order, batched by length (``token_batches``).
+
+        The sentences are sorted by source length and batched up to
+        ``batch_tokens`` padded source tokens a batch; a sentence translates the
+        same in any batch, so only the speed depends on the batching.
 
         Args:
             sentences: the source sentences.
-            batch_size: sentences a batch.
-            progress: show a progress bar (needs ``tqdm``).
+            batch_size: the most sentences a batch (``None``: no limit but the
+                token budget); with ``batch_tokens=None``, the sentences a batch.
+            progress: show a progress bar on a terminal (needs ``tqdm``).
+            batch_tokens: the token budget of a batch (rows × longest source);
+                ``None``: ``batch_size`` (default 64) sentences a batch in input order.
+            window: sort and batch this many sentences at a time (``None``: all).
 
         Returns:
-            One translation a sentence.
-        """
-        outputs: list[str] = []
-        with progress_bar(progress, total=len(sentences), desc="translating", unit="sent") as bar:
-            for start in range(0, len(sentences), batch_size):
-                batch = list(sentences[start : start + batch_size])
-                translations = self._translate_batch(batch, batch_size).numpy()
-                outputs.extend(text.decode("utf-8") for text in translations)
-                bar.update(len(batch))
-        return outputs
+            One translation a sentence, in input order.
 
-    def _translate_batch(self, batch: list[str], batch_size: int) -> tf.Tensor:
-        """The translations of ``batch`` as a string tensor; an empty sentence gives ``""``.
-
-        The text is read as the SavedModel reads it: whitespace normalised, and a sentence with
-        nothing left translates to the empty string.
+        Raises:
+            ValueError: a batching option is below 1.
         """
-        text = normalize_whitespace_tf(tf.constant(batch, tf.string))
-        ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
-            default_value=self.model.config.pad_id
+        return list(
+            self.translate_iterable(
+                sentences, batch_size, progress, batch_tokens=batch_tokens, window=window
+            )
         )
-        tokens, _ = self._decode(ids, batch_size)
-        translations = self.tgt_tokenizer.detokenize(tokens)
-        return tf.where(tf.equal(tf.strings.length(text), 0), tf.constant(""), translations)
+
+    def translate_iterable(
+        self,
+        lines: Iterable[str],
+        batch_size: int | None = None,
+        progress: bool = False,
+        *,
+        batch_tokens: int | None = BATCH_TOKENS,
+        window: int | None = WINDOW,
+        total: int | None = None,
+    ) -> Iterator[str]:
+        """The translations of ``lines`` as an iterator, reading ``window`` lines at a time.
+
+        Each window of lines is sorted by length, batched (``token_batches``),
+        translated, and its translations come out in input order before the next
+        window is read: a file of any length needs a window's lines in memory, not
+        the file's (as Marian's maxi-batch and CTranslate2's ``read_batch_size``).
+
+        Args:
+            lines: the source sentences, e.g. an open file's lines without
+                their newlines.
+            batch_size: the most sentences a batch (``None``: no limit but the
+                token budget); with ``batch_tokens=None``, the sentences a batch.
+            progress: show a progress bar on a terminal (needs ``tqdm``).
+            batch_tokens: the token budget of a batch (rows × longest source);
+                ``None``: ``batch_size`` sentences a batch in input order.
+            window: the lines read, sorted and batched at a time (``None``: all).
+            total: the lines to expect, for the progress bar (default:
+                ``len(lines)`` where ``lines`` has one).
+
+        Returns:
+            An iterator of one translation a line, in input order.
+
+        Raises:
+            ValueError: a batching option is below 1 (when called, not when iterated).
+        """
+        check_batching(batch_tokens, batch_size, window)
+        if total is None and isinstance(lines, Sized):
+            total = len(lines)
+        return self._stream(iter(lines), batch_size, progress, batch_tokens, window, total)
+
+    def _stream(self, lines, batch_size, progress, batch_tokens, window, total) -> Iterator[str]:
+        with progress_bar(progress, total=total, desc="translating", unit="sent") as bar:
+            while chunk := list(itertools.islice(lines, window)):
+                lengths, prepared = self._prepare(chunk)
+                outputs = [""] * len(chunk)
+                for batch in token_batches(lengths, batch_tokens, batch_size):
+                    longest = max(lengths[index] for index in batch)
+                    rows = batch_capacity(longest, batch_tokens, batch_size)
+                    for index, text in zip(batch, self._translate_rows(prepared, batch, rows)):
+                        outputs[index] = text
+                    bar.update(len(batch))
+                yield from outputs
+
+    def _prepare(self, texts: list[str]) -> tuple[list[int], tuple[tf.RaggedTensor, list[bool]]]:
+        """Each text's source length as batched (XLA: rounded up to its bucket), the ids, blanks.
+
+        The text is read as the SavedModel reads it: whitespace normalised, and a text with
+        nothing left (blank) translates to ``""``.
+        """
+        text = normalize_whitespace_tf(tf.constant(texts, tf.string))
+        ids = encode_sources(self.src_tokenizer, text, self.max_src_length)
+        lengths = ids.row_lengths().numpy().tolist()
+        if self.jit_compile:  # a batch is decoded padded to its bucket: budget the padded length
+            lengths = [round_up(length, self.length_bucket) for length in lengths]
+        return lengths, (ids, (tf.strings.length(text) == 0).numpy().tolist())
+
+    def _translate_rows(self, prepared, rows: list[int], capacity: int) -> list[str]:
+        """The translations of ``rows`` of ``_prepare``'s output, padded to ``capacity`` rows."""
+        ids, blank = prepared
+        batch = tf.gather(ids, rows).to_tensor(default_value=self.model.config.pad_id)
+        tokens, _ = self._decode(batch, capacity)
+        texts = self.tgt_tokenizer.detokenize(tokens).numpy()
+        return ["" if blank[row] else text.decode("utf-8") for row, text in zip(rows, texts)]
 
 
 def saved_model_version(path: str | os.PathLike) -> Path:
@@ -449,13 +634,27 @@ class _SavedModelTranslator(Translator):
         self._beam_size = self.exported_beam_size if beam_size is None else beam_size
         name = "translate_greedy" if self._beam_size == 1 else "serving_default"
         self._signature = self.saved_model.signatures[name]
+        self._count_pieces = None  # by the export's source SentencePiece model, at first use
 
     @property
     def beam_size(self) -> int:
         return self._beam_size
 
-    def _translate_batch(self, batch: list[str], batch_size: int) -> tf.Tensor:
-        return self._signature(inputs=tf.constant(batch, dtype=tf.string))["translations"]
+    def _prepare(self, texts: list[str]) -> tuple[list[int], list[str]]:
+        """Each text's source pieces + EOS (by the export's SentencePiece model), and the texts."""
+        if self._count_pieces is None:
+            asset = getattr(self.saved_model, "source_spm", None)
+            if asset is None:  # not one of our exports: words for pieces
+                self._count_pieces = lambda batch: [len(text.split()) for text in batch]
+            else:
+                model = spm.SentencePieceProcessor(model_file=asset.asset_path.numpy().decode())
+                self._count_pieces = lambda batch: [len(ids) for ids in model.encode(batch)]
+        return [pieces + 1 for pieces in self._count_pieces(texts)], texts
+
+    def _translate_rows(self, texts: list[str], rows: list[int], capacity: int) -> list[str]:
+        inputs = tf.constant([texts[row] for row in rows], dtype=tf.string)
+        translations = self._signature(inputs=inputs)["translations"].numpy()
+        return [text.decode("utf-8") for text in translations]
 
     def cross_attention(self, sentence: str) -> dict:
         """The ``cross_attention`` signature's outputs for one sentence, as Python values.

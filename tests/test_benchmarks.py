@@ -553,3 +553,58 @@ def test_row_products_refuses_bad_settings():
 
     with pytest.raises(SystemExit):
         row_products.main(["--layers", "0"])
+
+
+def _file_translation(tiny_workdir, tmp_path, *options):
+    """``benchmarks.file_translation`` on 13 demo lines, one empty: its report."""
+    import json
+
+    from benchmarks import file_translation
+    from keras_transformer.data.synthetic import generate_pairs
+
+    pairs = generate_pairs(12, seed=7)
+    pairs.insert(6, ("", ""))  # an empty line
+    src, ref = tmp_path / "test.src", tmp_path / "test.tgt"
+    src.write_text("".join(f"{s}\n" for s, _ in pairs))
+    ref.write_text("".join(f"{t}\n" for _, t in pairs))
+    out = tmp_path / "file.json"
+    argv = ["--workdir", str(tiny_workdir), "--src", str(src), "--ref", str(ref)]
+    argv += ["--batch-tokens", "40", "--window", "5", "--json", str(out), *options]
+    assert file_translation.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["lines"] == 13 and report["cpu"] and report["threads"] >= 1
+    return report["results"]
+
+
+def test_file_translation_times_sorted_against_input_order_batches(tiny_workdir, tmp_path, capsys):
+    """The sorted token batches and the batches in input order translate alike; a bad
+    value is the parser's error."""
+    from benchmarks import file_translation
+
+    options = ["--beam", "1", "--engines", "sorted", "input_order"]  # greedy: traced faster
+    results = _file_translation(tiny_workdir, tmp_path, *options)
+    assert sorted(results) == ["input_order", "sorted"]
+    for result in results.values():
+        assert result["seconds"] > 0 and "ratio" not in result and "bleu" in result
+    assert results["input_order"]["agreement"] == 1.0  # a sentence translates alike in any batch
+    assert "input_order" in capsys.readouterr().out  # the table
+    with pytest.raises(SystemExit):
+        file_translation.main(["--workdir", str(tiny_workdir), "--src", "s", "--window", "0"])
+
+
+@pytest.mark.slow  # a SavedModel export and a CTranslate2 conversion: ~50 s
+def test_file_translation_times_every_way_through_a_file(tiny_workdir, tmp_path):
+    """Every engine translates the whole file, one line a line, with a ratio to
+    CTranslate2; the SavedModel, alone or as the program, as the Keras model does."""
+    pytest.importorskip("ctranslate2")
+    from benchmarks import file_translation
+
+    results = _file_translation(tiny_workdir, tmp_path, "--beam", "2")
+    assert sorted(results) == sorted(file_translation.ENGINES)
+    for result in results.values():
+        assert result["seconds"] > 0 and result["ratio"] > 0 and "bleu" in result
+    assert results["ctranslate2"]["ratio"] == 1.0
+    assert results["input_order"]["agreement"] == 1.0
+    # The SavedModel gives "" for the empty line, the Keras model what it decodes from EOS.
+    assert results["saved_model"]["agreement"] >= 12 / 13
+    assert results["program"]["agreement"] == results["saved_model"]["agreement"]

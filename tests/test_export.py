@@ -257,6 +257,36 @@ def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_translate_cli_on_a_file_batches_by_tokens_in_windows(export_dir, tmp_path):
+    """A file with empty lines, read three lines at a time and batched by a small token
+    budget: one output line a line, the empty ones empty, as the SavedModel translates
+    each sentence alone; the library's translator batches the same way."""
+    from keras_transformer.translate import Translator, token_batches
+
+    lines = [SENTENCES[2], "", SENTENCES[0], "a dog", "", SENTENCES[1], SENTENCES[2], "cats"]
+    source = tmp_path / "input.txt"
+    source.write_text("\n".join(lines) + "\n")
+    with open(source) as stdin:
+        result = subprocess.run(
+            [sys.executable, "-m", "export.translate", "--model", str(export_dir)]
+            + ["--batch-tokens", "20", "--window", "3"],
+            cwd=CHECKOUT,
+            env=ENV,
+            stdin=stdin,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert result.returncode == 0, result.stderr[-3000:]
+    translator = Translator.from_saved_model(export_dir)
+    alone = translator.translate(lines, batch_size=1, batch_tokens=None)
+    assert result.stdout.splitlines() == alone
+    assert all(out == "" for out, line in zip(alone, lines) if line == "")
+    lengths, _ = translator._prepare(lines)
+    assert len(token_batches(lengths, 20)) > 2  # the budget splits the window
+    assert translator.translate(lines, batch_tokens=20, window=5) == alone
+
+
 def test_cross_attention_signature_rows_are_distributions(export_dir):
     out = tf.saved_model.load(str(export_dir)).signatures["cross_attention"](
         sentence=tf.constant(SENTENCES[1])

@@ -78,6 +78,15 @@ BAD_INVOCATIONS = {
     ],
     "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],
     "translate with a missing model": ["export.translate", "--model", MISSING, "hello"],
+    "translate with no token budget": [
+        "export.translate",
+        "--model",
+        MISSING,
+        "--batch-tokens",
+        "0",
+        "hello",
+    ],
+    "translate a window of no lines": ["export.translate", "--model", MISSING, "--window", "-1"],
     "tflite from a missing workdir": ["export.tflite", "--workdir", MISSING, "--out", "m.tflite"],
     "ctranslate2 from a missing workdir": [
         "export.ctranslate2",
