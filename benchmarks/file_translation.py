@@ -17,11 +17,11 @@ thread count, each writing one line a line of input:
 - ``saved_model``: ``Translator.from_saved_model`` over a SavedModel of the
   workdir (``export_saved_model``), ``translate_iterable`` as for ``sorted``:
   the program's translation, loaded once;
-- ``program``: ``python -m export.translate`` (its ``main``, in this process,
-  stdin and stdout redirected to the files) over that SavedModel, with
-  ``--batch-tokens`` and ``--window``; its time includes loading the
-  SavedModel and the first calls' graph optimisation, as a run of the program
-  does;
+- ``program``: ``python -m export.translate`` in its own process (stdin and
+  stdout the files) over that SavedModel, with ``--batch-tokens`` and
+  ``--window``; its time includes starting Python, importing TensorFlow,
+  loading the SavedModel and the first calls' graph optimisation, as a run of
+  the program does;
 - ``ctranslate2``: the workdir converted by ``export_ctranslate2`` (float32),
   ``Translator.translate_iterable`` with ``max_batch_size=--batch-tokens``,
   ``batch_type="tokens"`` (CTranslate2 reads 16 batches' worth of lines and
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -84,22 +85,24 @@ def api_engine(translator, **options) -> Callable[[Path, Path], None]:
 
 
 def program_engine(saved_model: Path, beam: int, batch_tokens: int, window: int):
-    """``(src, out)`` → ``out`` written by ``export.translate``'s ``main`` over ``saved_model``."""
-    from export import translate as program
+    """``(src, out)`` → ``out`` written by ``python -m export.translate`` over ``saved_model``.
 
-    argv = ["--model", str(saved_model), "--beam", str(beam)]
-    argv += ["--batch-tokens", str(batch_tokens), "--window", str(window)]
+    The program runs as a user runs it, in its own process from the checkout: its time includes
+    starting Python, importing TensorFlow and loading the SavedModel.
+    """
+    argv = [sys.executable, "-m", "export.translate", "--model", str(saved_model)]
+    argv += ["--beam", str(beam), "--batch-tokens", str(batch_tokens), "--window", str(window)]
+    checkout = Path(__file__).resolve().parent.parent
 
     def run(src: Path, out: Path) -> None:
         with open(src, encoding="utf-8") as stdin, open(out, "w", encoding="utf-8") as stdout:
-            saved = sys.stdin, sys.stdout
-            sys.stdin, sys.stdout = stdin, stdout
-            try:
-                status = program.main(argv)
-            finally:
-                sys.stdin, sys.stdout = saved
-        if status:
-            raise RuntimeError(f"python -m export.translate {' '.join(argv)} exited {status}")
+            result = subprocess.run(
+                argv, stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, cwd=checkout, text=True
+            )
+        if result.returncode:
+            raise RuntimeError(
+                f"python -m export.translate exited {result.returncode}: {result.stderr[-2000:]}"
+            )
 
     return run
 
