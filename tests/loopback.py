@@ -1,6 +1,9 @@
 """Loopback helpers for the multi-worker tests."""
 
+import json
+import os
 import socket
+import subprocess
 
 
 def free_ports(count: int) -> list[int]:
@@ -12,3 +15,40 @@ def free_ports(count: int) -> list[int]:
     for s in sockets:
         s.close()
     return ports
+
+
+def run_workers(argv_of, cwd, count: int = 2, timeout: int = 600) -> list[str]:
+    """Run ``count`` worker processes of one local TF_CONFIG cluster to the end.
+
+    Args:
+        argv_of: ``index -> argv`` of worker ``index`` (``sys.executable`` first).
+        cwd: the workers' working directory.
+        count: the cluster's workers.
+        timeout: seconds each may take.
+
+    Returns:
+        Each worker's output (stdout and stderr together), in index order; every worker
+        is asserted to have exited 0.
+    """
+    ports = free_ports(count)
+    workers = []
+    for index in range(count):
+        tf_config = {
+            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
+        workers.append(
+            subprocess.Popen(
+                argv_of(index),
+                cwd=cwd,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    outputs = [worker.communicate(timeout=timeout)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output[-4000:]
+    return outputs

@@ -434,38 +434,18 @@ def test_two_workers_train_on_the_same_weighted_stream(tmp_path):
     """Multi-worker on 127.0.0.1 with two weighted corpora: every worker reads the same sampled
     stream (the text; prepared shards take one corpus), each replica its slice of the batches."""
     sys.path.insert(0, str(CHECKOUT / "tests"))
-    from loopback import free_ports
+    from loopback import run_workers
 
     sources = json.dumps(two_sources(tmp_path, weights=(1, 2), tags=("<a>", None)))
-    ports = free_ports(2)
-    workers = []
-    for index in range(2):
-        tf_config = {
-            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index},
-        }
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
-        command = [
-            *("-m", "training.train", "--config", "demo", "--workdir", str(tmp_path / "run")),
-            *("--strategy", "multi_worker", "--set", f"data.sources={sources}"),
-            *("--set", "tokenizer.vocab_size=120", "--set", "model.d_model=32"),
-            *("--set", "model.d_ff=64", "--set", "training.epochs=2"),
-            *("--set", "training.steps_per_epoch=3", "--set", "training.steps_per_execution=1"),
-            *("--set", "training.batch_tokens=256", "--set", "evaluation.max_sentences=3"),
-        ]
-        workers.append(
-            subprocess.Popen(
-                [sys.executable, *command],
-                cwd=CHECKOUT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
-    for worker, output in zip(workers, outputs):
-        assert worker.returncode == 0, output[-4000:]
+    command = [
+        *("-m", "training.train", "--config", "demo", "--workdir", str(tmp_path / "run")),
+        *("--strategy", "multi_worker", "--set", f"data.sources={sources}"),
+        *("--set", "tokenizer.vocab_size=120", "--set", "model.d_model=32"),
+        *("--set", "model.d_ff=64", "--set", "training.epochs=2"),
+        *("--set", "training.steps_per_epoch=3", "--set", "training.steps_per_execution=1"),
+        *("--set", "training.batch_tokens=256", "--set", "evaluation.max_sentences=3"),
+    ]
+    run_workers(lambda index: [sys.executable, *command], CHECKOUT)
     chief, other = tmp_path / "run", tmp_path / "run" / "worker_1"
     metrics = [json.loads((path / "metrics.json").read_text()) for path in (chief, other)]
     assert metrics[0]["optimizer_steps"] == metrics[1]["optimizer_steps"] == 6

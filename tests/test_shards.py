@@ -6,15 +6,13 @@ from __future__ import annotations
 import collections
 import hashlib
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from loopback import free_ports
+from loopback import run_workers
 
 from keras_transformer.config import BOS_ID, PAD_ID
 from keras_transformer.data import (
@@ -328,33 +326,17 @@ with open(out, "w") as handle:
 def test_two_workers_on_loopback_see_disjoint_parts_that_make_the_corpus(prepared, tmp_path):
     """One pass of two MultiWorkerMirroredStrategy workers: by file through
     distribute_datasets_from_function, and one pipeline through experimental_distribute_dataset."""
-    ports = free_ports(2)
-    workers = []
-    for index in range(2):
-        tf_config = {
-            "cluster": {"worker": [f"127.0.0.1:{port}" for port in ports]},
-            "task": {"type": "worker", "index": index},
-        }
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
-        workers.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    WORKER,
-                    str(prepared.directory),
-                    str(tmp_path / f"worker{index}.json"),
-                ],
-                cwd=CHECKOUT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
-    for worker, output in zip(workers, outputs):
-        assert worker.returncode == 0, output[-4000:]
+    run_workers(
+        lambda index: [
+            sys.executable,
+            "-c",
+            WORKER,
+            str(prepared.directory),
+            str(tmp_path / f"worker{index}.json"),
+        ],
+        CHECKOUT,
+        timeout=300,
+    )
     seen = [json.loads((tmp_path / f"worker{index}.json").read_text()) for index in range(2)]
 
     def fingerprints(rows):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from loopback import free_ports
+from loopback import run_workers
 
 from keras_transformer import Workdir
 from keras_transformer.hardware import cpu_record
@@ -440,39 +440,22 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
 
     import keras_transformer  # noqa: F401
 
-    ports = free_ports(2)
-    workers = []
-    for index in range(2):
-        tf_config = {
-            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-            "task": {"type": "worker", "index": index},
-        }
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "TF_CONFIG": json.dumps(tf_config)}
-        workers.append(
-            subprocess.Popen(
-                _train_command(
-                    tmp_path / "run",
-                    "--strategy",
-                    "multi_worker",
-                    "--set",
-                    "evaluation.max_sentences=4",
-                    "--set",
-                    "evaluation.bleu_sentences=3",
-                    "--set",
-                    "data.prepare=true",
-                    "--set",
-                    "data.examples_per_shard=75",
-                ),
-                cwd=CHECKOUT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outputs = [worker.communicate(timeout=600)[0] for worker in workers]
-    for worker, output in zip(workers, outputs):
-        assert worker.returncode == 0, output[-4000:]
+    outputs = run_workers(
+        lambda index: _train_command(
+            tmp_path / "run",
+            "--strategy",
+            "multi_worker",
+            "--set",
+            "evaluation.max_sentences=4",
+            "--set",
+            "evaluation.bleu_sentences=3",
+            "--set",
+            "data.prepare=true",
+            "--set",
+            "data.examples_per_shard=75",
+        ),
+        CHECKOUT,
+    )
     # Each worker's pipeline reads its own files of the (identical) preparations: disjoint, all of
     # them.
     manifest = json.loads((tmp_path / "run" / "prepared" / "manifest.json").read_text())
