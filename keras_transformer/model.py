@@ -458,16 +458,15 @@ class Transformer(keras.Model):
             What ``keras.Model.export`` returns.
 
         Example:
-            >>> from keras_transformer.beam_search import beam_search
-            >>> from keras_transformer.decoding import greedy_decode
+            >>> from keras_transformer.decoding import DecodeOptions, decode
             >>> # a tiny untrained model; a trained one works alike
             >>> model = Transformer(TransformerConfig.from_preset("tiny", num_layers=1))
             >>> model.build()
             >>> def greedy(source_ids):
-            ...     target_ids, scores = greedy_decode(model, source_ids, max_length=20)
-            ...     return {"target_ids": target_ids, "scores": scores}
+            ...     out = decode(model, source_ids, DecodeOptions(max_length=20))
+            ...     return {"target_ids": out.tokens[:, 0], "scores": out.scores[:, 0]}
             >>> def beam(source_ids):
-            ...     best = beam_search(model, source_ids, beam_size=4, alpha=0.6, max_length=20)
+            ...     best = decode(model, source_ids, DecodeOptions(beam_size=4, max_length=20))
             ...     return {"target_ids": best.tokens[:, 0], "scores": best.scores[:, 0]}
             >>> archive = keras.export.ExportArchive()
             >>> archive.track(model)

@@ -1,13 +1,13 @@
-"""Strings in, strings out: tokenize, decode (greedy or beam search), detokenize.
+"""Strings in, strings out: tokenize, decode, detokenize.
 
 ``Translator`` runs a Keras model in this process (``Translator.from_workdir``
 loads a training run); ``Translator.from_saved_model`` runs an exported
 SavedModel's signatures instead, the graph TF Serving runs, with the same
-``translate``. ``best_ids``, ``decode_in_parts`` and ``pad_for_xla`` are the
-decoding calls they and the SavedModel exporter share; ``token_batches`` is how
-both translators batch a long input (sorted by length, a token budget a batch),
-and ``Translator.translate_iterable`` streams a file through them a window of
-lines at a time.
+methods: ``translate`` (with target prefixes), ``n_best``, ``score`` and
+``sample``. ``n_best_texts`` is the n-best list as text that both share;
+``token_batches`` is how both batch a long input (sorted by length, a token
+budget a batch), and ``Translator.translate_iterable`` streams a file through
+them a window of lines at a time.
 """
 
 from __future__ import annotations
@@ -17,194 +17,25 @@ import os
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from pathlib import Path
 
+import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
 
-from keras_transformer.beam_search import beam_search, check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import (
+    DecodeOptions,
+    DecodeOutput,
+    KernelChoice,
+    check_decode_parts,
+    check_sampling,
+    decode,
+    decode_in_parts,
+    pad_for_xla,
+    score_targets,
+)
 from keras_transformer.numerics import round_up
 from keras_transformer.progress import progress_bar
-
-
-def best_ids(
-    model,
-    source_ids,
-    beam_size: int = 1,
-    alpha: float = 0.6,
-    extra_length: int = 50,
-    buffer_length: int | None = None,
-    stopping: str = "heuristic",
-    precomputed=None,
-    constant_steps=None,
-):
-    """The best hypothesis of each sentence: greedy decoding, or beam search's top beam.
-
-    Args:
-        model: a ``keras_transformer.Transformer``.
-        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-        beam_size: 1 for greedy decoding, else the beam of ``beam_search``.
-        alpha: beam search's length penalty.
-        extra_length: each output's limit is its source length plus this.
-        buffer_length: selects the static-shape decoders (XLA), with buffers
-            of this length; the outputs are the same.
-        stopping: beam search's stopping rule (``beam_search``).
-        precomputed: the model's precomputed weights
-            (``kernels.FrozenWeights.as_variables()``).
-        constant_steps: a ``decoding.ConstantSteps`` of the model (dynamic
-            shapes only).
-
-    Returns:
-        ``(tokens [batch, len] int32, scores [batch] float32)``: the
-        log-probability for greedy decoding, the length-penalised score for
-        beam search.
-
-    Example:
-        >>> import keras_transformer as kt
-        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
-        >>> model.build()
-        >>> tokens, scores = best_ids(model, tf.constant([[5, 6, 3]]), extra_length=2)
-        >>> tokens.shape[0], scores.shape
-        (1, TensorShape([1]))
-    """
-    static = dict(
-        static_shapes=buffer_length is not None,
-        buffer_length=buffer_length,
-        precomputed=precomputed,
-        constant_steps=constant_steps,
-    )
-    if beam_size > 1:
-        out = beam_search(
-            model,
-            source_ids,
-            beam_size=beam_size,
-            alpha=alpha,
-            extra_length=extra_length,
-            stopping=stopping,
-            **static,
-        )
-        return out.tokens[:, 0, :], out.scores[:, 0]
-    return greedy_decode(model, source_ids, extra_length=extra_length, **static)
-
-
-def pad_for_xla(source_ids, rows, length_multiple: int, pad_id: int) -> tf.Tensor:
-    """``source_ids`` padded to the fixed shapes an XLA decoder compiles for.
-
-    Args:
-        source_ids: ``[batch, len]`` int ids, padded with ``pad_id``.
-        rows: the padded batch size, at least ``batch`` (an int or a scalar tensor).
-        length_multiple: the padded length is ``len`` rounded up to a multiple of it.
-        pad_id: the id the new columns hold.
-
-    Returns:
-        ``[rows, round_up(len, length_multiple)]``: the batch, then copies of its
-        first sentence, which end when it does and so add no decoding steps.
-
-    Example:
-        >>> pad_for_xla(tf.constant([[5, 6, 3]]), 2, 4, 0).numpy().tolist()
-        [[5, 6, 3, 0], [5, 6, 3, 0]]
-    """
-    length = tf.shape(source_ids)[1]
-    ids = tf.pad(
-        source_ids,
-        [[0, 0], [0, round_up(length, length_multiple) - length]],
-        constant_values=pad_id,
-    )
-    return tf.concat([ids, tf.repeat(ids[:1], rows - tf.shape(ids)[0], axis=0)], axis=0)
-
-
-# A batch of at least PARTS_MIN_ROWS decoding rows (sentences × beams) decodes as DECODE_PARTS
-# parts side by side (``decode_in_parts``).
-DECODE_PARTS = 2
-PARTS_MIN_ROWS = 8
-
-
-def check_decode_parts(parts: int | None) -> int:
-    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError``."""
-    if parts is None:
-        return DECODE_PARTS
-    if parts < 1:
-        raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {parts}.")
-    return int(parts)
-
-
-def decode_in_parts(decode, source_ids, pad_id: int, parts: int | None = None, beam_size: int = 1):
-    """``decode`` run as ``parts`` independent decodes of a share of the batch each.
-
-    TensorFlow's executor runs the parts side by side on its inter-op
-    threads; the outputs are ``decode(source_ids)``'s, in the batch's order
-    (a sentence decodes the same in any batch). The sentences are sorted by
-    source length and dealt in turn, so that the parts end at about the same
-    step, and each part's sources are cut to its longest. A batch of fewer
-    than ``PARTS_MIN_ROWS`` decoding rows (``beam_size`` rows a sentence), or
-    of fewer sentences than parts, decodes whole. Dynamic shapes only: an
-    XLA decoder pads its batch to fixed sizes instead (``pad_for_xla``).
-    ``docs/kernels.md`` says why.
-
-    Args:
-        decode: ``source_ids → (tokens [batch, len], scores [batch])``, best
-            a ``tf.function`` of one input signature (``[None, None]``
-            int32): a graph then holds the decoder once, called for each part.
-        source_ids: ``[batch, src_len]`` int32 ids, padded with ``pad_id``.
-        pad_id: the padding id (of the sources, and of the joined tokens).
-        parts: the number of parts (``None``: ``DECODE_PARTS``); 1: one
-            decode, for a server that runs one inter-op thread.
-        beam_size: the decoding rows a sentence takes.
-
-    Returns:
-        ``(tokens [batch, len], scores [batch])``, as ``decode`` gives them.
-
-    Raises:
-        ValueError: ``parts`` is below 1.
-
-    Example:
-        >>> import keras_transformer as kt
-        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
-        >>> model.build()
-        >>> decode = tf.function(lambda ids: best_ids(model, ids, extra_length=3),
-        ...                      input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        >>> ids = tf.constant([[5, 6, 3], [7, 3, 0]] * 4)
-        >>> tokens, _ = decode_in_parts(decode, ids, model.config.pad_id)
-        >>> bool(tf.reduce_all(tokens == decode(ids)[0]))
-        True
-    """
-    parts = check_decode_parts(parts)
-    if parts == 1:
-        return decode(source_ids)
-    source_ids = tf.convert_to_tensor(source_ids)
-    rows = tf.shape(source_ids)[0]
-
-    def in_parts():
-        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
-        order = tf.argsort(lengths, stable=True)
-        shares = [order[i::parts] for i in range(parts)]  # [rows / parts] each, shortest first
-        outputs = [
-            decode(tf.gather(source_ids, share)[:, : tf.reduce_max(tf.gather(lengths, share))])
-            for share in shares
-        ]
-        width = tf.reduce_max(tf.stack([tf.shape(tokens)[1] for tokens, _ in outputs]))
-        tokens = tf.concat(
-            [
-                tf.pad(tokens, [[0, 0], [0, width - tf.shape(tokens)[1]]], constant_values=pad_id)
-                for tokens, _ in outputs
-            ],
-            axis=0,
-        )
-        scores = tf.concat([scores for _, scores in outputs], axis=0)
-        back = tf.math.invert_permutation(
-            tf.concat(shares, axis=0)
-        )  # each sentence's row in the parts
-        return tf.gather(tokens, back), tf.gather(scores, back)
-
-    def whole():
-        return decode(source_ids)
-
-    in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True})
-    return tf.cond(
-        tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole
-    )
-
 
 # How a translator batches a long input (``token_batches``): at most BATCH_TOKENS padded source
 # tokens a batch (rows × longest source), the lines read WINDOW at a time by
@@ -306,50 +137,139 @@ def token_batches(
     return batches
 
 
+def target_token_ids(tokenizer, texts, eos_id: int) -> tf.RaggedTensor:
+    """Target-side ids of ``texts`` as training makes them: whitespace normalised, then EOS.
+
+    Args:
+        tokenizer: the target ``SubwordTokenizer`` (or ``MarianSubwordTokenizer``).
+        texts: a 1-D batch of strings.
+        eos_id: the EOS id appended.
+
+    Returns:
+        ``RaggedTensor[batch, None]`` int32 ids, each row ending with ``eos_id``.
+    """
+    tokens = tf.cast(tokenizer.tokenize(normalize_whitespace_tf(texts)), tf.int32)
+    eos = tf.fill([tokens.nrows(), 1], tf.constant(eos_id, tf.int32))
+    return tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
+
+
+def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
+    """A search's hypotheses as an n-best list of distinct texts with their log-probabilities.
+
+    Each hypothesis is detokenized. Its log-probability is the search's where
+    the text tokenizes back to the same ids, else ``score_targets`` of the
+    text's own ids, so that it always equals the score of the text. A text
+    that an earlier hypothesis of its sentence already gave is dropped, and
+    the rest keep the search's order.
+
+    Args:
+        model: the ``Transformer`` the search ran.
+        tgt_tokenizer: its target tokenizer.
+        source_ids: ``[batch, src_len]`` the search's source ids.
+        out: the search's ``DecodeOutput``, ``k`` hypotheses a sentence.
+        n: the most texts a sentence (at most ``k``; an int or a scalar tensor).
+
+    Returns:
+        ``(texts [batch, n] string, log_probs [batch, n] float32)``; a
+        sentence with fewer than ``n`` distinct texts ends with ``""`` and
+        ``-inf``.
+    """
+    config = model.config
+    batch, k = tf.shape(out.tokens)[0], tf.shape(out.tokens)[1]
+    flat = tf.reshape(out.tokens, [batch * k, -1])
+    texts = tgt_tokenizer.detokenize(flat)  # [batch·k]
+    canonical = target_token_ids(tgt_tokenizer, texts, config.eos_id)
+    width = tf.maximum(tf.shape(flat)[1], tf.cast(canonical.bounding_shape()[1], tf.int32))
+    canonical = canonical.to_tensor(default_value=config.pad_id, shape=[None, width])
+    hypothesis = tf.pad(
+        flat, [[0, 0], [0, width - tf.shape(flat)[1]]], constant_values=config.pad_id
+    )
+    same = tf.reduce_all(tf.equal(canonical, hypothesis), axis=1)
+    log_probs = tf.reshape(out.log_probs, [-1])
+    missing = tf.math.is_inf(log_probs)
+    log_probs = tf.cond(
+        tf.reduce_all(same | missing),
+        lambda: log_probs,
+        lambda: tf.where(
+            same | missing,
+            log_probs,
+            score_targets(model, tf.repeat(source_ids, k, axis=0), canonical),
+        ),
+    )
+    texts, log_probs = tf.reshape(texts, [batch, k]), tf.reshape(log_probs, [batch, k])
+    missing = tf.reshape(missing, [batch, k])
+    # A text equal to an earlier hypothesis' of the same sentence is a duplicate.
+    earlier = tf.range(k)[tf.newaxis, :] < tf.range(k)[:, tf.newaxis]  # [k (this), k (other)]
+    equal = tf.equal(texts[:, :, tf.newaxis], texts[:, tf.newaxis, :]) & ~missing[:, tf.newaxis, :]
+    dropped = missing | tf.reduce_any(equal & earlier[tf.newaxis], axis=2)
+    order = tf.argsort(tf.cast(dropped, tf.int32) * k + tf.range(k)[tf.newaxis, :], axis=1)
+    order = order[:, :n]
+    dropped = tf.gather(dropped, order, batch_dims=1)
+    return (
+        tf.where(dropped, "", tf.gather(texts, order, batch_dims=1)),
+        tf.where(dropped, float("-inf"), tf.gather(log_probs, order, batch_dims=1)),
+    )
+
+
+def _check_pairs(name: str, first: Sequence, second: Sequence | None, other: str) -> None:
+    """A ``ValueError`` unless ``second`` is ``None`` or as long as ``first``."""
+    if second is not None and len(second) != len(first):
+        raise ValueError(
+            f"{len(first)} {name} but {len(second)} {other}: give one {other[:-1]} a sentence."
+        )
+
+
 class Translator(tf.Module):
     """Translates Python strings with a Keras model in this process, or an exported SavedModel.
 
-    Tokenizes, decodes (greedy for ``beam_size=1``, else beam search) and
-    detokenizes. The decoder is traced once, for batches of any shape, and a
+    Tokenizes, decodes as its ``DecodeOptions`` say (greedy decoding, beam
+    search) and detokenizes; ``n_best``, ``score`` and ``sample`` give n-best
+    lists, forced-decoding scores and samples, and ``translate`` takes target
+    prefixes. Each decoder is traced once, for batches of any shape, and a
     batch of many sentences decodes as ``decode_parts`` parts side by side
-    (``decode_in_parts``). ``translate`` and ``translate_iterable`` sort the
-    sentences by length and batch them by a token budget (``token_batches``),
-    the latter a window of lines at a time, for files. ``jit_compile=True``
-    compiles the static-shape decoders with XLA instead: each source length is
-    padded to a multiple of ``length_bucket`` and each batch to the rows its
-    bucket may hold (``pad_for_xla``, ``batch_capacity``), so a file costs one
-    compilation per length bucket and then decodes faster. Translations are the
-    same either way. ``Translator.from_saved_model(path)`` gives a translator
-    with the same ``translate`` over an export's signatures.
+    (``decoding.decode_in_parts``). Every method sorts its sentences by
+    length and batches them by a token budget (``token_batches``);
+    ``translate_iterable`` does so a window of lines at a time, for files. A
+    sentence gives the same answer in any batch. ``jit_compile=True``
+    compiles ``translate`` (without prefixes) by the static-shape decoders
+    with XLA instead: each source length is padded to a multiple of
+    ``length_bucket`` and each batch to the rows its bucket may hold
+    (``decoding.pad_for_xla``, ``batch_capacity``), so a file costs one
+    compilation per length bucket and then decodes faster; translations are
+    the same. ``Translator.from_saved_model(path)`` gives a translator with
+    the same methods over an export's signatures.
 
     Args:
         model: a ``keras_transformer.Transformer``.
         src_tokenizer, tgt_tokenizer: its tokenizers
             (``keras_transformer.SubwordTokenizer``).
+        options: the ``decoding.DecodeOptions`` of ``translate`` and
+            ``n_best`` (default: greedy).
         max_src_length: sources are cut to this many subwords, EOS kept
             (default: the model's ``max_length``).
-        extra_length: each output's limit is its source length plus this.
-        beam_size: 1 for greedy decoding, else the beam size.
-        alpha: beam search's length penalty.
-        jit_compile: decode with the static-shape decoders under XLA.
+        jit_compile: decode ``translate`` with the static-shape decoders under XLA.
         length_bucket: with ``jit_compile``, sources are padded to a
             multiple of this length.
-        stopping: beam search's stopping rule, ``"heuristic"`` or ``"exact"``
-            (``beam_search``).
         decode_parts: a batch decodes as this many parts (``None``:
-            ``DECODE_PARTS``; 1: whole).
+            ``decoding.DECODE_PARTS``; 1: whole).
+        **option_fields: ``DecodeOptions`` fields that replace those of
+            ``options`` (``beam_size=4, alpha=0.6``).
 
     Raises:
-        ValueError: ``length_bucket`` or ``decode_parts`` is below 1, or
-            ``stopping`` names no rule.
+        ValueError: ``length_bucket`` or ``decode_parts`` is below 1, or an
+            option is out of range (``DecodeOptions``).
 
     Example::
 
         translator = Translator.from_workdir("runs/demo", beam_size=4, alpha=0.6)
         translator = Translator.from_saved_model("exports/demo")  # the newest version
         translator.translate(["the boy sees 3 cats"])
+        translator.translate(["the boy sees 3 cats"], prefixes=["the boy"])
+        translator.n_best(["the boy sees 3 cats"], 4)  # [[(text, log-probability), ...]]
+        translator.score(["the boy sees 3 cats"], ["der Junge sieht 3 Katzen"])
+        translator.sample(["the boy sees 3 cats"], top_k=10, seed=1)
         with open("test.de") as lines, open("test.en", "w") as out:  # a window at a time
-            for translation in translator.translate_iterable(line.rstrip("\n") for line in lines):
+            for translation in translator.translate_iterable(line.rstrip("\\n") for line in lines):
                 print(translation, file=out)
     """
 
@@ -358,61 +278,50 @@ class Translator(tf.Module):
         model,
         src_tokenizer,
         tgt_tokenizer,
+        options: DecodeOptions | None = None,
+        *,
         max_src_length: int | None = None,
-        extra_length: int = 50,
-        beam_size: int = 1,
-        alpha: float = 0.6,
         jit_compile: bool = False,
         length_bucket: int = 16,
-        stopping: str = "heuristic",
         decode_parts: int | None = None,
+        **option_fields,
     ):
         super().__init__()
         if length_bucket < 1:
             raise ValueError(f"length_bucket must be >= 1, got {length_bucket}.")
-        decode_parts = check_decode_parts(decode_parts)
-        check_stopping(stopping)
+        options = options or DecodeOptions()
+        self.options = options.replace(**option_fields) if option_fields else options
+        self.decode_parts = check_decode_parts(decode_parts)
         self.model = model
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = max_src_length or model.config.max_length
         self.jit_compile = bool(jit_compile)
         self.length_bucket = int(length_bucket)
-        self._options = dict(
-            beam_size=beam_size, alpha=alpha, extra_length=extra_length, stopping=stopping
-        )
         self._compiled: dict[int, tf.types.experimental.GenericFunction] = {}
-        signature = [tf.TensorSpec([None, None], tf.int32)]  # any batch: one trace
-        decode = tf.function(
-            lambda ids: best_ids(model, ids, **self._options), input_signature=signature
-        )
-        self._decode_dynamic = tf.function(
-            lambda ids: decode_in_parts(decode, ids, model.config.pad_id, decode_parts, beam_size),
-            input_signature=signature,
-        )
+        self._functions: dict[str, tf.types.experimental.GenericFunction] = {}
 
     @property
     def beam_size(self) -> int:
         """The beam size: 1 for greedy decoding."""
-        return self._options["beam_size"]
+        return self.options.beam_size
 
     @classmethod
     def from_workdir(
         cls,
         path: str | os.PathLike,
-        beam_size: int = 1,
-        alpha: float = 0.6,
+        options: DecodeOptions | None = None,
         precision: str = "fp32",
-        **options,
+        **fields,
     ) -> Translator:
         """A translator for the model a training run ended with (``WORKDIR/model.keras``).
 
         Args:
             path: the ``--workdir`` of ``python -m training.train``.
-            beam_size: 1 = greedy, else beam search with length penalty ``alpha``.
-            alpha: beam search's length penalty.
+            options: the ``DecodeOptions`` (default: greedy).
             precision: compute precision (``fp32``, ``bf16``, ``fp16``).
-            **options: ``Translator``'s other arguments (``jit_compile``, ...).
+            **fields: ``Translator``'s other arguments (``jit_compile``, ...)
+                and ``DecodeOptions`` fields (``beam_size=4, alpha=0.6``).
 
         Returns:
             A ``Translator`` over the run's model and tokenizers.
@@ -420,18 +329,18 @@ class Translator(tf.Module):
         from keras_transformer.workdir import Workdir
 
         trained = Workdir(path).load(precision)
-        return cls.from_trained_model(trained, beam_size=beam_size, alpha=alpha, **options)
+        return cls.from_trained_model(trained, options, **fields)
 
     @classmethod
     def from_trained_model(
-        cls, trained, beam_size: int = 1, alpha: float = 0.6, **options
+        cls, trained, options: DecodeOptions | None = None, **fields
     ) -> Translator:
         """A translator for a ``keras_transformer.TrainedModel`` (a model and its tokenizers).
 
         Args:
             trained: the ``TrainedModel``.
-            beam_size, alpha: as for ``Translator``.
-            **options: ``Translator``'s other arguments.
+            options: the ``DecodeOptions``.
+            **fields: as for ``from_workdir``.
 
         Returns:
             A ``Translator`` whose sources are cut to the length trained on.
@@ -440,10 +349,9 @@ class Translator(tf.Module):
             trained.model,
             trained.src_tokenizer,
             trained.tgt_tokenizer,
+            options,
             max_src_length=trained.max_src_length,
-            beam_size=beam_size,
-            alpha=alpha,
-            **options,
+            **fields,
         )
 
     @staticmethod
@@ -451,7 +359,7 @@ class Translator(tf.Module):
         """A translator over an exported SavedModel's signatures (``export_saved_model``).
 
         It runs the graph TF Serving runs, tokenization inside it, and has
-        ``translate`` as every translator has, and ``cross_attention``.
+        the methods every translator has, and ``cross_attention``.
 
         Args:
             path: a version folder (``exports/demo/1``) or the model folder
@@ -467,21 +375,83 @@ class Translator(tf.Module):
         """
         return _SavedModelTranslator(path, beam_size=beam_size)
 
+    # --- the decoders, traced once each -----------------------------------------------
+
+    def _function(self, kind: str):
+        """The ``tf.function`` of ``kind``: ``"best"``, ``"prefix"``, ``"n_best"`` or ``"sample"``.
+
+        Each takes ``source_ids [batch, len]`` and its kind's inputs and returns a
+        ``DecodeOutput``, a batch decoded as ``decode_parts`` parts.
+        """
+        if kind in self._functions:
+            return self._functions[kind]
+        model, pad = self.model, self.model.config.pad_id
+        ids = tf.TensorSpec([None, None], tf.int32)
+        options = self.options.replace(n_best=1)
+        row_specs: list = []
+        shared_specs: list = []
+        if kind == "n_best":
+            options = self.options.replace(n_best=self.options.beam_size)
+        elif kind == "prefix":
+            row_specs = [tf.TensorSpec([None, None], tf.int32)]
+        elif kind == "sample":
+            options = self.options.replace(beam_size=1, n_best=1, sampling=True)
+            shared_specs = [
+                tf.TensorSpec([], tf.int32),
+                tf.TensorSpec([], tf.float32),
+                tf.TensorSpec([], tf.float32),
+                tf.TensorSpec([], tf.int64),
+            ]
+
+        def run(source_ids, *inputs):
+            if kind == "prefix":
+                return decode(model, source_ids, options, prefix_ids=inputs[0])
+            if kind == "sample":
+                top_k, top_p, temperature, seed = inputs
+                sampling = options.replace(
+                    top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
+                )
+                return decode(model, source_ids, sampling)
+            return decode(model, source_ids, options)
+
+        signature = [ids, *row_specs, *shared_specs]
+        inner = tf.function(run, input_signature=signature)
+        rows = len(row_specs) + 1
+
+        def in_parts(source_ids, *inputs):
+            return decode_in_parts(
+                inner,
+                source_ids,
+                pad,
+                self.decode_parts,
+                options.beam_size,
+                row_inputs=inputs[: rows - 1],
+                shared_inputs=inputs[rows - 1 :],
+            )
+
+        self._functions[kind] = tf.function(in_parts, input_signature=signature)
+        return self._functions[kind]
+
     def _decode(self, ids: tf.Tensor, capacity: int):
         """``(tokens, scores)`` of a batch of ids; under XLA padded to ``capacity`` rows first."""
         if not self.jit_compile:
-            return self._decode_dynamic(tf.cast(ids, tf.int32))
+            out = self._function("best")(tf.cast(ids, tf.int32))
+            return out.tokens[:, 0], out.scores[:, 0]
         rows, length = ids.shape
         bucket = round_up(length, self.length_bucket)
         padded = pad_for_xla(ids, capacity, self.length_bucket, self.model.config.pad_id)
         if bucket not in self._compiled:
-            buffer = bucket + self._options["extra_length"]
-            self._compiled[bucket] = tf.function(
-                lambda ids: best_ids(self.model, ids, buffer_length=buffer, **self._options),
-                jit_compile=True,
+            choice = KernelChoice(
+                static_shapes=True, buffer_length=bucket + self.options.extra_length
             )
-        tokens, scores = self._compiled[bucket](padded)
-        return tokens[:rows], scores[:rows]
+            options = self.options.replace(n_best=1)
+            self._compiled[bucket] = tf.function(
+                lambda ids: decode(self.model, ids, options, choice=choice), jit_compile=True
+            )
+        out = self._compiled[bucket](padded)
+        return out.tokens[:rows, 0], out.scores[:rows, 0]
+
+    # --- the methods ------------------------------------------------------------------
 
     def translate(
         self,
@@ -489,6 +459,7 @@ class Translator(tf.Module):
         batch_size: int | None = None,
         progress: bool = False,
         *,
+        prefixes: Sequence[str] | None = None,
         batch_tokens: int | None = BATCH_TOKENS,
         window: int | None = None,
     ) -> list[str]:
@@ -503,6 +474,9 @@ class Translator(tf.Module):
             batch_size: the most sentences a batch (``None``: no limit but the
                 token budget); with ``batch_tokens=None``, the sentences a batch.
             progress: show a progress bar on a terminal (needs ``tqdm``).
+            prefixes: target-side text, one a sentence: each translation begins
+                with its prefix (tokenized as targets are), continued by the
+                search. ``""`` leaves a sentence free.
             batch_tokens: the token budget of a batch (rows × longest source);
                 ``None``: ``batch_size`` (default 64) sentences a batch in input order.
             window: sort and batch this many sentences at a time (``None``: all).
@@ -511,12 +485,145 @@ class Translator(tf.Module):
             One translation a sentence, in input order.
 
         Raises:
-            ValueError: a batching option is below 1.
+            ValueError: a batching option is below 1, ``prefixes`` is not one a
+                sentence, or a prefix is longer than the model's limit.
         """
-        return list(
-            self.translate_iterable(
-                sentences, batch_size, progress, batch_tokens=batch_tokens, window=window
+        if prefixes is None:
+            return list(
+                self.translate_iterable(
+                    sentences, batch_size, progress, batch_tokens=batch_tokens, window=window
+                )
             )
+        _check_pairs("sentences", sentences, prefixes, "prefixes")
+        check_batching(batch_tokens, batch_size, window)
+        prefix_ids = self._target_ids(prefixes, "prefix", with_eos=False)
+        return self._run(
+            sentences, prefix_ids, self._prefix_rows, batch_size, progress, batch_tokens, window
+        )
+
+    def n_best(
+        self,
+        sentences: Sequence[str],
+        n: int,
+        batch_size: int | None = None,
+        progress: bool = False,
+        *,
+        batch_tokens: int | None = BATCH_TOKENS,
+    ) -> list[list[tuple[str, float]]]:
+        """The ``n`` best distinct translations of each sentence, with their log-probabilities.
+
+        The hypotheses come in the beam's order (its length penalty applied);
+        each log-probability is the float32 sum of log p over the text's
+        tokens and EOS, without length penalty: ``score`` of the same text.
+        ``n_best(s, n)[i][0][0]`` is ``translate(s)[i]``.
+
+        Args:
+            sentences: the source sentences.
+            n: the most hypotheses a sentence, at most the beam size.
+            batch_size, progress, batch_tokens: as for ``translate``.
+
+        Returns:
+            One list a sentence of up to ``n`` ``(text, log_prob)`` pairs, best
+            first (fewer where the search finished fewer distinct texts; a
+            blank sentence gives ``[("", 0.0)]``).
+
+        Raises:
+            ValueError: ``n`` is below 1 or above the beam size, or a batching
+                option is below 1.
+        """
+        self._check_n(n)
+        check_batching(batch_tokens, batch_size)
+        return self._run(
+            sentences,
+            [n] * len(sentences),
+            self._n_best_rows,
+            batch_size,
+            progress,
+            batch_tokens,
+            None,
+        )
+
+    def score(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        batch_size: int | None = None,
+        progress: bool = False,
+        *,
+        batch_tokens: int | None = BATCH_TOKENS,
+    ) -> list[float]:
+        """The log-probability of each target given its source (forced decoding).
+
+        The float32 sum of log p over the target's tokens (tokenized as
+        training tokenizes targets) and EOS, without length penalty: the
+        number ``n_best`` gives the same text. An empty target is scored as
+        EOS alone.
+
+        Args:
+            sources: the source sentences.
+            targets: one target a source.
+            batch_size, progress, batch_tokens: as for ``translate``.
+
+        Returns:
+            One log-probability a pair, in input order.
+
+        Raises:
+            ValueError: the lists differ in length, a target is longer than
+                the model's limit, or a batching option is below 1.
+        """
+        _check_pairs("sources", sources, targets, "targets")
+        check_batching(batch_tokens, batch_size)
+        target_ids = self._target_ids(targets, "target", with_eos=True)
+        return self._run(
+            sources, target_ids, self._score_rows, batch_size, progress, batch_tokens, None
+        )
+
+    def sample(
+        self,
+        sentences: Sequence[str],
+        *,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        temperature: float = 1.0,
+        seed: int = 0,
+        batch_size: int | None = None,
+        progress: bool = False,
+        batch_tokens: int | None = BATCH_TOKENS,
+    ) -> list[str]:
+        """A translation of each sentence sampled token by token (back-translation's decoding).
+
+        Each token is drawn from the model's softmax at ``temperature``,
+        restricted to the ``top_k`` likeliest tokens and then to the nucleus
+        of probability ``top_p``. The noise is stateless, keyed by ``seed``
+        and the sentence: the same seed and sentence give the same sample in
+        any batch, here and in the SavedModel.
+
+        Args:
+            sentences: the source sentences.
+            top_k: sample among the ``top_k`` likeliest tokens (0: all; 1: greedy).
+            top_p: the nucleus' probability, in (0, 1] (1: all tokens).
+            temperature: above 0; below 1 sharpens, above 1 flattens.
+            seed: an integer.
+            batch_size, progress, batch_tokens: as for ``translate``.
+
+        Returns:
+            One sample a sentence, in input order.
+
+        Raises:
+            ValueError: a parameter is out of range (named), or a batching
+                option is below 1.
+        """
+        check_sampling(top_k, top_p, temperature)
+        check_batching(batch_tokens, batch_size)
+        params = (int(top_k), float(top_p), float(temperature), int(seed))
+        return self._run(
+            sentences,
+            [params] * len(sentences),
+            self._sample_rows,
+            batch_size,
+            progress,
+            batch_tokens,
+            None,
         )
 
     def translate_iterable(
@@ -557,20 +664,60 @@ class Translator(tf.Module):
         check_batching(batch_tokens, batch_size, window)
         if total is None and isinstance(lines, Sized):
             total = len(lines)
-        return self._stream(iter(lines), batch_size, progress, batch_tokens, window, total)
+        items = ((line, None) for line in lines)
+        return self._stream(
+            items, self._best_rows, batch_size, progress, batch_tokens, window, total
+        )
 
-    def _stream(self, lines, batch_size, progress, batch_tokens, window, total) -> Iterator[str]:
+    # --- batching ---------------------------------------------------------------------
+
+    def _run(self, texts, extras, run, batch_size, progress, batch_tokens, window) -> list:
+        items = zip(texts, extras)
+        return list(
+            self._stream(items, run, batch_size, progress, batch_tokens, window, len(texts))
+        )
+
+    def _stream(self, items, run, batch_size, progress, batch_tokens, window, total) -> Iterator:
+        """``run(prepared, extras, rows, capacity)`` over ``(text, extra)`` items, a window
+        sorted and batched at a time, the answers in input order."""
+        items = iter(items)
         with progress_bar(progress, total=total, desc="translating", unit="sent") as bar:
-            while chunk := list(itertools.islice(lines, window)):
-                lengths, prepared = self._prepare(chunk)
-                outputs = [""] * len(chunk)
+            while chunk := list(itertools.islice(items, window)):
+                lengths, prepared = self._prepare([text for text, _ in chunk])
+                extras = [extra for _, extra in chunk]
+                outputs: list = [None] * len(chunk)
                 for batch in token_batches(lengths, batch_tokens, batch_size):
                     longest = max(lengths[index] for index in batch)
                     rows = batch_capacity(longest, batch_tokens, batch_size)
-                    for index, text in zip(batch, self._translate_rows(prepared, batch, rows)):
-                        outputs[index] = text
+                    answers = run(prepared, [extras[index] for index in batch], batch, rows)
+                    for index, answer in zip(batch, answers):
+                        outputs[index] = answer
                     bar.update(len(batch))
                 yield from outputs
+
+    def _check_n(self, n: int) -> None:
+        if not 1 <= n <= self.beam_size:
+            raise ValueError(
+                f"n={n}: an n-best list holds 1 to the beam size ({self.beam_size}) "
+                "hypotheses; ask for fewer or decode with a larger beam."
+            )
+
+    def _target_ids(self, texts: Sequence[str], what: str, with_eos: bool) -> list[list[int]]:
+        """Each text's target ids, with or without EOS, checked against the model's limit."""
+        if not len(texts):
+            return []
+        ids = target_token_ids(
+            self.tgt_tokenizer, tf.constant(list(texts), tf.string), self.model.config.eos_id
+        ).to_list()
+        limit = self.model.config.max_length
+        for index, row in enumerate(ids):
+            length = len(row) if with_eos else len(row) - 1
+            if length > (limit if with_eos else limit - 1):
+                raise ValueError(
+                    f"{what} {index} is {length} tokens, longer than the model's limit "
+                    f"({limit} with EOS): shorten it."
+                )
+        return ids if with_eos else [row[:-1] for row in ids]
 
     def _prepare(self, texts: list[str]) -> tuple[list[int], tuple[tf.RaggedTensor, list[bool]]]:
         """Each text's source length as batched (XLA: rounded up to its bucket), the ids, blanks.
@@ -585,13 +732,73 @@ class Translator(tf.Module):
             lengths = [round_up(length, self.length_bucket) for length in lengths]
         return lengths, (ids, (tf.strings.length(text) == 0).numpy().tolist())
 
-    def _translate_rows(self, prepared, rows: list[int], capacity: int) -> list[str]:
-        """The translations of ``rows`` of ``_prepare``'s output, padded to ``capacity`` rows."""
-        ids, blank = prepared
-        batch = tf.gather(ids, rows).to_tensor(default_value=self.model.config.pad_id)
-        tokens, _ = self._decode(batch, capacity)
+    def _source_batch(self, prepared, rows: list[int]) -> tf.Tensor:
+        ids, _ = prepared
+        return tf.cast(
+            tf.gather(ids, rows).to_tensor(default_value=self.model.config.pad_id), tf.int32
+        )
+
+    def _texts(self, prepared, rows: list[int], tokens) -> list[str]:
+        """Detokenized ``tokens`` of ``rows``, ``""`` for a blank source."""
+        _, blank = prepared
         texts = self.tgt_tokenizer.detokenize(tokens).numpy()
         return ["" if blank[row] else text.decode("utf-8") for row, text in zip(rows, texts)]
+
+    def _padded(self, rows_ids: list[list[int]]) -> tf.Tensor:
+        pad = self.model.config.pad_id
+        width = max(1, max(len(row) for row in rows_ids))
+        return tf.constant([row + [pad] * (width - len(row)) for row in rows_ids], tf.int32)
+
+    def _best_rows(self, prepared, extras, rows: list[int], capacity: int) -> list[str]:
+        tokens, _ = self._decode(self._source_batch(prepared, rows), capacity)
+        return self._texts(prepared, rows, tokens)
+
+    def _translate_rows(self, prepared, rows: list[int], capacity: int) -> list[str]:
+        """The translations of ``rows`` of ``_prepare``'s output, padded to ``capacity`` rows."""
+        return self._best_rows(prepared, None, rows, capacity)
+
+    def _prefix_rows(self, prepared, prefixes, rows: list[int], capacity: int) -> list[str]:
+        out = self._function("prefix")(self._source_batch(prepared, rows), self._padded(prefixes))
+        return self._texts(prepared, rows, out.tokens[:, 0])
+
+    def _n_best_rows(self, prepared, counts, rows: list[int], capacity: int) -> list:
+        source_ids = self._source_batch(prepared, rows)
+        out = self._function("n_best")(source_ids)
+        texts, log_probs = n_best_texts(
+            self.model, self.tgt_tokenizer, source_ids, out, self.beam_size
+        )
+        _, blank = prepared
+        lists = []
+        for row, count, row_texts, row_log_probs in zip(
+            rows, counts, texts.numpy(), log_probs.numpy()
+        ):
+            if blank[row]:
+                lists.append([("", 0.0)])
+                continue
+            pairs = [
+                (text.decode("utf-8"), float(log_prob))
+                for text, log_prob in zip(row_texts, row_log_probs)
+                if np.isfinite(log_prob)
+            ]
+            lists.append(pairs[:count])
+        return lists
+
+    def _score_rows(self, prepared, targets, rows: list[int], capacity: int) -> list[float]:
+        scores = score_targets(
+            self.model, self._source_batch(prepared, rows), self._padded(targets)
+        )
+        return [float(score) for score in scores.numpy()]
+
+    def _sample_rows(self, prepared, params, rows: list[int], capacity: int) -> list[str]:
+        top_k, top_p, temperature, seed = params[0]
+        out = self._function("sample")(
+            self._source_batch(prepared, rows),
+            tf.constant(top_k, tf.int32),
+            tf.constant(top_p, tf.float32),
+            tf.constant(temperature, tf.float32),
+            tf.constant(seed, tf.int64),
+        )
+        return self._texts(prepared, rows, out.tokens[:, 0])
 
 
 def saved_model_version(path: str | os.PathLike) -> Path:

@@ -22,10 +22,19 @@ from pathlib import Path
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.beam_search import check_beam_size, check_stopping
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import ConstantSteps
+from keras_transformer.decoding import (
+    ConstantSteps,
+    DecodeOptions,
+    KernelChoice,
+    check_beam_size,
+    check_decode_parts,
+    check_stopping,
+    decode,
+    decode_in_parts,
+    pad_for_xla,
+)
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.layers.masks import padding_mask, target_padding_mask
 from keras_transformer.numerics import round_up
@@ -37,12 +46,6 @@ from keras_transformer.tokenization import (
     MARIAN_VOCAB,
     MarianSubwordTokenizer,
     write_marian_tokenizer_files,
-)
-from keras_transformer.translate import (
-    best_ids,
-    check_decode_parts,
-    decode_in_parts,
-    pad_for_xla,
 )
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
@@ -218,35 +221,39 @@ class ExportedTranslator(tf.Module):
                 None if self.frozen_weights is None else self.frozen_weights.as_variables()
             )
 
-            def decode(source_ids):
-                return best_ids(
-                    self.model,
-                    source_ids,
-                    beam_size,
-                    self.alpha,
-                    self.extra_length,
-                    stopping=self.stopping,
-                    precomputed=precomputed,
-                    constant_steps=self.constant_steps,
-                )
+            choice = KernelChoice(precomputed=precomputed, constant_steps=self.constant_steps)
+            options = self.options(beam_size)
 
-            decode.__name__ = (
+            def run(source_ids):
+                return decode(self.model, source_ids, options, choice=choice)
+
+            run.__name__ = (
                 "greedy" if beam_size == 1 else f"beam_{beam_size}"
             )  # names the SavedModel's function
             self.decoders[beam_size] = tf.function(
-                decode, input_signature=[tf.TensorSpec([None, None], tf.int32)]
+                run, input_signature=[tf.TensorSpec([None, None], tf.int32)]
             )
         return self.decoders[beam_size]
 
+    def options(self, beam_size: int | None = None) -> DecodeOptions:
+        """The ``DecodeOptions`` of ``serving_default``, or of another beam size."""
+        return DecodeOptions(
+            beam_size=self.beam_size if beam_size is None else beam_size,
+            alpha=self.alpha,
+            extra_length=self.extra_length,
+            stopping=self.stopping,
+        )
+
     def _decode(self, source_ids, beam_size=None):
         beam_size = self.beam_size if beam_size is None else beam_size
-        return decode_in_parts(
+        out = decode_in_parts(
             self._decoder(beam_size),
             source_ids,
             self.model.config.pad_id,
             self.decode_parts,
             beam_size,
         )
+        return out.tokens[:, 0], out.scores[:, 0]
 
     def _decode_xla(self, source_ids, beam_size=None):
         """``_decode`` by the static-shape decoders under XLA, on a batch padded
@@ -267,20 +274,15 @@ class ExportedTranslator(tf.Module):
             longest_source + self.extra_length, config.max_length
         )  # every row's own limit fits
 
-        @tf.function(jit_compile=True)
-        def decode(ids):
-            return best_ids(
-                self.model,
-                ids,
-                beam_size,
-                self.alpha,
-                self.extra_length,
-                buffer_length=buffer,
-                stopping=self.stopping,
-            )
+        options = self.options(beam_size)
+        choice = KernelChoice(static_shapes=True, buffer_length=buffer)
 
-        target_ids, scores = decode(ids)
-        return target_ids[:rows], scores[:rows]
+        @tf.function(jit_compile=True)
+        def run(ids):
+            return decode(self.model, ids, options, choice=choice)
+
+        out = run(ids)
+        return out.tokens[:rows, 0], out.scores[:rows, 0]
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
     def translate_ids(self, source_ids):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
 from keras_transformer.exporters.saved_model import attach_model
 from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
@@ -56,10 +56,13 @@ class TFLiteTranslator(tf.Module):
             input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")]
         )
         def translate(source_ids):
-            tokens, _ = greedy_decode(
-                self.model, source_ids, max_length=self.max_tgt_length, static_shapes=True
+            out = decode(
+                self.model,
+                source_ids,
+                DecodeOptions(max_length=self.max_tgt_length),
+                choice=KernelChoice(static_shapes=True),
             )
-            return {"target_ids": tokens}
+            return {"target_ids": out.tokens[:, 0]}
 
         return translate
 

@@ -32,13 +32,13 @@ kernel                                 what it does, and who calls it
                                        the two kernels below
 ``decoding_step``                      one token of ``Transformer.decode`` against a
                                        growing cache, weights read once, rank-2 products:
-                                       ``decoding.decoding_steps``
+                                       ``decoding.KernelChoice``
 ``encode``                             ``Transformer.encode`` at inference: one product
                                        for each layer's query, key and value:
-                                       ``decoding.decoding_steps``
+                                       ``decoding.KernelChoice``
 ``top_k``                              ``tf.math.top_k`` over a long row by the maxima of
                                        blocks, the same values and order:
-                                       ``beam_search``'s candidates
+                                       ``decoding.beam_search``'s candidates
 ``FrozenWeights``                      the precomputed weights of those two, kept as
                                        variables: the exported SavedModel
 ``native``                             the opt-in C++ ops and their build cache

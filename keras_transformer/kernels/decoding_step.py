@@ -423,7 +423,7 @@ def decoding_step(
             accepts.
         small_batch: build the small-batch step, for at most
             ``SMALL_BATCH_ROWS`` rows (it never reads ``output_kernel``);
-            ``decoding.decoding_steps`` builds both steps and picks one a round.
+            ``decoding.KernelChoice.steps`` builds both steps and picks one a round.
         weights: ``step_weights(model)``, to share them between steps; NumPy
             leaves (``weights.as_constants``) become graph constants. By
             default read here.

@@ -217,7 +217,7 @@ class FrozenWeights(tf.Module):
 
     Example:
         >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import greedy_decode
+        >>> from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> frozen = FrozenWeights(model)
@@ -226,10 +226,8 @@ class FrozenWeights(tf.Module):
         >>> len(frozen.frozen)
         26
         >>> source = tf.constant([[5, 6, 3]])
-        >>> tokens, scores = greedy_decode(
-        ...     model, source, max_length=4, precomputed=frozen.as_variables()
-        ... )
-        >>> tokens.shape[0]
+        >>> choice = KernelChoice(precomputed=frozen.as_variables())
+        >>> decode(model, source, DecodeOptions(max_length=4), choice=choice).tokens.shape[0]
         1
     """
 

@@ -1,9 +1,10 @@
 """Beam search (paper §6.1: beam 4, length penalty α = 0.6, max length input + 50).
 
-Batched and cached like greedy decoding: self-attention keys/values are
-reordered along with the beams, while the cross-attention keys/values, which
-are identical for every beam of a sentence, are computed once and never moved.
-Scores use the GNMT length penalty ``lp(n) = ((5 + n) / 6)^α`` of Wu et al. 2016.
+Batched and cached like greedy decoding, over a ``DecodingSteps``: the cache
+is reordered along with the beams by the steps' ``reorder`` (for the
+Transformer, the self-attention keys and values; the cross-attention ones,
+the same for every beam of a sentence, never move). Scores use the GNMT
+length penalty ``lp(n) = ((5 + n) / 6)^α`` of Wu et al. 2016.
 
 A sentence is done as soon as no live beam can beat its finished hypotheses
 (see ``stopping``): its best hypotheses are written to the output, and the
@@ -19,81 +20,19 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.decoding import (
+from keras_transformer.decoding.greedy import forced_tokens, prefix_inputs
+from keras_transformer.decoding.loop import (
+    NEG,
+    DecodeOutput,
     batch_free_shape,
-    decode_limits,
     decode_loop,
-    decoding_steps,
     keep_rows,
     loose_shape,
-    never_emitted,
     scatter_rows,
 )
-from keras_transformer.layers import masked_score_value, padding_mask
+from keras_transformer.decoding.options import DecodeOptions
 
-_NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
-
-STOPPING_RULES = ("exact", "heuristic")
-
-
-def check_stopping(stopping: str) -> str:
-    """Check that ``stopping`` names a rule of ``beam_search`` (``STOPPING_RULES``).
-
-    Args:
-        stopping: the rule's name.
-
-    Returns:
-        ``stopping``.
-
-    Raises:
-        ValueError: not a rule; the message lists them.
-
-    Example:
-        >>> check_stopping("exact")
-        'exact'
-    """
-    if stopping not in STOPPING_RULES:
-        raise ValueError(
-            f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}."
-        )
-    return stopping
-
-
-def check_beam_size(beam_size: int) -> int:
-    """Check that ``beam_size`` is at least 1 (1: greedy decoding).
-
-    Args:
-        beam_size: the number of hypotheses kept per sentence.
-
-    Returns:
-        ``beam_size``.
-
-    Raises:
-        ValueError: ``beam_size < 1``.
-
-    Example:
-        >>> check_beam_size(4)
-        4
-    """
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
-    return beam_size
-
-
-class BeamSearchOutput(NamedTuple):
-    """What ``beam_search`` returns: each sentence's ``beam`` best hypotheses, best first.
-
-    ``tokens`` ``[batch, beam, len]`` int32 (no BOS; EOS then padding);
-    ``scores`` ``[batch, beam]``: log-probability / length penalty, the
-    ranking criterion; ``log_probs`` ``[batch, beam]``: the sequences' summed
-    token log-probabilities under the model; ``steps`` ``[]`` int32: the
-    decoder steps the search ran (at most the longest output allowed).
-    """
-
-    tokens: tf.Tensor
-    scores: tf.Tensor
-    log_probs: tf.Tensor
-    steps: tf.Tensor
+_NEG = NEG
 
 
 class Hypotheses(NamedTuple):
@@ -121,8 +60,7 @@ class BeamState(NamedTuple):
     step: tf.Tensor  # [] int32: tokens decoded so far
     alive_seq: tf.Tensor  # [rows, k, len] int32: the live hypotheses
     alive_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities, best first
-    cache: list  # per decoder layer: {"self": {"key", "value"}: [rows·k, heads, len, depth]
-    # (reordered with the beams), "cross": projected once per sentence}
+    cache: object  # the steps' cache, [rows·k, ...] leaves, reordered with the beams
     finished_seq: tf.Tensor  # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
     finished_scores: (
         tf.Tensor
@@ -135,6 +73,8 @@ class BeamState(NamedTuple):
     sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
     row_limits: tf.Tensor  # [rows] int32: the row's longest output
     source_padding: tf.Tensor  # [rows·k, src_len] bool: True for real source tokens
+    prefix: tf.Tensor  # [rows, width] int32: the forced first tokens (one pad column: none)
+    prefix_lengths: tf.Tensor  # [rows] int32: how many of them
     results: Hypotheses  # [batch, ...]: the hypotheses of the rows compaction removed
     #                                (static shapes: (), every sentence keeps its row)
 
@@ -157,24 +97,13 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
 
 
 def beam_search(
-    model,
-    source_ids,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    max_length=None,
-    extra_length: int = 50,
-    min_length: int = 0,
-    static_shapes: bool = False,
-    buffer_length: int | None = None,
-    stopping: str = "heuristic",
-    precomputed=None,
-    constant_steps=None,
-) -> BeamSearchOutput:
+    steps, source_ids, row_limits, limit, options: DecodeOptions, prefix_ids=None
+) -> DecodeOutput:
     """Beam search over ``source_ids``, with GNMT's length penalty and a stopping rule.
 
     A sentence is done, and compaction removes it from the search, when its
     length limit is reached or when ``beam_size`` finished hypotheses outscore
-    its best live beam, as ``stopping`` judges it:
+    its best live beam, as ``options.stopping`` judges it:
 
     * ``"exact"``: the live beam is judged by the best score it could still
       reach, its log-probability (which only falls as it grows) over the
@@ -185,76 +114,60 @@ def beam_search(
       is the exact rule; with a large ``alpha`` it stops much earlier, at the
       price of missing the rare longer hypothesis that would have won.
 
-    Hypotheses start from ``bos_id`` (the pad id for a model whose decoder
-    starts from it) and never take ``pad_id`` or ``bos_id``
-    (``decoding.never_emitted``).
+    Hypotheses start from ``bos_id`` and never take a ``banned`` id. With a
+    prefix, each sentence's hypotheses all begin with it.
 
     Args:
-        model: a ``keras_transformer.Transformer``.
-        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-        beam_size: the beams a sentence, at least 1.
-        alpha: the length penalty's exponent.
-        max_length: output length limit (defaults to ``src_len + extra_length``).
-        extra_length: see ``max_length``.
-        min_length: EOS is not allowed before this many tokens.
-        static_shapes: keep every loop variable at a fixed shape (fixed-size
-            KV cache, sequence buffers of an int ``max_length`` or of
-            ``buffer_length``, see ``decoding.decode_limits``), so the search
-            compiles with XLA (TPU, ``tf.function(jit_compile=True)``); its
-            tokens are padded to the buffer length, and done sentences stay
-            in the batch, frozen.
-        buffer_length: the fixed buffer of ``static_shapes``.
-        stopping: ``"heuristic"`` or ``"exact"`` (``STOPPING_RULES``).
-        precomputed: the model's precomputed weights
-            (``kernels.FrozenWeights``), for a model whose weights do not change.
-        constant_steps: a ``decoding.ConstantSteps`` of ``model`` (dynamic
-            shapes only), for a model whose weights do not change.
+        steps: the ``DecodingSteps`` to run.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``steps.pad_id``.
+        row_limits: ``[batch]`` int32, each row's longest output.
+        limit: the longest of them (a Python int: the buffer of static shapes).
+        options: the ``DecodeOptions``: ``beam_size``, ``alpha``,
+            ``min_length``, ``stopping``.
+        prefix_ids: ``[batch, width]`` int ids padded with ``pad_id``: each
+            row's first tokens, forced, or ``None``.
 
     Returns:
-        A ``BeamSearchOutput``.
-
-    Raises:
-        ValueError: ``beam_size`` is below 1, ``stopping`` names no rule, or
-            the limits do not fit ``static_shapes`` (``decoding.decode_limits``).
+        A ``DecodeOutput`` of ``beam_size`` hypotheses a sentence, best
+        first; a sentence with fewer has ``-inf`` log-probabilities in the
+        rest (``decoding.decode`` clears their tokens).
 
     Example:
-        >>> import keras_transformer as kt
-        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
-        >>> model.build()
-        >>> out = beam_search(model, tf.constant([[5, 6, 3]]), beam_size=2, max_length=4)
-        >>> out.tokens.shape[:2], out.scores.shape
-        (TensorShape([1, 2]), TensorShape([1, 2]))
+        >>> from keras_transformer.decoding import DecodingSteps
+        >>> table = tf.math.log(tf.constant([[0.1, 0.1, 0.1, 0.3, 0.4], [0.1, 0.1, 0.1, 0.6, 0.1]]))
+        >>> steps = DecodingSteps(  # step t's logits are row t of the table, whatever the tokens
+        ...     encode=lambda ids: ids, initial_cache=lambda memory: tf.zeros_like(memory[:, 0]),
+        ...     large_batch=lambda ids, t, cache, padding: (
+        ...         tf.repeat(table[t][tf.newaxis], tf.size(ids), axis=0), cache),
+        ...     bos_id=1, eos_id=3, pad_id=0, banned=(0, 1))
+        >>> out = beam_search(steps, tf.constant([[7, 3]]), tf.constant([2]), 2,
+        ...                   DecodeOptions(beam_size=2, alpha=0.0))
+        >>> out.tokens.numpy().tolist(), [round(float(x), 3) for x in out.log_probs[0]]
+        ([[[3, 0], [4, 3]]], [-1.204, -1.427])
     """
-    check_beam_size(beam_size)
-    check_stopping(stopping)
-    config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
-    k = beam_size
-    row_limits, limit = decode_limits(
-        model, source_ids, max_length, extra_length, static_shapes, buffer_length
+    k, alpha, min_length, stopping = (
+        options.beam_size,
+        options.alpha,
+        options.min_length,
+        options.stopping,
     )
+    static_shapes = steps.static_shapes
     batch = tf.shape(source_ids)[0]
-    vocab = config.tgt_vocab_size
     # The loop's body makes its constants itself (a tensor made out here would be a loop variable).
-    eos, pad = config.eos_id, config.pad_id
+    eos, pad = steps.eos_id, steps.pad_id
+    forcing = prefix_ids is not None
+    prefix, prefix_lengths = prefix_inputs(prefix_ids, batch, pad)
     buffer_width = limit + 1  # BOS and the longest output
 
     # Every beam of a sentence attends to the same source: encode it and project
     # its cross-attention keys and values once, then copy the cache to its k
     # beam rows (batch → batch·k).
-    steps = decoding_steps(
-        model,
-        static_shapes,
-        limit,
-        rows=batch * k,
-        precomputed=precomputed,  # weights read once
-        constant_steps=constant_steps,
-    )
     beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
     cache = tf.nest.map_structure(
         lambda x: tf.gather(x, beam_sentences), steps.initial_cache(steps.encode(source_ids))
     )
-    source_padding = padding_mask(tf.gather(source_ids, beam_sentences), config.pad_id)
+    source_padding = tf.not_equal(tf.gather(source_ids, beam_sentences), pad)
 
     if static_shapes:
         # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.
@@ -283,8 +196,11 @@ def beam_search(
     # such token once. top_k puts the lower index first among equal values, so the order is
     # that of one top_k over the candidates with those tokens struck, which would cost an
     # op over every beam's whole vocabulary a step.
-    banned = never_emitted(config)
-    reach = min(k * vocab, 2 * k + k * (len(banned) + (1 if min_length else 0)))
+    banned = list(steps.banned)
+    struck_per_beam = len(banned) + (1 if min_length else 0)
+    reorder = steps.reorder or (
+        lambda cache, rows: tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
+    )
 
     def impossible(tokens, t):
         """Which of ``tokens`` the search may not take at step ``t``."""
@@ -360,7 +276,15 @@ def beam_search(
             rows = tf.shape(state.alive_seq)[0]
             last = tf.reshape(last_token(state.alive_seq, t), [-1])
             logits, cache = decode_step(last, t, state.cache, state.source_padding)
+            vocab = logits.shape[-1]
+            reach = min(k * vocab, 2 * k + k * struck_per_beam)
             log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])
+            if forcing:  # a row in its prefix may take only the prefix's token
+                forced, token = forced_tokens(state.prefix, state.prefix_lengths, t)
+                other = tf.not_equal(tf.range(vocab)[tf.newaxis, :], token[:, tf.newaxis])
+                log_probs = tf.where(
+                    (forced[:, tf.newaxis] & other)[:, tf.newaxis, :], _NEG, log_probs
+                )
             candidates = tf.reshape(
                 state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab]
             )
@@ -376,26 +300,23 @@ def beam_search(
             candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
             # A hypothesis ends with EOS, or when its sentence reaches its length limit.
             ended = tf.equal(tokens, eos) | (t + 1 >= state.row_limits)[:, tf.newaxis]
+            # Only a possible hypothesis may finish (not one of the impossible fillers that a
+            # forced step or the first step's empty beams leave among the candidates).
+            finishes = ended & (top_lp > _NEG / 2)
 
             alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
             alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
             flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
-            cache = [
-                {
-                    "self": {name: tf.gather(value, flat) for name, value in layer["self"].items()},
-                    "cross": layer["cross"],
-                }
-                for layer in cache
-            ]
+            cache = reorder(cache, flat)
 
             penalty = length_penalty(t + 1, alpha)
             # A done sentence, waiting for compaction (or kept to the end with static shapes), takes
             # no new hypothesis.
-            new_scores = tf.where(ended & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
+            new_scores = tf.where(finishes & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
             pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
             pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
             pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
-            pool_flags = tf.concat([state.finished_flags, ended], axis=1)
+            pool_flags = tf.concat([state.finished_flags, finishes], axis=1)
             fin_scores, best = tf.math.top_k(pool_scores, k=k)
             state = state._replace(
                 step=t + 1,
@@ -415,7 +336,7 @@ def beam_search(
     width = buffer_width if static_shapes else 1
     start_seq = tf.concat(
         [
-            tf.fill([batch, k, 1], tf.constant(config.bos_id, tf.int32)),
+            tf.fill([batch, k, 1], tf.constant(steps.bos_id, tf.int32)),
             tf.fill([batch, k, width - 1], pad),
         ],
         axis=2,
@@ -434,6 +355,8 @@ def beam_search(
         sentence=tf.range(batch),
         row_limits=row_limits,
         source_padding=source_padding,
+        prefix=prefix,
+        prefix_lengths=prefix_lengths,
         results=()
         if static_shapes
         else Hypotheses(
@@ -455,6 +378,8 @@ def beam_search(
         sentence=tf.TensorShape([None]),
         row_limits=tf.TensorShape([None]),
         source_padding=tf.TensorShape([None, None]),
+        prefix=tf.TensorShape([None, None]),
+        prefix_lengths=tf.TensorShape([None]),
         results=()
         if static_shapes
         else Hypotheses(
@@ -471,6 +396,7 @@ def beam_search(
         static_shapes,
         small_batch_step=steps.small_batch and step_with(steps.small_batch),
         rows=lambda state: tf.size(state.done) * k,
+        small_batch_rows=steps.small_batch_rows,
     )
     if static_shapes:  # every sentence kept its row
         results = hypotheses(state, tf.range(batch))
@@ -480,6 +406,4 @@ def beam_search(
         width = state.step + 1
     # Drop the BOS column; a done row that holds fewer than k hypotheses pads with NEG-scored
     # entries.
-    return BeamSearchOutput(
-        results.seq[:, :, 1:width], results.scores, results.log_probs, state.step
-    )
+    return DecodeOutput(results.seq[:, :, 1:width], results.scores, results.log_probs, state.step)

@@ -1,0 +1,144 @@
+"""Decoding: greedy decoding, beam search and sampling over one loop, and forced scoring.
+
+``decode(model, source_ids, DecodeOptions(...))`` is the one entry point: it
+chooses the kernels (``KernelChoice``, the only place for speed settings),
+builds the ``DecodingSteps`` and runs the search the options ask for.
+The searches (``greedy_search``, ``beam_search``, ``sample_search``) run over
+a ``DecodingSteps`` and never see the model, so any logits can drive them.
+``score_targets`` gives the log-probability of given translations.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from keras_transformer.decoding.beam import beam_search, length_penalty
+from keras_transformer.decoding.greedy import greedy_search, sample_search
+from keras_transformer.decoding.loop import NEG, DecodeOutput, ban_tokens
+from keras_transformer.decoding.options import (
+    STOPPING_RULES,
+    DecodeOptions,
+    check_beam_size,
+    check_sampling,
+    check_stopping,
+)
+from keras_transformer.decoding.sampling import sentence_keys
+from keras_transformer.decoding.scoring import score_targets
+from keras_transformer.decoding.steps import (
+    DECODE_PARTS,
+    PARTS_MIN_ROWS,
+    ConstantSteps,
+    DecodingSteps,
+    KernelChoice,
+    check_decode_parts,
+    decode_in_parts,
+    decode_lengths,
+    decode_limits,
+    never_emitted,
+    pad_for_xla,
+    step_signature,
+)
+
+__all__ = [
+    "DECODE_PARTS",
+    "NEG",
+    "PARTS_MIN_ROWS",
+    "STOPPING_RULES",
+    "ConstantSteps",
+    "DecodeOptions",
+    "DecodeOutput",
+    "DecodingSteps",
+    "KernelChoice",
+    "ban_tokens",
+    "beam_search",
+    "check_beam_size",
+    "check_decode_parts",
+    "check_sampling",
+    "check_stopping",
+    "decode",
+    "decode_in_parts",
+    "decode_lengths",
+    "decode_limits",
+    "greedy_search",
+    "length_penalty",
+    "never_emitted",
+    "pad_for_xla",
+    "sample_search",
+    "score_targets",
+    "sentence_keys",
+    "step_signature",
+]
+
+
+def decode(
+    model,
+    source_ids,
+    options: DecodeOptions | None = None,
+    *,
+    prefix_ids=None,
+    choice: KernelChoice | None = None,
+) -> DecodeOutput:
+    """Decode ``source_ids`` with ``model`` as ``options`` ask: greedy, beam search or sampling.
+
+    Runs as TensorFlow ops (a ``tf.while_loop``), so it can be wrapped in
+    ``tf.function``, exported in a SavedModel, and compiled with XLA with
+    ``KernelChoice(static_shapes=True)``. A sentence decodes the same alone
+    and in any batch, sampling included (its noise is keyed by the seed and
+    the sentence).
+
+    Args:
+        model: a ``keras_transformer.Transformer``.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
+        options: the ``DecodeOptions`` (default: greedy).
+        prefix_ids: ``[batch, width]`` target ids without BOS or EOS, padded
+            with ``pad_id``: each output begins with its row's prefix, and
+            the search continues it. A row's length limit leaves room for
+            its prefix and one more token.
+        choice: the ``KernelChoice`` (default: the inference kernels, a
+            growing cache).
+
+    Returns:
+        A ``DecodeOutput`` of ``options.n_best`` hypotheses a sentence, best
+        first. Missing ones (a sentence with fewer finished hypotheses) have
+        only ``pad_id`` tokens and ``-inf`` scores.
+
+    Raises:
+        ValueError: the limits do not fit ``choice`` (``decode_limits``).
+
+    Example:
+        >>> import keras_transformer as kt
+        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
+        >>> model.build()
+        >>> out = decode(model, tf.constant([[5, 6, 3], [7, 3, 0]]),
+        ...              DecodeOptions(beam_size=2, n_best=2, max_length=4))
+        >>> out.tokens.shape[:2], out.log_probs.shape
+        (TensorShape([2, 2]), TensorShape([2, 2]))
+    """
+    options = options or DecodeOptions()
+    choice = choice or KernelChoice()
+    config = model.config
+    source_ids = tf.convert_to_tensor(source_ids)
+    batch = tf.shape(source_ids)[0]
+    prefix_lengths = None
+    if prefix_ids is not None:
+        prefix_ids = tf.cast(tf.convert_to_tensor(prefix_ids), tf.int32)
+        prefix_lengths = tf.reduce_sum(
+            tf.cast(tf.not_equal(prefix_ids, config.pad_id), tf.int32), axis=1
+        )
+    row_limits, limit = choice.limits(model, source_ids, options, prefix_lengths)
+    steps = choice.steps(model, rows=batch * options.beam_size, limit=limit)
+    search = (steps, source_ids, row_limits, limit, options)
+    if options.strategy == "sample":
+        keys = sentence_keys(source_ids, config.pad_id, options.seed)
+        return sample_search(*search, keys, prefix_ids=prefix_ids)
+    if options.strategy == "greedy":
+        return greedy_search(*search, prefix_ids=prefix_ids)
+    out = beam_search(*search, prefix_ids=prefix_ids)
+    n = options.n_best
+    missing = out.log_probs[:, :n] <= NEG / 2
+    return DecodeOutput(
+        tf.where(missing[:, :, tf.newaxis], config.pad_id, out.tokens[:, :n]),
+        tf.where(missing, float("-inf"), out.scores[:, :n]),
+        tf.where(missing, float("-inf"), out.log_probs[:, :n]),
+        out.steps,
+    )

@@ -1,0 +1,170 @@
+"""``DecodeOptions``: what a decoder searches for, in one frozen value."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from dataclasses import dataclass
+
+STOPPING_RULES = ("exact", "heuristic")
+
+
+def check_stopping(stopping: str) -> str:
+    """Check that ``stopping`` names a rule of ``beam_search`` (``STOPPING_RULES``).
+
+    Args:
+        stopping: the rule's name.
+
+    Returns:
+        ``stopping``.
+
+    Raises:
+        ValueError: not a rule; the message lists them.
+
+    Example:
+        >>> check_stopping("exact")
+        'exact'
+    """
+    if stopping not in STOPPING_RULES:
+        raise ValueError(
+            f"stopping={stopping!r} is not a stopping rule; use one of {STOPPING_RULES}."
+        )
+    return stopping
+
+
+def check_beam_size(beam_size: int) -> int:
+    """Check that ``beam_size`` is at least 1 (1: greedy decoding).
+
+    Args:
+        beam_size: the number of hypotheses kept per sentence.
+
+    Returns:
+        ``beam_size``.
+
+    Raises:
+        ValueError: ``beam_size < 1``.
+
+    Example:
+        >>> check_beam_size(4)
+        4
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1 (1 = greedy), got {beam_size}.")
+    return beam_size
+
+
+def _is_number(value) -> bool:
+    """A Python (or NumPy) number, not a tensor: checked here, a tensor in the graph."""
+    return isinstance(value, numbers.Number)
+
+
+def check_sampling(top_k=0, top_p=1.0, temperature=1.0) -> None:
+    """Raise a ``ValueError`` unless the sampling parameters are in range.
+
+    Tensors (a served model's request) pass unchecked: the graph clamps them.
+
+    Args:
+        top_k: sample among the ``top_k`` likeliest tokens (0: all), at least 0.
+        top_p: sample in the nucleus of this probability, in (0, 1].
+        temperature: the logits are divided by it, above 0.
+
+    Raises:
+        ValueError: a parameter out of range, named in the message.
+    """
+    if _is_number(top_k) and top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0: no limit, 1: greedy), got {top_k}.")
+    if _is_number(top_p) and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1: no nucleus), got {top_p}.")
+    if _is_number(temperature) and not (temperature > 0.0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number above 0, got {temperature}.")
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeOptions:
+    """What a decoder searches for: the strategy, its parameters and the length limits.
+
+    The strategy is sampling with ``sampling=True``, else beam search with
+    ``beam_size > 1``, else greedy decoding (``strategy``). Python values are
+    checked here; the sampling parameters may also be tensors (a served
+    model's request), which the graph clamps to their ranges.
+
+    Args:
+        beam_size: the hypotheses beam search keeps a sentence (1: greedy).
+        alpha: beam search's GNMT length penalty exponent (0: none).
+        n_best: the hypotheses returned a sentence, at most ``beam_size``.
+        sampling: sample each token instead of searching.
+        top_k: sample among the ``top_k`` likeliest tokens (0: all; 1: greedy).
+        top_p: sample in the smallest set of tokens whose probability reaches
+            ``top_p`` (1: all).
+        temperature: the logits are divided by it before sampling.
+        seed: the sampling seed: the same seed and sentence give the same
+            sample in any batch.
+        max_length: one output length limit for every sentence (``None``:
+            each sentence's source length plus ``extra_length``).
+        extra_length: see ``max_length``.
+        min_length: EOS is not allowed before this many tokens.
+        stopping: beam search's stopping rule, ``"heuristic"`` or ``"exact"``
+            (``beam_search``).
+
+    Raises:
+        ValueError: a value out of range, named in the message.
+
+    Example:
+        >>> options = DecodeOptions(beam_size=4, n_best=2)
+        >>> options.strategy, options.replace(beam_size=1, n_best=1, sampling=True).strategy
+        ('beam', 'sample')
+    """
+
+    beam_size: int = 1
+    alpha: float = 0.6
+    n_best: int = 1
+    sampling: bool = False
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+    seed: int = 0
+    max_length: int | None = None
+    extra_length: int = 50
+    min_length: int = 0
+    stopping: str = "heuristic"
+
+    def __post_init__(self):
+        check_beam_size(self.beam_size)
+        check_stopping(self.stopping)
+        if not 1 <= self.n_best <= self.beam_size:
+            raise ValueError(
+                f"n_best must be between 1 and the beam size ({self.beam_size}), "
+                f"got {self.n_best}: raise the beam size or ask for fewer hypotheses."
+            )
+        if self.sampling and self.beam_size != 1:
+            raise ValueError("sampling draws one hypothesis a sentence: use beam_size=1.")
+        check_sampling(self.top_k, self.top_p, self.temperature)
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be >= 1, got {self.max_length}.")
+        if self.extra_length < 0 or self.min_length < 0:
+            raise ValueError(
+                f"extra_length and min_length must be >= 0, got {self.extra_length} "
+                f"and {self.min_length}."
+            )
+
+    @property
+    def strategy(self) -> str:
+        """``"sample"``, ``"beam"`` or ``"greedy"``."""
+        if self.sampling:
+            return "sample"
+        return "beam" if self.beam_size > 1 else "greedy"
+
+    def replace(self, **changes) -> DecodeOptions:
+        """A copy with ``changes``, checked as a new value.
+
+        Args:
+            **changes: fields and their new values.
+
+        Returns:
+            The new ``DecodeOptions``.
+
+        Raises:
+            ValueError: a new value out of range.
+        """
+        return dataclasses.replace(self, **changes)
