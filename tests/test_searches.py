@@ -171,14 +171,15 @@ def test_a_beam_wide_enough_is_exhaustive(seed):
 
 
 @pytest.mark.parametrize("prefix", [(4,), (5, 3), (6, 6, 6)])
-def test_beam_search_with_a_prefix_continues_it(prefix):
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_beam_search_with_a_prefix_continues_it(prefix, static_shapes):
     """Every hypothesis begins with the forced prefix, and the best is the brute-force best of
     the hypotheses that begin so; the log-probabilities count the prefix's tokens."""
     table = markov_table(7)
     k = 16
     options = DecodeOptions(beam_size=k, n_best=k, alpha=0.0, stopping="exact")
     prefix_ids = tf.constant([list(prefix)])
-    out = run(beam_search, markov_steps(table), options, prefix_ids=prefix_ids)
+    out = run(beam_search, markov_steps(table, static_shapes), options, prefix_ids=prefix_ids)
     best = brute_force(table, 3, 0.0, prefix=prefix)
     for i in range(3):
         tokens = strip(out.tokens[0, i].numpy())
@@ -190,12 +191,14 @@ def test_beam_search_with_a_prefix_continues_it(prefix):
         assert strip(out.tokens[0, i].numpy())[: len(prefix)] == prefix
 
 
-def test_greedy_with_a_prefix_forces_it_then_takes_the_arg_max():
+@pytest.mark.parametrize("static_shapes", [False, True])
+def test_greedy_with_a_prefix_forces_it_then_takes_the_arg_max(static_shapes):
     """Rows with prefixes of different lengths (one empty) in one batch: each is forced, then
     continued as greedy decoding would from there."""
     table = markov_table(3)
     prefixes = tf.constant([[5, 5], [0, 0], [6, 0]])
-    out = run(greedy_search, markov_steps(table), prefix_ids=prefixes, batch=3)
+    steps = markov_steps(table, static_shapes)
+    out = run(greedy_search, steps, prefix_ids=prefixes, batch=3)
     for row, prefix in enumerate([(5, 5), (), (6,)]):
         expected, last = list(prefix), prefix[-1] if prefix else BOS
         for t in range(len(prefix), LIMIT):
@@ -339,3 +342,36 @@ def test_filter_logits_clamps_tensors_and_keeps_banned_ids_out():
     kept = filter_logits(logits, tf.constant(0), tf.constant(0.0), tf.constant(0.0))
     assert (kept.numpy()[0] > -1e8).tolist() == [False, False, False, True]
     assert math.isfinite(float(tf.reduce_max(kept)))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodeOptions(),
+        DecodeOptions(beam_size=3, n_best=3, alpha=0.6),
+        DecodeOptions(sampling=True, top_p=0.9, temperature=1.3, seed=5),
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_decode_on_a_model_gives_the_same_with_static_shapes_and_prefixes(options):
+    """``decode`` on a real (tiny, random) model: the static-shape decoders, as XLA runs them,
+    give the dynamic ones' hypotheses, with prefixes of different lengths."""
+    from tiny_models import peaked_tiny_model
+
+    from keras_transformer.decoding import KernelChoice, decode
+
+    model = peaked_tiny_model(4, 3.0)
+    source = tf.constant([[5, 6, 7, 3], [8, 3, 0, 0], [9, 10, 3, 0]])
+    prefix = tf.constant([[11, 12], [0, 0], [13, 0]])
+    options = options.replace(extra_length=5)
+    dynamic = decode(model, source, options, prefix_ids=prefix)
+    static = decode(
+        model, source, options, prefix_ids=prefix, choice=KernelChoice(True, buffer_length=12)
+    )
+    width = dynamic.tokens.shape[-1]
+    np.testing.assert_array_equal(static.tokens[:, :, :width], dynamic.tokens)
+    np.testing.assert_allclose(static.log_probs, dynamic.log_probs, atol=1e-4)
+    for row, length in enumerate([2, 0, 1]):
+        for hypothesis in dynamic.tokens[row].numpy():
+            if hypothesis.any():
+                assert hypothesis[:length].tolist() == prefix[row, :length].numpy().tolist()
