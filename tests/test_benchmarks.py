@@ -95,6 +95,34 @@ def test_recipe_estimate_runs(tmp_path):
     assert report["cpu"]["model"]
 
 
+def test_resume_time_resumes_the_old_way_and_from_the_position(tmp_path):
+    """The resume benchmark on a tiny corpus: a backup without the input's position is
+    resumed (reading and dropping the batches before it), then the backup that run wrote
+    (with the position) is, and both are timed."""
+    import json
+
+    from benchmarks import resume_time
+    from keras_transformer.data import demo_splits
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    pairs = demo_splits(train=600, valid=5, test=5, seed=0)["train"]
+    for side, column in (("src", 0), ("tgt", 1)):
+        (corpus / f"train.{side}").write_text("".join(pair[column] + "\n" for pair in pairs))
+    out = tmp_path / "resume.json"
+    argv = ["--corpus", str(corpus), "--pairs", "500", "--positions", "0.5", "--repeats", "1"]
+    argv += ["--tokenizer-sentences", "500", "--set", "tokenizer.vocab_size=100"]
+    argv += ["--set", "training.batch_tokens=256", "--workdir", str(tmp_path / "w")]
+    assert resume_time.main([*argv, "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["pairs"] == 500 and report["cpu"]["model"]
+    (row,) = report["results"]
+    assert row["position"] == 0.5 and row["step"] >= 1
+    for way in (row["old_way"], row["from_position"]):
+        assert 0 < way["input_seconds"] < way["seconds"]
+    assert (tmp_path / "w" / "corpus_500" / "train.tgt").read_text().count("\n") == 500
+
+
 def test_input_pipeline_benchmark_on_a_tiny_corpus(tmp_path):
     import json
 

@@ -353,6 +353,33 @@ plan,
                                   validation_data=pad_batches_for_replicas(valid, 2), verbose=0)
 out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan,
 validation_data=valid)
+# fit killed after its second update (its backup: the first) and resumed: the backup holds the
+# input's position, with the micro-batches Keras read ahead (the iterator it builds the model
+# with included).
+import logging, os, tempfile
+from training.callbacks import TrainingBackup
+resumes = []
+class Resumes(logging.Handler):
+    def emit(self, record):
+        resumes.append(record.getMessage())
+logging.getLogger("training").addHandler(Resumes())
+logging.getLogger("training").setLevel(logging.INFO)
+class Killed(keras.callbacks.Callback):  # before StepBackup: no backup at the second update
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations) == 2:
+            raise RuntimeError("killed")
+backup = TrainingBackup(os.path.join(tempfile.mkdtemp(), "backup"))
+halves = StepPlan(steps_per_epoch=2, epochs=1, accumulate_steps=2, backup_every_steps=1)
+for kill in ([Killed()], []):
+    by_halves = model_under(mirrored, 2)
+    try:
+        fit_in_steps(by_halves, lambda: pad_batches_for_replicas(train(4).repeat(), 2), halves,
+                     backup=backup, callbacks=kill, verbose=0)
+    except RuntimeError:
+        pass
+    saved = os.path.isfile(backup.directory / "input" / "position.json")
+    out.setdefault("saved_input", []).append(saved)
+out["resumed"] = [message for message in resumes if message.startswith("resumed")]
 # Per-replica batches from one input pipeline (as each worker's own shard files give them): the
 # pipeline's batches of 2 go to the replicas in turn, so each micro-batch is again rows 4k..4k+3.
 per_pipeline = PerPipelineInput(lambda context: train(2).repeat())
@@ -362,10 +389,11 @@ first = next(iter(per_pipeline.distribute(mirrored, skip=1)))  # resumed past on
 out["skipped_rows"] = [[int(row[0]) for row in part.numpy()]
                        for part in mirrored.experimental_local_results(first[0][0])]
 out["expected_rows"] = [[int(row[0]) for row in src[4:6]], [int(row[0]) for row in src[6:8]]]
-out["steps"] = [int(model.optimizer.iterations) for model in (single, by_fit, by_loop, by_split)]
+out["steps"] = [int(model.optimizer.iterations)
+                for model in (single, by_fit, by_loop, by_split, by_halves)]
 out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(),
 model.get_weights()))
-                      for model in (by_fit, by_loop, by_split)]
+                      for model in (by_fit, by_loop, by_split, by_halves)]
 out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True,
 verbose=0)
 out["custom_evaluate"] = evaluator(by_loop, mirrored)(valid)
@@ -380,12 +408,16 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
     the updates of one big batch on one device, and each loop's validation
     on batches of 5, 3 and 1 sentences (padded to split evenly) gives one
     device's exact loss and accuracy, as do Keras' ``evaluate`` and the
-    custom loop's ``evaluator``. (The training program with replicas, custom
-    loop, validation loss and BLEU: the multi-worker test.)"""
+    custom loop's ``evaluator``; ``fit_in_steps`` killed after the first
+    update resumes from its input position to the same weights. (The training
+    program with replicas, custom loop, validation loss and BLEU: the
+    multi-worker test.)"""
     result = _run(["-c", MIRRORED_SCRIPT])
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["replicas"] == 2 and out["keras_steps_per_execution"] == 1
-    assert out["steps"] == [2, 2, 2, 2]
+    assert out["steps"] == [2, 2, 2, 2, 2]
+    assert out["saved_input"] == [True, True]
+    assert len(out["resumed"]) == 1 and "continues at its saved position" in out["resumed"][0]
     assert max(out["weight_gaps"]) < 1e-5, out["weight_gaps"]  # float32 sums in other orders
     assert out["skipped_rows"] == out["expected_rows"]
     assert 0.3 < out["untrained_accuracy"] < 0.9
@@ -528,7 +560,8 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     resumed_at = json.loads(backup.read_text())["step"]
     result = _run(command[1:])
     assert f"at step {resumed_at}" in result.stderr  # the programs log to stderr
-    if loop == "fit":
+    if loop == "fit":  # the custom loop's own iterator: the exactness test
+        assert "the input continues at its saved position" in result.stderr
         first_epoch = next(line for line in result.stdout.splitlines() if line.startswith("Epoch "))
         assert first_epoch == f"Epoch {resumed_at // 4 + 1}/10", (
             first_epoch
@@ -680,6 +713,9 @@ def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop)
     with pytest.raises(tf.errors.OpError, match="killed"):
         train(tmp_path / "killed", [], kill_at=15)
     assert json.loads((tmp_path / "killed" / "training_metadata.json").read_text())["step"] == 6
+    # The input's position is in the backup: the resumed run reads none of the batches before.
+    position = "input/position.json" if loop == "fit" else "iterator/state.index"
+    assert (tmp_path / "killed" / position).is_file()
     resumed, resumed_history = train(tmp_path / "killed", resumed_seen)
 
     assert len(full_seen) == 20 and len(set(full_seen)) > 15
@@ -691,6 +727,141 @@ def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop)
     # Epochs of 4, 4 and 2 steps; resumed: the rest of epoch 2, then epoch 3 as in the full run.
     assert len(full_history["loss"]) == 3 and len(resumed_history["loss"]) == 2
     assert resumed_history["loss"][-1] == pytest.approx(full_history["loss"][-1], rel=1e-5)
+
+
+def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp_path):
+    """Resumed at 10% and at 90% of a pass over a text corpus (streamed, tokenized,
+    shuffled and batched by length by ``make_dataset``, not cached), ``fit`` reads no
+    line that the batches trained before its backup came from (they all lie before the
+    position it continues at), and as few lines, wherever it resumes, before its first
+    update: a few batches' worth, what the pipeline reads ahead. Resumed from the same
+    backup without the position (as written before positions were saved), it reads the
+    corpus from its first line again."""
+    import shutil
+
+    import keras
+    import tensorflow as tf
+
+    import keras_transformer as kt
+    from keras_transformer.data import PairSource, make_dataset
+    from training.callbacks import TrainingBackup
+    from training.loop import StepPlan, fit_in_steps, optimizer_step
+
+    lines, rows = 40_000, 250  # a pass: 160 batches of 250 sentences
+
+    def sentence(i):
+        return " ".join(f"w{(7 * i + k) % 101}" for k in range(3 + i % 9))
+
+    for side in ("src", "tgt"):
+        text = "".join(sentence(i) + "\n" for i in range(lines))
+        (tmp_path / f"train.{side}").write_text(text, encoding="utf-8")
+    corpus = PairSource.from_text_files(tmp_path / "train.src", tmp_path / "train.tgt")
+
+    class Words:  # a tokenizer without a model: hashed words
+        pad_id, bos_id, eos_id = 0, 1, 2
+
+        def tokenize(self, texts):
+            return tf.strings.to_hash_bucket_fast(tf.strings.split(texts), 50) + 3
+
+    def data(read, first):
+        """The batches; ``read`` counts the lines the pipeline reads, ``first`` is the first
+        of them: its number in the text read twice over (1-based; the enumeration's count is
+        part of the input's position)."""
+
+        def counted(index, pair):
+            number = index + 1
+            first_read = tf.cond(tf.equal(read, 0), lambda: number, lambda: first.read_value())
+            with tf.control_dependencies([first.assign(first_read)]):
+                with tf.control_dependencies([read.assign_add(1)]):
+                    return tf.identity(pair[0]), tf.identity(pair[1])
+
+        batches = make_dataset(
+            corpus.dataset().repeat(2).enumerate().map(counted),
+            Words(),
+            Words(),
+            batch_size=rows,
+            max_src_length=16,
+            max_tgt_length=16,
+            shuffle_buffer=2000,
+            seed=1,
+            cache=False,
+            repeat=True,
+        )
+
+        def numbers(inputs, tgt_out):  # what the model learns does not matter here
+            sums = [
+                tf.reduce_sum(tf.cast(ids, tf.float32), 1) / 100.0 for ids in (*inputs, tgt_out)
+            ]
+            return tf.stack([sums[0], sums[1], tf.ones_like(sums[0])], 1), sums[2][:, None]
+
+        options = tf.data.Options()  # the counters are not part of the input's position
+        options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+        return batches.map(numbers).with_options(options)
+
+    class Stop(keras.callbacks.Callback):  # before StepBackup: no backup at the step it stops
+        def __init__(self, step, counters):
+            super().__init__()
+            self.step, self.counters, self.read = step, counters, None
+
+        def on_train_batch_end(self, batch, logs=None):
+            if optimizer_step(self.model) >= self.step:
+                self.read = tuple(int(counter.numpy()) for counter in self.counters)
+                raise RuntimeError("stopped")
+
+    def train(backup_dir, stop_at):
+        """Train (resuming from ``backup_dir``) until update ``stop_at``: (the lines
+        read, the first of them)."""
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(
+            optimizer=kt.paper_adam(kt.TransformerSchedule(4, warmup_steps=3)),
+            loss="mse",
+            steps_per_execution=8,
+        )
+        plan = StepPlan(
+            steps_per_epoch=8, max_steps=800, steps_per_execution=8, backup_every_steps=16
+        )
+        # This run's own counters: an earlier run's pipeline may still be filling its buffers.
+        counters = tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64)
+        stop = Stop(stop_at, counters)
+        with pytest.raises(RuntimeError, match="stopped"):
+            fit_in_steps(
+                model,
+                lambda: data(*counters),
+                plan,
+                backup=TrainingBackup(backup_dir),
+                callbacks=[stop],
+                verbose=0,
+            )
+        return stop.read
+
+    def after_resume(step):
+        """The lines read from the start of a run resumed at ``step`` to its first update."""
+        backup = tmp_path / f"at_{step}"
+        train(backup, step + 8)  # killed after the backup at ``step``
+        assert json.loads((backup / "training_metadata.json").read_text())["step"] == step
+        return train(backup, step + 1)
+
+    counts = {}
+    for step in (16, 144):  # 4,000 and 36,000 sentences trained: 10% and 90% of a pass
+        counts[step], first_line = after_resume(step)
+        # The lines of the trained sentences all lie before the first one the resumed run
+        # reads, if it reads any before its first update (its buffers were saved full).
+        assert counts[step] == first_line == 0 or first_line > step * rows, (step, first_line)
+        # A few batches' worth at most, what tf.data reads ahead: at 90% as at 10%.
+        assert counts[step] < 0.15 * lines, (step, counts[step])
+
+    # The same backup without the input's position: the lines before it are read again.
+    backup = tmp_path / "at_144"
+    metadata = json.loads((backup / "training_metadata.json").read_text())
+    metadata["files"] = {
+        name: record for name, record in metadata["files"].items() if not name.startswith("input/")
+    }
+    (backup / "training_metadata.json").write_text(json.dumps(metadata))
+    shutil.rmtree(backup / "input")
+    shutil.rmtree(tmp_path / "at_144.previous")
+    count, first_line = train(backup, 145)
+    assert first_line == 1 and count > 144 * rows
 
 
 def test_average_weights_is_the_elementwise_mean(tmp_path):
@@ -737,6 +908,41 @@ def test_time_budget_stops_before_an_epoch_that_would_not_fit(monkeypatch):
     assert stops == [False, False, True] and logs["epoch_seconds"] == 150
     with pytest.raises(ValueError, match="max_minutes"):
         callbacks.TimeBudget(0)
+
+
+def test_time_budget_counts_the_time_before_a_restart(monkeypatch, tmp_path):
+    """``training.max_minutes`` is the run's whole training time: a backup records the
+    seconds used (and those of the epoch under way), and the resumed run's budget goes
+    on from there, the time between the backup and the kill (made again) not counted."""
+    from training import callbacks
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
+    model = _tiny_model()
+    first = callbacks.TimeBudget(minutes=10)  # 600 s
+    first.set_model(model)
+    backup = callbacks.TrainingBackup(tmp_path / "backup")
+    backup.track("time_budget", first)
+    clock[0] += 200
+    first.on_epoch_end(0, {})  # an epoch of 200 s
+    clock[0] += 150
+    backup.save(model, step=0, epoch=1)  # 150 s into the second epoch (the step: its optimizer's)
+    assert backup.metadata()["state"]["time_budget"] == {"seconds": 350, "epoch_seconds": 150}
+
+    clock[0] += 1000  # killed, restarted much later
+    resumed = callbacks.TimeBudget(minutes=10)
+    resumed.set_model(model)
+    backup.track("time_budget", resumed)
+    clock[0] += 5  # the restart's own setup counts
+    backup.restore(_tiny_model())
+    clock[0] += 50  # the rest of the second epoch: 150 + 5 + 50 s
+    logs = {}
+    resumed.on_epoch_end(1, logs)
+    # 405 s used: another epoch of 205 s would end at 610 > 600.
+    assert logs["epoch_seconds"] == 205 and model.stop_training
+    fresh = callbacks.TimeBudget(minutes=10)
+    fresh.set_state(None)  # a backup from before the time was recorded: the clock starts now
+    assert fresh.get_state() == {"seconds": 0, "epoch_seconds": 0}
 
 
 def test_custom_loop_honours_stop_training():

@@ -36,10 +36,12 @@ class TrainingBackup:
     ``training_metadata.json`` the step, the epochs done, the micro-batches
     consumed, ``accumulate_steps``, whether a callback had ended the run
     (``stopped``), the state of the callbacks ``track`` names (the best epoch
-    so far, the patience counter, the kept snapshots) and the size and CRC-32
-    of every other file; ``iterator/`` (custom loop) the input iterator's
-    position (``tf.train.Checkpoint``: tf.data's buffers, e.g. the shuffle
-    buffer, are in it).
+    so far, the patience counter, the kept snapshots, the time used) and the
+    size and CRC-32 of every other file; the input's position: ``iterator/``
+    (custom loop) the input iterator's (``tf.train.Checkpoint``: tf.data's
+    buffers, e.g. the shuffle buffer, are in it), ``input/`` (``model.fit``)
+    the ``ResumableInput``'s (its host iterator's, and the micro-batches read
+    ahead of training).
 
     Each save writes a new folder beside the old one (the metadata last),
     moves the old one aside to ``<directory>.previous`` (replacing the one
@@ -57,6 +59,7 @@ class TrainingBackup:
     WEIGHTS = "latest.weights.h5"
     METADATA = "training_metadata.json"
     ITERATOR = "iterator"
+    INPUT = "input"
 
     def __init__(self, directory: Path):
         self.directory = Path(directory)
@@ -88,27 +91,28 @@ class TrainingBackup:
         epoch: int,
         accumulate_steps: int = 1,
         iterator=None,
+        stream=None,
         stopped: bool = False,
     ) -> None:
+        """Write the backup: ``model``'s weights and optimizer state, ``step`` and the
+        others in the metadata, the tracked states, and the input's position: the
+        custom loop's ``iterator`` (a ``tf.data`` iterator) or ``fit``'s ``stream`` (a
+        ``training.loop.ResumableInput``). An input that cannot be saved (a
+        ``from_generator`` stage) is left out, with a warning, from then on."""
         for stale in self.directory.parent.glob(f".{self.directory.name}.backup-*"):
             shutil.rmtree(stale, ignore_errors=True)  # left by a run killed while it saved
         staging = staging_directory(self.directory, "backup")
         try:
             model.save_weights(str(staging / self.WEIGHTS))
-            if iterator is not None and self.iterator_checkpoints:
-                try:
-                    tf.train.Checkpoint(iterator=iterator).write(
-                        str(staging / self.ITERATOR / "state")
-                    )
-                except (tf.errors.OpError, ValueError) as error:  # e.g. a from_generator stage
-                    self.iterator_checkpoints = False
-                    shutil.rmtree(staging / self.ITERATOR, ignore_errors=True)
-                    log.warning(
-                        "the input iterator cannot be saved (%s); a resumed run will skip the "
-                        "batches "
-                        "already used instead",
-                        str(error).strip().splitlines()[0],
-                    )
+            if iterator is not None:
+                self._save_input(
+                    staging / self.ITERATOR,
+                    lambda folder: tf.train.Checkpoint(iterator=iterator).write(
+                        str(folder / "state")
+                    ),
+                )
+            if stream is not None:
+                self._save_input(staging / self.INPUT, stream.save)
             metadata = {
                 "step": step,
                 "epoch": epoch,
@@ -122,6 +126,21 @@ class TrainingBackup:
             self._swap_in(staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def _save_input(self, folder: Path, write) -> None:
+        """``write(folder)``: the input's position, unless it could not be saved before."""
+        if not self.iterator_checkpoints:
+            return
+        try:
+            write(folder)
+        except (tf.errors.OpError, ValueError) as error:  # e.g. a from_generator stage
+            self.iterator_checkpoints = False
+            shutil.rmtree(folder, ignore_errors=True)
+            log.warning(
+                "the input's position cannot be saved (%s); a resumed run will read and drop "
+                "the batches already used instead",
+                str(error).strip().splitlines()[0],
+            )
 
     def _swap_in(self, staging: Path) -> None:
         """Make the complete ``staging`` the backup, the current one the previous."""
@@ -257,6 +276,26 @@ class TrainingBackup:
         if not prefix.with_suffix(".index").exists():
             return False
         tf.train.Checkpoint(iterator=iterator).read(str(prefix)).assert_consumed()
+        return True
+
+    def restore_input(self, stream, trained: int) -> bool:
+        """Restore ``fit``'s ``stream`` (a ``training.loop.ResumableInput``) to micro-batch
+        ``trained``; False when the backup has no position for it (written by the custom
+        loop or before positions were saved, or the input could not be saved) or one that
+        does not fit this run's input (logged: its settings changed)."""
+        folder = self.restored_from / self.INPUT
+        if not stream.saved_in(folder):
+            return False
+        try:
+            stream.restore(folder, trained)
+        except (tf.errors.OpError, ValueError) as error:
+            log.warning(
+                "the input position in %s does not fit this run's input (%s): were its settings "
+                "changed?",
+                folder,
+                str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__,
+            )
+            return False
         return True
 
     def delete(self) -> None:
@@ -538,13 +577,18 @@ def average_weights(paths: Sequence[Path]) -> list[np.ndarray]:
 
 class TimeBudget(keras.callbacks.Callback):
     """Stops training at the end of the last epoch that fits in ``minutes`` of
-    wall time, so a recipe can promise "at most N minutes" on any machine.
+    training time, counted over all the run's processes (a resumed run goes on
+    with the time its backup recorded), so a recipe can promise "at most N
+    minutes" on any machine.
 
-    The clock starts when the callback is created (just before training). A
-    new epoch is started only if one more epoch as long as the last one (end to
-    end, validation and other callbacks included) still ends inside the budget.
-    Each epoch's duration is added to the logs as ``epoch_seconds``. Place it
-    after the other per-epoch callbacks so their time is counted.
+    The clock starts when the callback is created (just before training);
+    ``set_state`` (a backup's, ``TrainingBackup.track``) moves it back by the
+    seconds used up to that backup (the updates a kill lost after it are made
+    again, and counted once). A new epoch is started only if one more epoch as
+    long as the last one (end to end, validation and other callbacks included)
+    still ends inside the budget. Each epoch's duration is added to the logs as
+    ``epoch_seconds``. Place it after the other per-epoch callbacks so their
+    time is counted.
     """
 
     def __init__(self, minutes: float):
@@ -555,6 +599,24 @@ class TimeBudget(keras.callbacks.Callback):
             )
         self.budget = 60.0 * minutes
         self.started = self.last_end = time.time()
+
+    def get_state(self) -> dict:
+        """The seconds used so far, and those of them in the epoch under way."""
+        now = time.time()
+        return {
+            "seconds": round(now - self.started, 3),
+            "epoch_seconds": round(now - self.last_end, 3),
+        }
+
+    def set_state(self, state: dict | None) -> None:
+        if not state:  # a fresh run, or a backup written before the time was recorded
+            return
+        used = float(state.get("seconds", 0.0))
+        self.started -= used  # this process's seconds so far count too
+        self.last_end -= min(used, float(state.get("epoch_seconds", 0.0)))
+        log.info(
+            "time budget: %.1f of %.1f min used before this restart", used / 60, self.budget / 60
+        )
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()

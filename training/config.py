@@ -89,7 +89,7 @@ class TrainingSection:
         None  # with steps_per_epoch; the first of epochs and max_steps reached ends the run
     )
     max_steps: int | None = None
-    max_minutes: float | None = None  # stop after the last epoch that fits
+    max_minutes: float | None = None  # stop after the last epoch that fits (all restarts)
     steps_per_epoch: int | None = (
         None  # validation, BLEU, logs and averaging checkpoints at each epoch end
     )

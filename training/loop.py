@@ -27,11 +27,15 @@ Two loops run this plan:
 
 ``fit_in_steps`` calls ``model.fit`` (one machine, mirrored, TPU). A resumed
 run continues at the backup's step with the batches an uninterrupted run would
-have used next: ``fit`` opens its own iterator over the dataset, so the resumed
-run reads a new copy of the dataset from its start and skips ``n``, the
-micro-batches already consumed (read and discarded again: resuming costs a
-pass over them; under a distribution strategy Keras opens the dataset twice,
-so twice). Keras' own
+have used next, without reading the ones before: ``fit`` reads its batches
+through a ``ResumableInput``, one ``tf.data`` iterator on the host for the
+whole run whose state (tf.data's buffers, the shuffle buffer, the files'
+offsets) is saved with each backup, together with the few micro-batches
+``fit`` had read ahead of training; a resumed run restores both and goes on
+from there, in the same time wherever in the data the backup was written. A
+backup without that state (written before it existed, or from an input that
+cannot be saved, such as a ``from_generator`` stage) is resumed by reading
+and dropping the micro-batches already used (a pass over them). Keras' own
 ``BackupAndRestore`` restores only the epoch: it re-runs an interrupted epoch
 from its first update on the data from the start, so a mid-epoch backup
 replays data and shifts every later epoch. Here the rest of an interrupted
@@ -61,15 +65,20 @@ with any number of replicas.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
+import io
+import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import PAD_ID
@@ -141,6 +150,200 @@ def pad_batches_for_replicas(
     return dataset.map(pad, deterministic=True)
 
 
+def skip_batches(iterator, count: int) -> int:
+    """Read and drop ``count`` elements of ``iterator`` (a ``tf.data`` iterator), in one
+    ``tf.function`` call; returns how many there were (fewer when the data ran out). The
+    iterator stays the one over its dataset, so its later checkpoints fit a run that
+    restores them into a new iterator over the same dataset (``dataset.skip`` would not)."""
+
+    @tf.function
+    def drop(iterator, count):
+        dropped = tf.constant(0, tf.int64)
+        for _ in tf.range(count):
+            if not iterator.get_next_as_optional().has_value():
+                break
+            dropped += 1
+        return dropped
+
+    return int(drop(iterator, tf.constant(count, tf.int64))) if count else 0
+
+
+class ResumableInput:
+    """One stream of training micro-batches for all the ``model.fit`` calls of a run,
+    whose position a backup saves and a resumed run restores, in constant time.
+
+    Contract: every new iterator over ``dataset()`` yields the stream from micro-batch
+    ``trained`` on (``advance`` sets it: the micro-batches trained so far), and the
+    stream is ``source``'s elements in order, each once. ``save(folder)`` then
+    ``restore(folder)`` in a new process (over the same ``source``) continue the stream
+    at the micro-batch that was ``trained`` at the save, reading none of those before
+    it; ``skip(count)`` gets there by reading and dropping them instead.
+
+    How: ``source`` (repeating) is read through one ``tf.data`` iterator on the host;
+    ``dataset()`` is a ``from_generator`` over it. What ``fit`` reads ahead of training
+    (its prefetch buffer; under a distribution strategy, also the iterator Keras opens
+    to build the model, then drops) is kept here until ``trained`` passes it, and a new
+    iterator hands it out again. The saved state is the host iterator's
+    (``tf.train.Checkpoint``: tf.data's buffers, the shuffle buffer and the files'
+    offsets included) and the micro-batches read ahead of ``trained``.
+
+    Args:
+        source: the micro-batches, from their start (``pad_batches_for_replicas``
+            already applied: ``fit`` splits them between the replicas).
+    """
+
+    STATE = "state"  # the host iterator's checkpoint prefix
+    AHEAD = "ahead.npz"  # the micro-batches read ahead of training
+    POSITION = "position.json"
+
+    def __init__(self, source: tf.data.Dataset):
+        self.source = source
+        self.element_spec = source.element_spec
+        self._lock = threading.Lock()
+        self._reset(0)
+
+    def _reset(self, trained: int) -> None:
+        with tf.device("/cpu:0"):
+            self._iterator = iter(self.source)
+        self._ahead: collections.deque = collections.deque()  # micro-batches first, first + 1, ...
+        self._first = self._pulled = self._trained = trained
+        self._ended = False
+
+    @property
+    def trained(self) -> int:
+        """The micro-batches trained so far: where a new iterator over ``dataset()`` starts."""
+        return self._trained
+
+    @property
+    def read(self) -> int:
+        """The micro-batches read from ``source`` so far (from its start)."""
+        return self._pulled
+
+    def advance(self, trained: int) -> None:
+        """Note that ``trained`` micro-batches (never more than ``fit`` has used) are
+        trained: the ones before are dropped, a new iterator starts there."""
+        with self._lock:
+            drop = max(0, min(trained, self._pulled) - self._first)
+            for _ in range(drop):
+                self._ahead.popleft()
+            self._first += drop
+            self._trained = max(self._trained, trained)
+
+    def _batch(self, index: int):
+        """Micro-batch ``index`` of the stream, or ``None`` once it is gone (dropped, or
+        past the end of a finite source)."""
+        with self._lock:
+            if index < self._first:
+                return None  # an iterator fit has dropped, left behind
+            while self._pulled <= index:
+                if self._ended:
+                    return None
+                try:
+                    batch = next(self._iterator)
+                except StopIteration:
+                    self._ended = True
+                    return None
+                self._ahead.append(tf.nest.map_structure(lambda tensor: tensor.numpy(), batch))
+                self._pulled += 1
+            return self._ahead[index - self._first]
+
+    def _batches(self):
+        index = self._trained
+        while (batch := self._batch(index)) is not None:
+            yield batch
+            index += 1
+
+    def dataset(self) -> tf.data.Dataset:
+        """What ``fit`` reads: the stream from micro-batch ``trained`` on, for each new
+        iterator."""
+        batches = tf.data.Dataset.from_generator(self._batches, output_signature=self.element_spec)
+        return batches.prefetch(tf.data.AUTOTUNE)
+
+    def skip(self, count: int) -> None:
+        """Start the stream at micro-batch ``count`` by reading and dropping the ones
+        before it (a fresh stream: nothing read yet)."""
+        with self._lock:
+            if self._pulled:
+                raise ValueError("skip starts a fresh stream; this one has been read.")
+            dropped = skip_batches(self._iterator, count)
+            self._ended = dropped < count
+            self._first = self._pulled = self._trained = count
+
+    def save(self, folder: Path) -> None:
+        """Write the position at ``trained`` into ``folder`` (new): the host iterator's
+        state and the micro-batches read ahead of ``trained``. Raises
+        ``tf.errors.OpError`` or ``ValueError`` when the iterator cannot be saved."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            tf.train.Checkpoint(iterator=self._iterator).write(str(folder / self.STATE))
+            ahead = list(self._ahead)[self._trained - self._first :]
+            arrays = {
+                f"b{index}_{part}": array
+                for index, batch in enumerate(ahead)
+                for part, array in enumerate(tf.nest.flatten(batch))
+            }
+            buffer = io.BytesIO()
+            np.savez(buffer, **arrays)
+            (folder / self.AHEAD).write_bytes(buffer.getvalue())
+            position = {"trained": self._trained, "ahead": len(ahead), "ended": self._ended}
+            (folder / self.POSITION).write_text(json.dumps(position), encoding="utf-8")
+
+    @classmethod
+    def saved_in(cls, folder: Path) -> bool:
+        """Whether ``folder`` holds a saved position."""
+        return (Path(folder) / cls.POSITION).is_file()
+
+    def restore(self, folder: Path, trained: int) -> None:
+        """Continue the stream at micro-batch ``trained`` from the position ``save`` wrote
+        in ``folder``. Raises ``ValueError`` (the position is another one, or does not fit
+        ``source``: a changed input pipeline) or ``tf.errors.OpError`` (unreadable); the
+        stream is then a fresh one, as before the call."""
+        folder = Path(folder)
+        try:
+            position = json.loads((folder / self.POSITION).read_text(encoding="utf-8"))
+            if position["trained"] != trained:
+                raise ValueError(
+                    f"it is at micro-batch {position['trained']}, the backup's step at {trained}"
+                )
+            with self._lock:
+                tf.train.Checkpoint(iterator=self._iterator).read(
+                    str(folder / self.STATE)
+                ).assert_consumed()
+                with np.load(folder / self.AHEAD) as stored:
+                    parts = len(tf.nest.flatten(self.element_spec))
+                    ahead = [
+                        tf.nest.pack_sequence_as(
+                            self.element_spec,
+                            [stored[f"b{index}_{part}"] for part in range(parts)],
+                        )
+                        for index in range(position["ahead"])
+                    ]
+                self._ahead = collections.deque(ahead)
+                self._first = self._trained = trained
+                self._pulled = trained + len(ahead)
+                self._ended = bool(position.get("ended"))
+        except (AssertionError, KeyError, OSError, json.JSONDecodeError) as error:
+            self._reset(0)
+            message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise ValueError(message) from error
+        except (ValueError, tf.errors.OpError):
+            self._reset(0)
+            raise
+
+
+class _Advance(keras.callbacks.Callback):
+    """Tells a ``ResumableInput`` after each ``fit`` batch how many micro-batches are
+    trained (the updates × ``accumulate_steps``: never more than ``fit`` used)."""
+
+    def __init__(self, stream: ResumableInput, accumulate_steps: int):
+        super().__init__()
+        self.stream, self.accumulate_steps = stream, accumulate_steps
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.stream.advance(optimizer_step(self.model) * self.accumulate_steps)
+
+
 class StopAtStep(keras.callbacks.Callback):
     """Ends ``model.fit`` once the optimizer has made ``step`` updates: at the
     end of that batch (``at_batch_end``; the epoch then ends as usual, with
@@ -184,18 +387,15 @@ def fit_in_steps(
     × plan.accumulate_steps`` (Keras counts micro-batches) and, to accumulate,
     an optimizer with ``gradient_accumulation_steps = plan.accumulate_steps``.
     ``make_dataset()`` returns the training micro-batches from their start,
-    repeating forever, as a new dataset at each call: each ``fit`` call reads
-    a new one, because a dataset that shuffles with
-    ``reshuffle_each_iteration`` gives each iterator over the same object a
-    new order (and Keras, under a distribution strategy, opens one iterator
-    to build the model before the one it trains on; the data then agree
-    with an uninterrupted run's when an epoch of the data is longer than the
-    few batches that first iterator reads ahead). With a ``backup``
-    (``TrainingBackup``) that exists, training resumes at its step on
-    ``make_dataset().skip(micro-batches consumed)``; new backups are written
-    as the plan says (``StepBackup``, after the other callbacks at an epoch
-    end). The backup is left in place: the caller deletes it once the run's
-    outputs are written.
+    repeating forever; it is called once, and every ``fit`` call of the run
+    reads on in that one stream (a ``ResumableInput``). With a
+    ``backup`` (``TrainingBackup``) that exists, training resumes at its step,
+    the stream restored to the micro-batch after the last one trained (or, from
+    a backup without the input's position, reached by reading and dropping the
+    micro-batches before it); new backups, written as the plan says
+    (``StepBackup``, after the other callbacks at an epoch end), hold the
+    stream's position. The backup is left in place: the caller deletes it once
+    the run's outputs are written.
     """
     done = 0
     if backup is not None and backup.exists():
@@ -204,16 +404,27 @@ def fit_in_steps(
         if restored.get("stopped"):
             log.info(_STOPPED, backup.restored_from, done)
             return {}
-        log.info(
-            "resumed from %s at step %d: skipping the %d batches already used",
-            backup.restored_from,
-            done,
-            done * plan.accumulate_steps,
-        )
-    callbacks = list(callbacks)
-    if backup is not None:
-        callbacks.append(StepBackup(backup, plan))
     micro = plan.accumulate_steps
+    data = ResumableInput(make_dataset())
+    if done:
+        if backup.restore_input(data, done * micro):
+            log.info(
+                "resumed from %s at step %d: the input continues at its saved position",
+                backup.restored_from,
+                done,
+            )
+        else:
+            log.info(
+                "resumed from %s at step %d: the backup has no input position; reading and "
+                "dropping the %d batches already used",
+                backup.restored_from,
+                done,
+                done * micro,
+            )
+            data.skip(done * micro)
+    callbacks = [_Advance(data, micro), *callbacks]
+    if backup is not None:
+        callbacks.append(StepBackup(backup, plan, data))
     history: dict[str, list[float]] = {}
     while done < plan.total:
         epoch = done // plan.steps_per_epoch
@@ -225,11 +436,9 @@ def fit_in_steps(
         else:  # the rest of the run; StopAtStep ends a shorter last epoch
             segment_end, steps = plan.total, plan.steps_per_epoch
             stop = StopAtStep(plan.total)
-        data = make_dataset()
-        if done:
-            data = data.skip(done * micro)
+        data.advance(done * micro)
         result = model.fit(
-            data,
+            data.dataset(),
             validation_data=validation_data,
             callbacks=[*callbacks, stop],
             shuffle=False,
@@ -261,13 +470,15 @@ class StepBackup(keras.callbacks.Callback):
     steps ``plan.backs_up_at`` names: at a batch end, or at an epoch end after
     the epoch's other callbacks (so a kill never leaves a backup past an epoch
     whose checkpoint was not written), and at the epoch end where a callback
-    ended the run (a resumed run then trains no further). Diverged
+    ended the run (a resumed run then trains no further), with ``stream``'s
+    position (the ``ResumableInput`` that ``fit`` reads). Diverged
     (non-finite) weights are never backed up."""
 
-    def __init__(self, backup, plan: StepPlan):
+    def __init__(self, backup, plan: StepPlan, stream: ResumableInput | None = None):
         super().__init__()
         self.backup = backup
         self.plan = plan
+        self.stream = stream
         self.saved = None
 
     def on_train_begin(self, logs=None):
@@ -279,11 +490,14 @@ class StepBackup(keras.callbacks.Callback):
         loss = (logs or {}).get("loss")
         if step == self.saved or (loss is not None and not math.isfinite(float(loss))):
             return
+        if self.stream is not None:  # at an update: exactly the micro-batches fit used
+            self.stream.advance(step * self.plan.accumulate_steps)
         self.backup.save(
             self.model,
             step=step,
             epoch=step // self.plan.steps_per_epoch,
             accumulate_steps=self.plan.accumulate_steps,
+            stream=self.stream,
             stopped=bool(getattr(self.model, "stop_training", False)),
         )
         self.saved = step
@@ -446,14 +660,13 @@ def custom_fit(
             log.info("resumed from %s at step %d", backup.restored_from, done)
         elif done:
             log.info(
-                "resumed from %s at step %d: the backup has no input position; skipping the %d "
-                "batches "
-                "already used",
+                "resumed from %s at step %d: the backup has no input position; reading and "
+                "dropping the %d batches already used",
                 backup.restored_from,
                 done,
                 done * plan.accumulate_steps,
             )
-            iterator = iter(dataset.skip(done * plan.accumulate_steps))
+            skip_batches(iterator, done * plan.accumulate_steps)
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
     pad_id = _pad_id(model)
     train_step = (

@@ -4,8 +4,8 @@
 a YAML path; ``--set section.key=value`` overrides any key (values parsed as
 YAML). Re-running the same command after an interruption resumes from the
 last backup at its step, on the batches an uninterrupted run would have used
-next: the custom loop restores the saved input iterator, ``fit`` skips the
-batches already used. The workdir's layout is ``keras_transformer.Workdir``'s.
+next, from the input position saved with it (no batch before it is read
+again). The workdir's layout is ``keras_transformer.Workdir``'s.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ Re-running the same command after an interruption resumes from the last
 backup (``TrainingBackup``, written every ``backup_every_steps`` updates or at
 each epoch end, replaced whole so a kill never leaves a broken one): at the
 backup's step, with its weights and optimizer state (so the learning-rate
-schedule too), on the batches an uninterrupted run would have used next.
-``training.loop: custom`` restores the input iterator saved with the backup;
-``fit`` reads the data from its start and skips the micro-batches already
-used, finishing an interrupted epoch first so that later epochs end at the
-same steps (``training.loop`` says more). The backup is deleted once
+schedule too), on the batches an uninterrupted run would have used next,
+from the input position saved with it (either loop: no batch before it is
+read again), ``fit`` finishing an interrupted epoch first so that later
+epochs end at the same steps (``training.loop`` says more); the time budget
+goes on from the time the backup recorded. The backup is deleted once
 ``metrics.json`` is written: a run killed while it scores resumes at its
 last step and only scores.
 """
@@ -410,9 +410,9 @@ def mixed_batches(mix: SourceMix, src_tok, tgt_tok, train_options: dict[str, Any
     tokenized with the length filter, cached and shuffled as ``training_input`` says for
     its size (shuffle seed ``seed + i``) and repeated on its own, so a small corpus never
     runs out; ``tf.data.Dataset.sample_from_datasets`` with the run's seed then draws the
-    pairs, and they are batched as one stream. The same seed gives the same stream, so a
-    resumed ``fit`` that skips the batches already used reads what an uninterrupted run
-    would have."""
+    pairs, and they are batched as one stream. The same seed gives the same stream, and
+    its iterator's state (the sampler's included) is what a backup saves as the input's
+    position."""
     options = with_defaults("training", train_options)
     seed = options["seed"]
     streams = []
@@ -877,9 +877,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         epoch_callbacks.append(stopper)
     epoch_callbacks.append(keeper)
     if train_options["max_minutes"]:
-        epoch_callbacks.append(
-            TimeBudget(train_options["max_minutes"])
-        )  # last: counts the others' time
+        budget = TimeBudget(train_options["max_minutes"])
+        backup.track("time_budget", budget)  # the time used goes on across restarts
+        epoch_callbacks.append(budget)  # last: counts the others' time
 
     fit_started = time.time()
     history = train_model(
