@@ -608,6 +608,10 @@ def test_new_signatures_shapes_blanks_and_bad_requests(export_dir):
     assert forced["translations"].numpy()[1] == b"" and forced["scores"].numpy()[1] == 0.0
     scored = signatures["score"](inputs=inputs, targets=tf.constant(["", "x", b"\xff ran"]))
     assert scored["log_probs"].shape == (3,) and np.isfinite(scored["log_probs"]).all()
+    nothing = tf.constant([], tf.string)  # an empty batch: an empty answer
+    assert signatures["serving_default"](inputs=nothing)["translations"].shape == (0,)
+    assert signatures["n_best"](inputs=nothing, n=tf.constant(2))["log_probs"].shape == (0, 2)
+    assert sample(batch=nothing)["translations"].shape == (0,)
     drawn = sample()
     assert drawn["translations"].shape == drawn["log_probs"].shape == (3,)
     assert drawn["translations"].numpy()[1] == b"" and drawn["log_probs"].numpy()[1] == 0.0
