@@ -307,7 +307,15 @@ class ExportedTranslator(tf.Module):
         return self.decoders[key]
 
     def options(self, beam_size: int | None = None) -> DecodeOptions:
-        """The ``DecodeOptions`` of ``serving_default``, or of another beam size."""
+        """The ``DecodeOptions`` of ``serving_default``, or of another beam size.
+
+        Args:
+            beam_size: the beam size (``None``: the export's).
+
+        Returns:
+            The export's ``DecodeOptions`` (α, length limits, stopping) with that
+            beam size, ``n_best`` 1.
+        """
         return DecodeOptions(
             beam_size=self.beam_size if beam_size is None else beam_size,
             alpha=self.alpha,
