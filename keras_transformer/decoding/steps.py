@@ -458,7 +458,17 @@ PARTS_MIN_ROWS = 8
 
 
 def check_decode_parts(parts: int | None) -> int:
-    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError``."""
+    """Check the number of parts a batch decodes as (``decode_in_parts``).
+
+    Args:
+        parts: the number of parts, or ``None`` for ``DECODE_PARTS``.
+
+    Returns:
+        ``parts`` as an int (``DECODE_PARTS`` for ``None``).
+
+    Raises:
+        ValueError: ``parts`` is below 1.
+    """
     if parts is None:
         return DECODE_PARTS
     if parts < 1:

@@ -38,7 +38,7 @@ and CTranslate2 raises an error for a position beyond it, so pass
 ``encode_sources(..., max_length)`` it keeps ``max_input_length - 1`` pieces)
 and ``max_decoding_length <= max_length``. ``min_decoding_length=0``
 and ``suppress_sequences`` with the pad and BOS pieces reproduce
-``keras_transformer.decoding.greedy_decode``'s tokens exactly with
+greedy decoding's tokens (``keras_transformer.decoding.decode``) exactly with
 ``beam_size=1``: CTranslate2's default of 1 forbids an empty translation
 (it masks ``</s>`` at the first step), and without suppression it may emit
 pad or BOS, which our decoders never do. (CTranslate2 renormalises a step's
