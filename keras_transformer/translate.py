@@ -784,9 +784,13 @@ class Translator(tf.Module):
         return lists
 
     def _score_rows(self, prepared, targets, rows: list[int], capacity: int) -> list[float]:
-        scores = score_targets(
-            self.model, self._source_batch(prepared, rows), self._padded(targets)
-        )
+        if "score" not in self._functions:
+            ids = tf.TensorSpec([None, None], tf.int32)
+            self._functions["score"] = tf.function(
+                lambda source_ids, target_ids: score_targets(self.model, source_ids, target_ids),
+                input_signature=[ids, ids],
+            )
+        scores = self._functions["score"](self._source_batch(prepared, rows), self._padded(targets))
         return [float(score) for score in scores.numpy()]
 
     def _sample_rows(self, prepared, params, rows: list[int], capacity: int) -> list[str]:

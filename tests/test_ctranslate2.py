@@ -185,17 +185,14 @@ def _ours(case, sources):
     source_ids = encode_sources(
         case["src_tok"], tf.constant(sources), case["config"]["training"]["max_src_length"]
     ).to_tensor()
-    out = decode(model, source_ids, DecodeOptions(max_length=MAX_DECODING_LENGTH))  # greedy
-    tokens, scores = out.tokens[:, 0], out.scores[:, 0]
+    out = decode(model, source_ids, DecodeOptions(max_length=MAX_DECODING_LENGTH))
+    tokens, scores = out.tokens[:, 0], out.log_probs[:, 0]
     vocabulary = _target_vocabulary(case["out"])
     hypotheses = []
     for row in tokens.numpy().tolist():
         row = row[: row.index(EOS_ID)] if EOS_ID in row else row
         hypotheses.append([vocabulary[i] for i in row])
-    source_pieces = []
-    for row in source_ids.numpy().tolist():
-        assert EOS_ID in row
-        source_pieces.append(case["src_tok"].pieces(row[: row.index(EOS_ID)]))
+    source_pieces = _source_pieces(case["src_tok"], source_ids)
     # Our decoder never emits pad or BOS and scores the model's own log-probabilities;
     # CTranslate2, told to suppress them, renormalises each step over the other tokens:
     # its score adds -log(1 - p(pad) - p(BOS)) for every decoded token.
@@ -219,23 +216,51 @@ def _ours(case, sources):
 SUPPRESSED = [["<pad>"], ["<s>"]]
 
 
-def _translate(out: Path, source_pieces):
-    translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
+def _source_pieces(src_tok, source_ids) -> list[list[str]]:
+    """The pieces CTranslate2 gets for our ``[batch, src_len]`` source ids: each
+    row up to its EOS, without it (the converted model adds it, ``add_source_eos``)."""
+    pieces = []
+    for row in np.asarray(source_ids).tolist():
+        assert EOS_ID in row
+        pieces.append(src_tok.pieces(row[: row.index(EOS_ID)]))
+    return pieces
+
+
+def _ct2_translator(out: Path):
+    return ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
+
+
+def _translate_batch(translator, source_pieces, **options):
+    """CTranslate2's ``translate_batch`` with the options that make its scores
+    plain sums of log-probabilities, ``options`` on top."""
     # min_decoding_length=0: CTranslate2's default (1) masks EOS at the first step, which
-    # our greedy decoder does not (and that renormalises the step's log-probabilities).
-    # length_penalty=0: scores are plain sums of token log-probabilities, like ours.
+    # our decoders do not (and that renormalises the step's log-probabilities).
+    # length_penalty=0: scores are plain sums of token log-probabilities, like ours (at any
+    # other value CTranslate2 divides them by length ** length_penalty).
+    defaults = dict(min_decoding_length=0, length_penalty=0, return_scores=True)
+    return translator.translate_batch(source_pieces, **{**defaults, **options})
+
+
+def _translate(out: Path, source_pieces):
     # suppress_sequences: pad and BOS, which our decoders never emit (CTranslate2 would
     # otherwise emit them; it renormalises each step's log-probabilities without them).
-    results = translator.translate_batch(
+    results = _translate_batch(
+        _ct2_translator(out),
         source_pieces,
         beam_size=1,
         max_decoding_length=MAX_DECODING_LENGTH,
-        min_decoding_length=0,
-        length_penalty=0,
-        return_scores=True,
         suppress_sequences=SUPPRESSED,
     )
     return [r.hypotheses[0] for r in results], [r.scores[0] for r in results]
+
+
+def _score_batch(translator, source_pieces, target_pieces) -> list[np.ndarray]:
+    """CTranslate2's log-probability of each target piece, then of the </s> it
+    appends (``score_batch`` scores it: an empty target gets one, EOS's)."""
+    results = translator.score_batch(source_pieces, target_pieces)
+    for result, target in zip(results, target_pieces):
+        assert result.tokens == list(target) + ["</s>"]
+    return [np.array(result.log_probs) for result in results]
 
 
 def _teacher_forced(out: Path, case, pairs):
@@ -243,13 +268,11 @@ def _teacher_forced(out: Path, case, pairs):
     src_tok, tgt_tok = case["src_tok"], case["tgt_tok"]
     sources = src_tok.tokenize(tf.constant([s for s, _ in pairs])).numpy()
     targets = tgt_tok.tokenize(tf.constant([t for _, t in pairs])).numpy()
-    translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
-    results = translator.score_batch(
-        [src_tok.pieces(row) for row in sources], [tgt_tok.pieces(row) for row in targets]
+    return _score_batch(
+        _ct2_translator(out),
+        [src_tok.pieces(row) for row in sources],
+        [tgt_tok.pieces(row) for row in targets],
     )
-    for result, target in zip(results, targets):
-        assert result.tokens == tgt_tok.pieces(target) + ["</s>"]
-    return [np.array(result.log_probs) for result in results]
 
 
 def test_import_resolves_to_the_installed_package():
