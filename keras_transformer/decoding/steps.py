@@ -358,7 +358,14 @@ class KernelChoice:
 
 
 def longest(row_limits) -> tf.Tensor:
-    """The largest of ``row_limits``, 0 for an empty batch (not ``reduce_max``'s lowest int)."""
+    """The largest of ``row_limits``, 0 for an empty batch (not ``reduce_max``'s lowest int).
+
+    Args:
+        row_limits: ``[batch]`` int, each row's longest output.
+
+    Returns:
+        A scalar of ``row_limits``' dtype.
+    """
     return tf.reduce_max(tf.concat([row_limits, tf.zeros([1], row_limits.dtype)], axis=0))
 
 
