@@ -169,7 +169,7 @@ class ExportedTranslator(tf.Module):
         step_splits, step_products: the small-batch step's splits and
             products (``decoding.ConstantSteps``).
         decode_parts: a batch decodes as this many parts
-            (``translate.decode_in_parts``).
+            (``decoding.decode_in_parts``).
 
     Raises:
         ValueError: ``beam_size`` or ``decode_parts`` is below 1, or
@@ -639,7 +639,7 @@ def export_saved_model(
         version: the version number (default: the next free integer).
         beam_size, alpha, stopping: the beam search of ``serving_default``,
             fixed in the graph (``beam_size=1``: greedy; ``stopping`` as in
-            ``keras_transformer.beam_search.beam_search``).
+            ``keras_transformer.decoding.beam_search``).
         overwrite: replace an existing version (atomically).
         warmup_sentences: the request TF Serving replays when it loads the model.
         precision: the graph's compute precision. fp32 runs on every server;
@@ -661,7 +661,7 @@ def export_saved_model(
             (``docs/kernels.md``).
         decode_parts: a batch of eight decoding rows or more (sentences ×
             beams) decodes as this many parts side by side, on the server's
-            inter-op threads (``translate.decode_in_parts``): by default
+            inter-op threads (``decoding.decode_in_parts``): by default
             ``DECODE_PARTS``, two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
 
