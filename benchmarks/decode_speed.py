@@ -47,10 +47,11 @@ def workload_model(max_length: int):
 def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
     import tensorflow as tf
 
-    from keras_transformer.beam_search import beam_search
-    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
 
     model = workload_model(max(steps_list))
+    # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
+    choice = KernelChoice(static_shapes=jit)
 
     def fetch(function):
         return lambda ids: tf.nest.map_structure(lambda x: x.numpy(), function(ids))
@@ -59,11 +60,9 @@ def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]
     for batch in batches:
         ids = tf.constant(DEFAULT.sources(batch))
         for steps in steps_list:
-            # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
+            options = DecodeOptions(max_length=steps, min_length=steps)
             greedy = tf.function(
-                lambda s, n=steps: greedy_decode(
-                    model, s, max_length=n, min_length=n, static_shapes=jit
-                ),
+                lambda s, options=options: decode(model, s, options, choice=choice),
                 jit_compile=jit,
             )
             rows.append(
@@ -76,10 +75,9 @@ def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]
             )
         if beam > 1:
             steps = 64 if 64 in steps_list else steps_list[0]
+            options = DecodeOptions(beam_size=beam, n_best=beam, max_length=steps, min_length=steps)
             search = tf.function(
-                lambda s, n=steps: beam_search(
-                    model, s, beam_size=beam, max_length=n, min_length=n, static_shapes=jit
-                ),
+                lambda s, options=options: decode(model, s, options, choice=choice),
                 jit_compile=jit,
             )
             rows.append(

@@ -31,9 +31,8 @@ import tensorflow as tf
 
 from benchmarks.report import emit
 from keras_transformer import Workdir
-from keras_transformer.beam_search import beam_search
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import DecodeOptions, decode
 
 
 def loop_body_ops(concrete) -> tuple[int, list[tuple[str, int]]]:
@@ -69,17 +68,17 @@ def main(argv=None) -> int:
     sentences = args.src.read_text(encoding="utf-8").splitlines()[: args.sentences]
 
     def greedy(source_ids):
-        tokens, _ = greedy_decode(model, source_ids)
-        return tokens, tf.shape(tokens)[1]
+        out = decode(model, source_ids)
+        return out.tokens[:, 0, :], out.steps
 
     def beam(source_ids):
-        out = beam_search(model, source_ids, beam_size=args.beam, alpha=args.alpha)
+        out = decode(model, source_ids, DecodeOptions(beam_size=args.beam, alpha=args.alpha))
         return out.tokens[:, 0, :], out.steps
 
     rows = []
     spec = tf.TensorSpec([None, None], tf.int32)
-    for name, decode in (("greedy", greedy), (f"beam{args.beam}", beam)):
-        function = tf.function(decode, input_signature=[spec])
+    for name, decoder in (("greedy", greedy), (f"beam{args.beam}", beam)):
+        function = tf.function(decoder, input_signature=[spec])
         ops, common = loop_body_ops(function.get_concrete_function())
         for batch in (64, 1):
             subset = sentences if batch > 1 else sentences[: max(1, len(sentences) // 4)]

@@ -3,10 +3,25 @@
     python -m export.translate --model exports/demo/1 [--beam 1] < input.txt > output.txt
     python -m export.translate --model exports/demo "a sentence"          # the newest version
     python -m export.translate --model exports/demo/1 --plot-attention sentence.png "a sentence"
+    python -m export.translate --model exports/demo --n-best 4 < input.txt > nbest.txt
+    python -m export.translate --model exports/demo --prefix prefixes.txt < input.txt
+    python -m export.translate --model exports/demo --sample --top-k 10 --seed 1 < input.txt
 
 ``--beam`` must be 1 (greedy) or the beam size fixed at export time. The
 library call is ``keras_transformer.Translator.from_saved_model`` and its
-``translate_iterable``.
+``translate_iterable`` (``n_best``, ``translate(prefixes=...)``, ``sample``).
+
+``--n-best N`` writes each sentence's N best distinct translations (at most
+the beam size), best first, one a line in the Moses n-best format
+``INDEX ||| TEXT ||| LOG_PROB``: INDEX the input line's number from 0, LOG_PROB
+the text's log-probability (natural log, EOS included, no length penalty, as
+``python -m export.score`` gives it); a sentence may have fewer lines, and an
+empty one has one, ``INDEX |||  ||| 0.0000``. ``--prefix FILE`` forces the
+start of each translation: one target-side prefix a line, aligned with the
+input (an empty line leaves its sentence free). ``--sample`` draws each
+translation token by token (``--top-k`` likeliest tokens, 0: all; nucleus
+``--top-p``; ``--temperature``), keyed by ``--seed`` and the sentence, so a
+run gives the same samples again.
 
 Standard input is read ``--window`` lines at a time; each window is sorted by
 length, batched by ``--batch-tokens`` (the padded source tokens of a batch:
@@ -19,12 +34,13 @@ shows on stderr (with the ``[train]`` extra's tqdm).
 
 from __future__ import annotations
 
+import itertools
 import os
 import stat
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, existing_path, fail, run, setup_logging
+from programs import ArgumentParser, existing_file, existing_path, fail, run, setup_logging
 
 PROG = "python -m export.translate"
 # keras_transformer.translate.BATCH_TOKENS and WINDOW, for --help before TensorFlow is imported
@@ -78,6 +94,28 @@ def plot_attention(translator, sentence: str, path: Path) -> str:
     return translation
 
 
+def windows(lines, size: int):
+    """``lines`` as lists of at most ``size``, read one list at a time."""
+    lines = iter(lines)
+    while window := list(itertools.islice(lines, size)):
+        yield window
+
+
+def write_n_best(translator, lines, args) -> int:
+    """The n-best lists of ``lines``, ``INDEX ||| TEXT ||| LOG_PROB`` a line, a window at a time."""
+    start = 0
+    for window in windows(lines, args.window):
+        lists = translator.n_best(
+            window, args.n_best, args.batch_size, batch_tokens=args.batch_tokens
+        )
+        for index, hypotheses in enumerate(lists, start):
+            for text, log_prob in hypotheses:
+                print(f"{index} ||| {text} ||| {log_prob:.4f}")
+        sys.stdout.flush()
+        start += len(window)
+    return 0
+
+
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument(
@@ -120,11 +158,57 @@ def parse_args(argv=None):
         help="draw the cross-attention of the (first) sentence given as argument",
     )
     parser.add_argument(
+        "--n-best",
+        type=int,
+        default=None,
+        metavar="N",
+        help="write the N best translations a sentence, INDEX ||| TEXT ||| LOG_PROB a line",
+    )
+    parser.add_argument(
+        "--prefix",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="target-side prefixes, one a line aligned with the input: each translation begins "
+        "with its prefix (an empty line: free)",
+    )
+    parser.add_argument(
+        "--sample", action="store_true", help="sample each translation instead of searching"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="--sample among the K likeliest tokens (0: all)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=None, help="--sample in the nucleus of this probability"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="--sample at this temperature (1)"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="--sample's seed (0)")
+    parser.add_argument(
         "sentences", nargs="*", help="sentences to translate (default: stdin lines)"
     )
     args = parser.parse_args(argv)
     if args.plot_attention is not None and not args.sentences:
         parser.error("--plot-attention needs the sentence as an argument")
+    modes = [
+        flag
+        for flag, on in (
+            ("--plot-attention", args.plot_attention is not None),
+            ("--n-best", args.n_best is not None),
+            ("--prefix", args.prefix is not None),
+            ("--sample", args.sample),
+        )
+        if on
+    ]
+    if len(modes) > 1:
+        parser.error(f"{' and '.join(modes)} do not go together: choose one")
+    for flag in ("top_k", "top_p", "temperature", "seed"):
+        if getattr(args, flag) is not None and not args.sample:
+            parser.error(f"--{flag.replace('_', '-')} needs --sample")
+    if args.n_best is not None and args.n_best < 1:
+        parser.error(f"--n-best must be >= 1, got {args.n_best}")
+    existing_file(PROG, args.prefix, "--prefix")
     for flag in ("batch_size", "batch_tokens", "window"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -149,6 +233,37 @@ def main(argv=None) -> int:
         else:
             lines = (line.rstrip("\n") for line in sys.stdin)
             total = lines_in(sys.stdin) if sys.stderr.isatty() else None  # the bar's length
+        if args.n_best is not None:
+            return write_n_best(translator, lines, args)
+        if args.prefix is not None:
+            with open(args.prefix, encoding="utf-8") as file:
+                prefixes = [line.rstrip("\n") for line in file]
+            translations = translator.translate(
+                list(lines),
+                args.batch_size,
+                progress=not args.sentences,
+                prefixes=prefixes,
+                batch_tokens=args.batch_tokens,
+                window=args.window,
+            )
+            for translation in translations:
+                print(translation)
+            return 0
+        if args.sample:
+            for window in windows(lines, args.window):
+                samples = translator.sample(
+                    window,
+                    top_k=0 if args.top_k is None else args.top_k,
+                    top_p=1.0 if args.top_p is None else args.top_p,
+                    temperature=1.0 if args.temperature is None else args.temperature,
+                    seed=args.seed or 0,
+                    batch_size=args.batch_size,
+                    batch_tokens=args.batch_tokens,
+                )
+                for sample in samples:
+                    print(sample)
+                sys.stdout.flush()
+            return 0
         translations = translator.translate_iterable(
             lines,
             args.batch_size,

@@ -179,11 +179,14 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
     flat = tf.reshape(out.tokens, [batch * k, -1])
     texts = tgt_tokenizer.detokenize(flat)  # [batch·k]
     canonical = target_token_ids(tgt_tokenizer, texts, config.eos_id)
-    width = tf.maximum(tf.shape(flat)[1], tf.cast(canonical.bounding_shape()[1], tf.int32))
-    canonical = canonical.to_tensor(default_value=config.pad_id, shape=[None, width])
-    hypothesis = tf.pad(
-        flat, [[0, 0], [0, width - tf.shape(flat)[1]]], constant_values=config.pad_id
-    )
+    canonical = canonical.to_tensor(default_value=config.pad_id)
+    # Both as wide as the wider (by tf.pad: in a graph the width is a tensor, not a shape).
+    width = tf.maximum(tf.shape(flat)[1], tf.shape(canonical)[1])
+
+    def widened(ids):
+        return tf.pad(ids, [[0, 0], [0, width - tf.shape(ids)[1]]], constant_values=config.pad_id)
+
+    canonical, hypothesis = widened(canonical), widened(flat)
     same = tf.reduce_all(tf.equal(canonical, hypothesis), axis=1)
     log_probs = tf.reshape(out.log_probs, [-1])
     missing = tf.math.is_inf(log_probs)
@@ -214,8 +217,9 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
 def _check_pairs(name: str, first: Sequence, second: Sequence | None, other: str) -> None:
     """A ``ValueError`` unless ``second`` is ``None`` or as long as ``first``."""
     if second is not None and len(second) != len(first):
+        one = {"prefixes": "prefix"}.get(other, other[:-1])
         raise ValueError(
-            f"{len(first)} {name} but {len(second)} {other}: give one {other[:-1]} a sentence."
+            f"{len(first)} {name} but {len(second)} {other}: give one {one} a sentence."
         )
 
 
@@ -826,8 +830,13 @@ class _SavedModelTranslator(Translator):
 
     The graph is the one TF Serving runs, with tokenization inside it (only
     TensorFlow and TF Text run). ``beam_size`` is the export's
-    (``serving_default``) unless 1 is asked for (``translate_greedy``); other
-    beam sizes need a new export.
+    (``serving_default``, ``translate_prefix``, ``n_best``) unless 1 is asked
+    for (``translate_greedy``, ``translate_prefix_greedy``; ``n_best`` of one
+    is then the greedy translation, its log-probability by ``score``); other
+    beam sizes need a new export. ``score`` and ``sample`` run their
+    signatures. Prefixes and targets are checked against the model's limit
+    here, by the export's target SentencePiece model, before any request;
+    the graph checks them again.
     """
 
     def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
@@ -843,29 +852,126 @@ class _SavedModelTranslator(Translator):
                 f"use 1 (greedy) or {self.exported_beam_size}, or re-export with beam {beam_size}."
             )
         self._beam_size = self.exported_beam_size if beam_size is None else beam_size
+        self._greedy = self._beam_size == 1 and self.exported_beam_size != 1
         name = "translate_greedy" if self._beam_size == 1 else "serving_default"
         self._signature = self.saved_model.signatures[name]
         self._count_pieces = None  # by the export's source SentencePiece model, at first use
+        self._count_target_pieces = None  # and its target one
 
     @property
     def beam_size(self) -> int:
         return self._beam_size
 
+    def _signature_of(self, name: str):
+        """The export's signature ``name``; an export made before it has none: one line."""
+        signatures = self.saved_model.signatures
+        if name not in signatures:
+            raise ValueError(
+                f"{self.path} has no {name} signature (an older export): export it again with "
+                "python -m export.saved_model."
+            )
+        return signatures[name]
+
+    def _spm_counter(self, asset_name: str):
+        """``texts → piece counts`` by the export's SentencePiece asset, or ``None``."""
+        asset = getattr(self.saved_model, asset_name, None)
+        if asset is None:
+            return None
+        model = spm.SentencePieceProcessor(model_file=asset.asset_path.numpy().decode())
+        return lambda batch: [len(ids) for ids in model.encode(batch)]
+
     def _prepare(self, texts: list[str]) -> tuple[list[int], list[str]]:
         """Each text's source pieces + EOS (by the export's SentencePiece model), and the texts."""
         if self._count_pieces is None:
-            asset = getattr(self.saved_model, "source_spm", None)
-            if asset is None:  # not one of our exports: words for pieces
-                self._count_pieces = lambda batch: [len(text.split()) for text in batch]
-            else:
-                model = spm.SentencePieceProcessor(model_file=asset.asset_path.numpy().decode())
-                self._count_pieces = lambda batch: [len(ids) for ids in model.encode(batch)]
+            # Not one of our exports: words for pieces.
+            self._count_pieces = self._spm_counter("source_spm") or (
+                lambda batch: [len(text.split()) for text in batch]
+            )
         return [pieces + 1 for pieces in self._count_pieces(texts)], texts
 
+    def _target_ids(self, texts: Sequence[str], what: str, with_eos: bool) -> list[str]:
+        """The texts themselves (the signatures tokenize them), each checked against the
+        model's limit by the export's target SentencePiece model (no check without one:
+        the graph answers)."""
+        texts = list(texts)
+        limit = getattr(self.saved_model, "max_length_tensor", None)
+        if not texts or limit is None:
+            return texts
+        if self._count_target_pieces is None:
+            self._count_target_pieces = (
+                self._spm_counter("target_spm")
+                or self._spm_counter("source_spm")
+                or (lambda batch: [0] * len(batch))
+            )
+        limit = int(limit.numpy())
+        normalized = [
+            text.decode("utf-8")
+            for text in normalize_whitespace_tf(tf.constant(texts, tf.string)).numpy()
+        ]
+        for index, pieces in enumerate(self._count_target_pieces(normalized)):
+            length = pieces + 1 if with_eos else pieces
+            if length > (limit if with_eos else limit - 1):
+                raise ValueError(
+                    f"{what} {index} is {length} tokens, longer than the model's limit "
+                    f"({limit} with EOS): shorten it."
+                )
+        return texts
+
+    def _inputs(self, texts: list[str], rows: list[int]) -> tf.Tensor:
+        return tf.constant([texts[row] for row in rows], dtype=tf.string)
+
     def _translate_rows(self, texts: list[str], rows: list[int], capacity: int) -> list[str]:
-        inputs = tf.constant([texts[row] for row in rows], dtype=tf.string)
-        translations = self._signature(inputs=inputs)["translations"].numpy()
+        translations = self._signature(inputs=self._inputs(texts, rows))["translations"].numpy()
         return [text.decode("utf-8") for text in translations]
+
+    def _best_rows(self, texts: list[str], extras, rows: list[int], capacity: int) -> list[str]:
+        return self._translate_rows(texts, rows, capacity)
+
+    def _prefix_rows(self, texts: list[str], prefixes, rows: list[int], capacity: int) -> list:
+        name = "translate_prefix_greedy" if self._greedy else "translate_prefix"
+        out = self._signature_of(name)(
+            inputs=self._inputs(texts, rows), prefixes=tf.constant(prefixes, tf.string)
+        )
+        return [text.decode("utf-8") for text in out["translations"].numpy()]
+
+    def _n_best_rows(self, texts: list[str], counts, rows: list[int], capacity: int) -> list:
+        inputs = self._inputs(texts, rows)
+        if self._greedy:  # the greedy translation, and the log-probability of its text
+            translations = self._signature(inputs=inputs)["translations"]
+            scored = self._signature_of("score")(inputs=inputs, targets=translations)
+            blank = (tf.strings.length(normalize_whitespace_tf(inputs)) == 0).numpy()
+            out_texts = translations.numpy()[:, np.newaxis]
+            out_log_probs = np.where(blank, 0.0, scored["log_probs"].numpy())[:, np.newaxis]
+        else:
+            out = self._signature_of("n_best")(inputs=inputs, n=tf.constant(counts[0], tf.int32))
+            out_texts = out["translations"].numpy()
+            out_log_probs = out["log_probs"].numpy()
+        lists = []
+        for count, row_texts, row_log_probs in zip(counts, out_texts, out_log_probs):
+            pairs = [
+                (text.decode("utf-8"), float(log_prob))
+                for text, log_prob in zip(row_texts, row_log_probs)
+                if np.isfinite(log_prob)
+            ]
+            lists.append(pairs[:count])
+        return lists
+
+    def _score_rows(self, texts: list[str], targets, rows: list[int], capacity: int) -> list:
+        out = self._signature_of("score")(
+            inputs=self._inputs(texts, rows), targets=tf.constant(targets, tf.string)
+        )
+        return [float(log_prob) for log_prob in out["log_probs"].numpy()]
+
+    def _sample_rows(self, texts: list[str], params, rows: list[int], capacity: int) -> list:
+        top_k, top_p, temperature, seed = params[0]
+        out = self._signature_of("sample")(
+            inputs=self._inputs(texts, rows),
+            top_k=tf.constant(top_k, tf.int32),
+            top_p=tf.constant(top_p, tf.float32),
+            temperature=tf.constant(temperature, tf.float32),
+            seed=tf.constant(seed, tf.int64),
+        )
+        return [text.decode("utf-8") for text in out["translations"].numpy()]
 
     def cross_attention(self, sentence: str) -> dict:
         """The ``cross_attention`` signature's outputs for one sentence, as Python values.

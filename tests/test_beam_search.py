@@ -4,11 +4,11 @@ beams are ranked by the length-penalised score, batching changes nothing."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from decoders import all_beams, beam_of_one, greedy
 from tiny_models import peaked_tiny_model
 
 import keras_transformer as kt
-from keras_transformer.beam_search import beam_search, length_penalty
-from keras_transformer.decoding import greedy_decode
+from keras_transformer.decoding import KernelChoice, length_penalty
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)
 
@@ -31,43 +31,45 @@ def teacher_forced_log_prob(model, source, tokens):
 
 
 def test_beam_of_one_without_length_penalty_is_greedy(model):
-    greedy, greedy_scores = greedy_decode(model, SOURCE, max_length=12)
-    beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, max_length=12)
-    width = greedy.shape[1]
-    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :width], greedy.numpy())
+    greedy_tokens, greedy_scores = greedy(model, SOURCE, max_length=12)
+    beam = beam_of_one(model, SOURCE, alpha=0.0, max_length=12)
+    width = greedy_tokens.shape[1]
+    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :width], greedy_tokens.numpy())
     np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
 
 
 def test_beam_of_one_with_min_length_is_greedy_with_min_length(model):
     # The search strikes EOS (before min_length), pad and BOS from its best few candidates
     # (here 5 of 30): what is left must be what striking them from the whole vocabulary gives.
-    greedy, greedy_scores = greedy_decode(model, SOURCE, max_length=12, min_length=6)
-    beam = beam_search(model, SOURCE, beam_size=1, alpha=0.0, max_length=12, min_length=6)
-    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, : greedy.shape[1]], greedy.numpy())
+    greedy_tokens, greedy_scores = greedy(model, SOURCE, max_length=12, min_length=6)
+    beam = beam_of_one(model, SOURCE, alpha=0.0, max_length=12, min_length=6)
+    width = greedy_tokens.shape[1]
+    np.testing.assert_array_equal(beam.tokens.numpy()[:, 0, :width], greedy_tokens.numpy())
     np.testing.assert_allclose(beam.log_probs.numpy()[:, 0], greedy_scores.numpy(), rtol=1e-4)
-    assert (greedy.numpy()[:, :6] != model.config.eos_id).all()
+    assert (greedy_tokens.numpy()[:, :6] != model.config.eos_id).all()
 
 
 @pytest.mark.quick
 def test_beam_scores_are_the_models_log_probabilities(model):
-    out = tf.function(lambda s: beam_search(model, s, beam_size=4, alpha=0.6, max_length=12))(
-        SOURCE
-    )
+    out = tf.function(lambda s: all_beams(model, s, beam_size=4, alpha=0.6, max_length=12))(SOURCE)
     tokens, scores, log_probs = (x.numpy() for x in (out.tokens, out.scores, out.log_probs))
     assert tokens.shape[:2] == (3, 4)
     for b in range(3):
-        assert np.all(np.diff(scores[b]) <= 1e-6), "beams are not sorted best first"
+        ranked = np.nan_to_num(scores[b], neginf=-1e30)  # missing hypotheses (-inf) last
+        assert np.all(np.diff(ranked) <= 1e-6), "beams are not sorted best first"
         for j in range(4):
-            if scores[b, j] < -1e8:  # unfilled slot
+            if np.isneginf(scores[b, j]):  # a missing hypothesis: pad tokens, -inf scores
+                assert np.isneginf(log_probs[b, j]) and np.all(tokens[b, j] == kt.PAD_ID)
                 continue
             rescored = teacher_forced_log_prob(model, SOURCE[b], tokens[b, j])
             np.testing.assert_allclose(log_probs[b, j], rescored, rtol=1e-4, atol=1e-4)
             expected = rescored / float(length_penalty(_length(tokens[b, j]), 0.6))
             np.testing.assert_allclose(scores[b, j], expected, rtol=1e-4, atol=1e-4)
     # Beam search finds at least as good a (penalised) hypothesis as greedy.
-    greedy, greedy_lp = greedy_decode(model, SOURCE, max_length=12)
+    greedy_tokens, greedy_lp = greedy(model, SOURCE, max_length=12)
     for b in range(3):
-        greedy_score = greedy_lp.numpy()[b] / float(length_penalty(_length(greedy.numpy()[b]), 0.6))
+        greedy_length = _length(greedy_tokens.numpy()[b])
+        greedy_score = greedy_lp.numpy()[b] / float(length_penalty(greedy_length, 0.6))
         assert scores[b, 0] >= greedy_score - 1e-4
 
 
@@ -88,11 +90,11 @@ def varied_sources(count: int, seed: int = 3) -> np.ndarray:
 def test_sentence_alone_equals_sentence_in_batch(model, stopping):
     """Done sentences are removed from the batch in rounds; no one else's beams change."""
     sources = varied_sources(9)
-    search = tf.function(lambda s: beam_search(model, s, beam_size=3, alpha=1.0, stopping=stopping))
-    batch = search(sources)
+    run = tf.function(lambda s: all_beams(model, s, beam_size=3, alpha=1.0, stopping=stopping))
+    batch = run(sources)
     for b in range(len(sources)):
         length = int((sources[b] != 0).sum())
-        alone = search(sources[b : b + 1, :length])
+        alone = run(sources[b : b + 1, :length])
         best = _length(alone.tokens.numpy()[0, 0])
         np.testing.assert_array_equal(
             alone.tokens.numpy()[0, 0, :best], batch.tokens.numpy()[b, 0, :best]
@@ -107,8 +109,8 @@ def test_sentence_alone_equals_sentence_in_batch(model, stopping):
 
 
 def test_heuristic_stopping_is_exact_without_length_penalty(model):
-    exact = beam_search(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="exact")
-    heuristic = beam_search(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="heuristic")
+    exact = all_beams(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="exact")
+    heuristic = all_beams(model, varied_sources(6), beam_size=3, alpha=0.0, stopping="heuristic")
     np.testing.assert_array_equal(heuristic.tokens.numpy(), exact.tokens.numpy())
     np.testing.assert_allclose(heuristic.scores.numpy(), exact.scores.numpy(), rtol=1e-5)
     assert int(heuristic.steps) == int(exact.steps)
@@ -124,8 +126,8 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
         exact_steps, heuristic_steps = [], []
         for source in varied_sources(6):
             source = source[np.newaxis, : int((source != 0).sum())]
-            exact = beam_search(model, source, beam_size=3, alpha=1.4, stopping="exact")
-            heuristic = beam_search(model, source, beam_size=3, alpha=1.4, stopping="heuristic")
+            exact = all_beams(model, source, beam_size=3, alpha=1.4, stopping="exact")
+            heuristic = all_beams(model, source, beam_size=3, alpha=1.4, stopping="heuristic")
             exact_steps.append(int(exact.steps))
             heuristic_steps.append(int(heuristic.steps))
             assert float(exact.scores[0, 0]) >= float(heuristic.scores[0, 0]) - 1e-5
@@ -138,7 +140,7 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
         exact_steps,
     )
     with pytest.raises(ValueError, match="stopping rule"):
-        beam_search(model, varied_sources(2), stopping="never")
+        all_beams(model, varied_sources(2), stopping="never")
 
 
 @pytest.mark.parametrize(
@@ -154,10 +156,16 @@ def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
 
     Done sentences keep their rows in the fixed buffers, where compaction removes them from the
     growing ones; the beams are compared padded to max_length."""
-    dynamic = beam_search(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
+    dynamic = all_beams(model, SOURCE, beam_size=3, alpha=0.6, max_length=12, stopping=stopping)
     static = tf.function(
-        lambda s: beam_search(
-            model, s, beam_size=3, alpha=0.6, max_length=12, static_shapes=True, stopping=stopping
+        lambda s: all_beams(
+            model,
+            s,
+            beam_size=3,
+            alpha=0.6,
+            choice=KernelChoice(static_shapes=True),
+            max_length=12,
+            stopping=stopping,
         ),
         jit_compile=jit,
     )(SOURCE)
@@ -170,4 +178,4 @@ def test_static_shape_search_equals_the_growing_one(model, jit, stopping):
         static.log_probs.numpy(), dynamic.log_probs.numpy(), rtol=1e-5, atol=1e-5
     )
     with pytest.raises(ValueError, match="max_length as a Python int"):
-        beam_search(model, SOURCE, static_shapes=True)
+        all_beams(model, SOURCE, choice=KernelChoice(static_shapes=True))

@@ -268,33 +268,64 @@ def test_a_tag_the_workdirs_tokenizer_lacks_is_refused(tmp_path):
         _mixed_input(tmp_path, tagged, tmp_path / "w")
 
 
-def test_prepared_shards_refuse_several_corpora(tmp_path):
-    from training.corpus import load_corpus
-    from training.trainer import find_prepared
+def _prepare(tmp_path, sources, *overrides):
+    """``python -m training.prepare`` (in this process) on ``sources``; its JSON summary."""
+    from training import prepare
 
-    config = tiny_config(two_sources(tmp_path), "data.prepare=true")
+    sets = [f"data.sources={json.dumps(sources)}", "tokenizer.vocab_size=120", *overrides]
+    arguments = ["--config", "demo", "--workdir", str(tmp_path / "w")]
+    assert prepare.main([*arguments, *(a for s in sets for a in ("--set", s))]) == 0
+
+
+def test_several_corpora_are_prepared_each_into_its_own_shards(tmp_path, capsys):
+    """training.prepare writes W/prepared/source-N per corpus (tagged); training reads them
+    back drawn by weight, and a stale or missing one is named."""
+    import numpy as np
+
+    from keras_transformer.data import PreparationError, PreparedShards, StalePreparationError
+    from training import trainer
+    from training.corpus import load_corpus
+
+    sources = two_sources(tmp_path)  # 60 pairs tagged <a> (weight 1), 240 tagged <b> (3)
+    _prepare(tmp_path, sources, "data.examples_per_shard=40")
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    workdir = tmp_path / "w"
+    assert [row["name"] for row in summary["sources"]] == ["small", "large"]
+    assert [row["pairs_read"] for row in summary["sources"]] == [60, 240]
+    assert summary["examples"] == sum(row["examples"] for row in summary["sources"])
+    assert summary["directory"] == str(workdir / "prepared")
+    preparations = [PreparedShards.load(workdir / "prepared" / f"source-{i}") for i in range(2)]
+    assert [len(p.files) for p in preparations] == [2, 6]
+    assert preparations[0].fingerprint["source"]["tag"] == "<a>"
+
+    config = tiny_config(sources, "data.examples_per_shard=40")
     corpus = load_corpus(config["data"])
-    with pytest.raises(ValueError, match="prepared shards take one corpus"):
-        find_prepared(config, tmp_path / "w", corpus, None, None)
-    auto = tiny_config(two_sources(tmp_path), "data.prepare=auto")
-    assert find_prepared(auto, tmp_path / "w", corpus, None, None) is None
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.prepare",
-            "--config",
-            "demo",
-            "--workdir",
-            str(tmp_path / "p"),
-            "--set",
-            f"data.sources={json.dumps(two_sources(tmp_path))}",
-        ],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2 and "prepared shards take one" in result.stderr
+    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, workdir)  # the workdir's
+    prepared = trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+    assert [p.directory for p in prepared] == [p.directory for p in preparations]
+    train, _ = trainer.datasets(config, corpus, src_tok, tgt_tok, prepared)
+    tag_ids = [int(src_tok.tokenize(tag).numpy()[0]) for tag in ("<a>", "<b>")]
+    firsts = np.concatenate([inputs[0][:, 0] for inputs, _ in train.take(100).as_numpy_iterator()])
+    assert set(np.unique(firsts)) == set(tag_ids)  # each example starts with its corpus's tag
+    share = float(np.mean(firsts == tag_ids[1]))
+    assert abs(share - 0.75) < 4 * math.sqrt(0.75 * 0.25 / len(firsts)), share
+    assert trainer.training_input_identity(prepared) != trainer.training_input_identity(None)
+
+    retagged = tiny_config(two_sources(tmp_path, tags=("<a>", "<c>")))
+    with pytest.raises(StalePreparationError, match="source-1 is stale .*source.*training.prepare"):
+        trainer.find_prepared(retagged, workdir, load_corpus(retagged["data"]), src_tok, tgt_tok)
+    reweighted = tiny_config(two_sources(tmp_path, weights=(5, 1)))  # weights only sample
+    assert trainer.find_prepared(reweighted, workdir, corpus, src_tok, tgt_tok) is not None
+    off = tiny_config(sources, "data.prepare=false")
+    assert trainer.find_prepared(off, workdir, corpus, src_tok, tgt_tok) is None
+    import shutil
+
+    shutil.rmtree(workdir / "prepared" / "source-1")
+    with pytest.raises(PreparationError, match="some of the data.sources only \\(not for large\\)"):
+        trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+    again = tiny_config(sources, "data.examples_per_shard=40", "data.prepare=true")
+    assert len(trainer.find_prepared(again, workdir, corpus, src_tok, tgt_tok)) == 2  # remade
+    assert PreparedShards.exists(workdir / "prepared" / "source-1")
 
 
 # --------------------------------------------------------------------------- the program
@@ -430,9 +461,13 @@ def test_a_killed_run_on_two_weighted_corpora_resumes(tmp_path, loop):
 
 
 @pytest.mark.slow  # two worker processes
-def test_two_workers_train_on_the_same_weighted_stream(tmp_path):
-    """Multi-worker on 127.0.0.1 with two weighted corpora: every worker reads the same sampled
-    stream (the text; prepared shards take one corpus), each replica its slice of the batches."""
+@pytest.mark.parametrize("prepared", [False, True], ids=["text", "prepared"])
+def test_two_workers_train_on_their_own_parts_of_the_weighted_corpora(tmp_path, prepared):
+    """Multi-worker on 127.0.0.1 with two weighted corpora: each worker reads its own part of
+    each corpus (its lines of the text, or its shard files of each corpus's preparation), drawn
+    by weight; the two train as one (the same global metrics)."""
+    import re
+
     sys.path.insert(0, str(CHECKOUT / "tests"))
     from loopback import run_workers
 
@@ -444,10 +479,43 @@ def test_two_workers_train_on_the_same_weighted_stream(tmp_path):
         *("--set", "model.d_ff=64", "--set", "training.epochs=2"),
         *("--set", "training.steps_per_epoch=3", "--set", "training.steps_per_execution=1"),
         *("--set", "training.batch_tokens=256", "--set", "evaluation.max_sentences=3"),
+        *(
+            ("--set", "data.prepare=true", "--set", "data.examples_per_shard=20")
+            if prepared
+            else ()
+        ),
     ]
-    run_workers(lambda index: [sys.executable, *command], CHECKOUT)
+    outputs = run_workers(lambda index: [sys.executable, *command], CHECKOUT)
     chief, other = tmp_path / "run", tmp_path / "run" / "worker_1"
     metrics = [json.loads((path / "metrics.json").read_text()) for path in (chief, other)]
     assert metrics[0]["optimizer_steps"] == metrics[1]["optimizer_steps"] == 6
     assert metrics[0]["history"]["loss"] == metrics[1]["history"]["loss"]
     assert metrics[0]["sources"] == metrics[1]["sources"]
+    if prepared:  # each corpus's shard files split over the two pipelines
+        read = [
+            [
+                line.split(": ")[-1].split(", ")
+                for line in out.splitlines()
+                if "shard files: " in line
+            ]
+            for out in outputs
+        ]
+        assert [len(lines) for lines in read] == [2, 2]  # a line per corpus and worker
+        for index in range(2):
+            manifest = json.loads(
+                (chief / "prepared" / f"source-{index}" / "manifest.json").read_text()
+            )
+            files = [shard["file"] for shard in manifest["shards"]]
+            first, second = read[0][index], read[1][index]
+            assert not set(first) & set(second) and sorted(first + second) == sorted(files)
+        return
+    # Worker i reads lines of each corpus's files: small (60 lines), then large (240).
+    spans = [
+        [
+            sorted({tuple(map(int, s)) for s in re.findall(r"lines (\d+)-(\d+)", line)})
+            for line in out.splitlines()
+            if "reads its part of the training text" in line
+        ]
+        for out in outputs
+    ]
+    assert spans == [[[(1, 30)], [(1, 120)]], [[(31, 60)], [(121, 240)]]]

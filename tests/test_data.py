@@ -571,6 +571,132 @@ def test_mismatched_gzip_files_fail_before_reading(tmp_path):
         PairSource.from_text_files(tmp_path / "a.src.gz", tmp_path / "a.tgt.gz")
 
 
+# --------------------------------------------------------------------------- parts (workers)
+
+
+@pytest.fixture
+def small_reads(monkeypatch):
+    """A line index every 3 lines and reads of 5 bytes, so that parts of small files start
+    between indexed lines and end inside a read."""
+    from keras_transformer.data import sources
+
+    monkeypatch.setattr(sources, "LINE_INDEX_EVERY", 3)
+    monkeypatch.setattr(sources, "RANGE_RECORD", 5)
+
+
+@pytest.mark.parametrize("lone_cr", [False, True], ids=["crlf", "lone-cr"])
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gz"])
+def test_parts_of_text_files_are_disjoint_and_make_the_corpus(
+    tmp_path, small_reads, compress, lone_cr
+):
+    src = MESSY_SRC + ([b"carriage\rreturn"] if lone_cr else []) + [b"tail"]
+    tgt = MESSY_TGT + ([b"retour"] if lone_cr else []) + [b"queue\r"]
+    suffix = ".gz" if compress else ""
+    write_corpus(tmp_path / f"m.src{suffix}", src, compress=compress)
+    write_corpus(tmp_path / f"m.tgt{suffix}", tgt, newline_at_end=False, compress=compress)
+    source = PairSource.from_text_files(tmp_path / f"m.src{suffix}", tmp_path / f"m.tgt{suffix}")
+    whole = streamed(source)
+    assert source.lines == len(src) and whole == list(source) and len(whole) == 8 + lone_cr
+    assert source.part(0, 1) is source
+    for count in (2, 5, len(src)):
+        parts = [source.part(index, count) for index in range(count)]
+        # In the graph (what training reads) and in Python, in corpus order, each pair once.
+        assert [pair for part in parts for pair in streamed(part)] == whole, count
+        assert [pair for part in parts for pair in part] == whole, count
+        assert [part.lines for part in parts] == [
+            (i + 1) * len(src) // count - i * len(src) // count for i in range(count)
+        ]
+        # Each part counts its own lines, numbered as in the whole corpus.
+        stats = [part.stats for part in parts]
+        assert sum(s.lines for s in stats) == len(src) and sum(s.pairs for s in stats) == len(whole)
+        assert sum(s.empty for s in stats) == 2 and sum(s.invalid_utf8 for s in stats) == 3
+        assert sorted(n for s in stats for n in s.empty_lines) == [2, 5]
+        assert sorted(n for s in stats for n in s.invalid_utf8_lines) == [4, 9, 10]
+    assert parts[1].files[0].endswith(f"m.src{suffix} lines 2-2")
+
+
+def test_a_part_of_a_plain_file_reads_none_of_the_other_parts(tmp_path, small_reads):
+    from keras_transformer.data.sources import _file_facts, _line_offset
+
+    lines = [f"sentence number {i}".encode() for i in range(40)]
+    write_corpus(tmp_path / "p.src", lines)
+    write_corpus(tmp_path / "p.tgt", [line.upper() for line in lines])
+    facts = _file_facts(tmp_path / "p.src")
+    data = (tmp_path / "p.src").read_bytes()
+    starts = [0] + [i + 1 for i, byte in enumerate(data) if byte == ord("\n")][:-1]
+    assert facts.index == tuple(starts[::3]) and facts.size == len(data)
+    assert [_line_offset(tmp_path / "p.src", facts, n) for n in range(41)] == starts + [len(data)]
+    source = PairSource.from_text_files(tmp_path / "p.src", tmp_path / "p.tgt")
+    part = source.part(1, 3)  # lines 14-26 (1-based)
+    expected = streamed(part)
+    assert expected[0][0] == "sentence number 13" and len(expected) == 13
+    dataset = part.dataset()  # built: its byte ranges are known
+    for name in ("p.src", "p.tgt"):  # the other parts overwritten, newlines included
+        raw = (tmp_path / name).read_bytes()
+        first, stop = starts[13], starts[26]
+        (tmp_path / name).write_bytes(b"#" * first + raw[first:stop] + b"#" * (len(raw) - stop))
+    assert [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()] == expected
+
+
+def test_parts_of_tsv_files_and_lists(tmp_path, small_reads):
+    rows = [b"%d\tsrc %d\ttgt %d" % (i, i, i) if i % 4 else b"%d\tshort" % i for i in range(23)]
+    write_corpus(tmp_path / "c.tsv", rows, newline_at_end=False)
+    tsv = PairSource.from_tsv(tmp_path / "c.tsv", 1, 2)
+    parts = [tsv.part(index, 4) for index in range(4)]
+    assert [pair for part in parts for pair in streamed(part)] == streamed(tsv) == list(tsv)
+    assert sorted(n for part in parts for n in part.stats.malformed_lines) == [1, 5, 9, 13, 17, 21]
+    items = [("a", "b"), ("", "x"), ("c", "d"), ("e", " "), ("f", "g"), ("h", "i")]
+    listed = PairSource.from_pairs(items)
+    halves = [listed.part(index, 2) for index in range(2)]
+    assert [part.read().sources for part in halves] == [("a", "c"), ("f", "h")]
+    assert [streamed(part) for part in halves] == [
+        [("a", "b"), ("c", "d")],
+        [("f", "g"), ("h", "i")],
+    ]
+    assert [(part.lines, part.stats.empty_lines) for part in halves] == [(3, (2,)), (3, (4,))]
+
+
+def test_part_arguments_are_checked():
+    source = PairSource.from_pairs([("a", "b"), ("c", "d"), ("e", "f")])
+    for index, count, message in [
+        (0, 0, "count must be an integer >= 1"),
+        (-1, 2, "index must be an integer >= 0"),
+        (2, 2, "index=2 must be below count=2"),
+        (0, 4, "has 3 line\\(s\\), fewer than the 4 parts"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            source.part(index, count)
+    with pytest.raises(ValueError, match="is a part of a corpus already"):
+        source.part(0, 2).part(0, 2)
+
+
+def test_a_parts_pipeline_continues_exactly_from_a_saved_iterator(
+    tokenizers, tmp_path, small_reads
+):
+    """A worker's data position: its iterator over its part, saved and restored."""
+    write_corpus(tmp_path / "r.src", [s.encode() for s in SOURCES])
+    write_corpus(tmp_path / "r.tgt", [t.encode() for t in TARGETS])
+    part = PairSource.from_text_files(tmp_path / "r.src", tmp_path / "r.tgt").part(1, 2)
+    dataset = make_dataset(
+        part.dataset(),
+        *tokenizers,
+        batch_size=8,
+        shuffle_buffer=32,
+        seed=4,
+        cache=False,
+        repeat=True,
+        **WIDE,
+    )
+    iterator = iter(dataset)
+    for _ in range(20):  # past the end of the part's first pass
+        next(iterator)
+    saved = tf.train.Checkpoint(iterator=iterator).write(str(tmp_path / "position"))
+    following = [next(iterator)[1].numpy().tolist() for _ in range(6)]
+    restored = iter(dataset)
+    tf.train.Checkpoint(iterator=restored).read(saved).assert_consumed()
+    assert [next(restored)[1].numpy().tolist() for _ in range(6)] == following
+
+
 def test_graph_utf8_check_and_whitespace_agree_with_python_everywhere():
     from keras_transformer.data.sources import _valid_utf8
 
@@ -652,9 +778,14 @@ def test_tfds_pairs_with_mock_data(tokenizers):
         sentences = count_tokens(dataset).sentences
         source = PairSource.from_tfds(name, "train")
         stats, listed, read = source.stats, list(source), source.read()
+        parts = [source.part(index, 3) for index in range(3)]  # examples 1-4, 5-8, 9-12
+        in_parts = [pair for part in parts for pair in streamed(part)]
+        part_stats = [part.stats for part in parts]
     assert len(raw) >= 8 and supervised == raw  # (pt, en): the builder's supervised_keys
     assert listed == raw and read.sources == tuple(s for s, _ in raw) and stats.pairs == len(raw)
     assert stats.lines == 12 and stats.files == (f"{name} train",)
+    assert in_parts == raw and [s.lines for s in part_stats] == [4, 4, 4]
+    assert sum(s.pairs for s in part_stats) == stats.pairs
     assert swapped == [(t, s) for s, t in raw]
     assert sentences == len(raw)
 

@@ -4,11 +4,12 @@ dynamic shapes agree, EOS stops rows, scores are the model's log-probs."""
 import numpy as np
 import pytest
 import tensorflow as tf
+from decoders import all_beams, greedy
 from tiny_models import peaked_tiny_model
 
 import keras_transformer as kt
 from keras_transformer import kernels
-from keras_transformer.decoding import ConstantSteps, greedy_decode
+from keras_transformer.decoding import ConstantSteps, DecodeOptions, KernelChoice, decode
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +18,9 @@ def model():
 
 
 SOURCE = np.array([[5, 6, 7, 8, 3, 0], [9, 10, 3, 0, 0, 0], [11, 12, 13, 14, 15, 3]], np.int32)
+
+
+STATIC = KernelChoice(static_shapes=True)
 
 
 def full_recompute_greedy(model, source, steps):
@@ -29,7 +33,7 @@ def full_recompute_greedy(model, source, steps):
 
 @pytest.mark.quick
 def test_cached_greedy_equals_full_recompute(model):
-    tokens, _ = tf.function(lambda s: greedy_decode(model, s, max_length=10))(SOURCE)
+    tokens, _ = tf.function(lambda s: greedy(model, s, max_length=10))(SOURCE)
     expected = full_recompute_greedy(model, SOURCE, 10)
     tokens = tokens.numpy()
     assert len(set(tokens.ravel())) > 1 and len({tuple(r) for r in tokens}) == 3, (
@@ -43,9 +47,9 @@ def test_cached_greedy_equals_full_recompute(model):
 
 @pytest.mark.xla_cpu
 def test_static_shape_greedy_matches_dynamic_under_xla(model):
-    dynamic, dynamic_scores = tf.function(lambda s: greedy_decode(model, s, max_length=10))(SOURCE)
+    dynamic, dynamic_scores = tf.function(lambda s: greedy(model, s, max_length=10))(SOURCE)
     static, static_scores = tf.function(
-        lambda s: greedy_decode(model, s, max_length=10, static_shapes=True), jit_compile=True
+        lambda s: greedy(model, s, STATIC, max_length=10), jit_compile=True
     )(SOURCE)
     width = dynamic.shape[1]
     np.testing.assert_array_equal(static.numpy()[:, :width], dynamic.numpy())
@@ -66,7 +70,7 @@ def teacher_forced(model, tokens):
 
 
 def test_scores_are_teacher_forced_log_probabilities(model):
-    tokens, scores = greedy_decode(model, SOURCE, max_length=6)
+    tokens, scores = greedy(model, SOURCE, max_length=6)
     tokens = tokens.numpy()
     log_probs, real = teacher_forced(model, tokens)
     picked = np.take_along_axis(log_probs, tokens[..., None], -1)[..., 0]
@@ -85,7 +89,7 @@ def test_greedy_chooses_past_banned_top_logits_and_scores_by_log_probabilities()
     )
     for constant_steps in (None, ConstantSteps(model)):
         tokens, scores = tf.function(
-            lambda s: greedy_decode(model, s, max_length=6, constant_steps=constant_steps)
+            lambda s: greedy(model, s, KernelChoice(constant_steps=constant_steps), max_length=6)
         )(SOURCE)
         tokens = tokens.numpy()
         log_probs, real = teacher_forced(model, tokens)
@@ -104,7 +108,7 @@ def test_decoding_stops_when_every_row_has_emitted_eos(model):
     saved = bias.numpy()
     try:
         bias.assign(saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])
-        tokens, _ = greedy_decode(model, SOURCE, max_length=20)
+        tokens, _ = greedy(model, SOURCE, max_length=20)
         np.testing.assert_array_equal(tokens.numpy(), [[kt.EOS_ID]] * 3)
     finally:
         bias.assign(saved)
@@ -120,31 +124,27 @@ def test_default_length_is_source_plus_fifty_capped_by_positions(model):
     np.testing.assert_array_equal(decode_lengths(model, source).numpy(), [57, 64])
     np.testing.assert_array_equal(decode_lengths(model, source, max_length=10).numpy(), [10, 10])
     with pytest.raises(ValueError, match="max_length"):
-        greedy_decode(model, SOURCE, static_shapes=True)
+        greedy(model, SOURCE, STATIC)
 
 
 def test_min_length_forces_the_output_length(model):
-    from keras_transformer.beam_search import beam_search
-
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
         bias.assign(
             saved + 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
         )  # EOS would win at once
-        tokens, _ = greedy_decode(model, SOURCE, max_length=16, min_length=16)
+        tokens, _ = greedy(model, SOURCE, max_length=16, min_length=16)
         assert tokens.shape == (3, 16) and not np.any(tokens.numpy() == kt.EOS_ID)
-        static, _ = greedy_decode(model, SOURCE, max_length=16, min_length=5, static_shapes=True)
+        static, _ = greedy(model, SOURCE, STATIC, max_length=16, min_length=5)
         np.testing.assert_array_equal(static.numpy()[:, 5], [kt.EOS_ID] * 3)
-        beams = beam_search(model, SOURCE, beam_size=2, max_length=12, min_length=12)
+        beams = all_beams(model, SOURCE, beam_size=2, max_length=12, min_length=12)
         assert beams.tokens.shape[2] == 12 and not np.any(beams.tokens.numpy() == kt.EOS_ID)
     finally:
         bias.assign(saved)
 
 
 def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model):
-    from keras_transformer.beam_search import beam_search
-
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
@@ -152,13 +152,13 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
             saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
         )  # never ends: hits its limit
         short = SOURCE[1:2, :3]  # 3 real tokens: limit 53
-        batch_tokens, _ = greedy_decode(model, SOURCE)  # longest row has 6 tokens: 56 steps
-        alone, _ = greedy_decode(model, short)
+        batch_tokens, _ = greedy(model, SOURCE)  # longest row has 6 tokens: 56 steps
+        alone, _ = greedy(model, short)
         assert alone.shape[1] == 53
         np.testing.assert_array_equal(batch_tokens.numpy()[1, :53], alone.numpy()[0])
         assert np.all(batch_tokens.numpy()[1, 53:] == kt.PAD_ID)
-        beams = beam_search(model, SOURCE, beam_size=2)
-        beams_alone = beam_search(model, short, beam_size=2)
+        beams = all_beams(model, SOURCE, beam_size=2)
+        beams_alone = all_beams(model, short, beam_size=2)
         np.testing.assert_array_equal(
             beams.tokens.numpy()[1, 0, :53], beams_alone.tokens.numpy()[0, 0]
         )
@@ -174,20 +174,19 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
 def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
     """buffer_length: fixed shapes for XLA, yet each row still stops at its own
     source length + extra_length, so outputs equal the dynamic decoder's."""
-    from keras_transformer.translate import best_ids
-
+    options = DecodeOptions(beam_size=beam, extra_length=5)  # the best hypothesis a sentence
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
         bias.assign(
             saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
         )  # rows run to their limits
-        dynamic_tokens, dynamic_scores = best_ids(model, SOURCE, beam_size=beam, extra_length=5)
-        static = tf.function(
-            lambda s: best_ids(model, s, beam_size=beam, extra_length=5, buffer_length=16),
-            jit_compile=True,
-        )
-        tokens, scores = static(SOURCE)
+        dynamic = decode(model, SOURCE, options)
+        dynamic_tokens, dynamic_scores = dynamic.tokens[:, 0], dynamic.scores[:, 0]
+        buffer = KernelChoice(static_shapes=True, buffer_length=16)
+        static = tf.function(lambda s: decode(model, s, options, choice=buffer), jit_compile=True)
+        out = static(SOURCE)
+        tokens, scores = out.tokens[:, 0], out.scores[:, 0]
         assert tokens.shape == (3, 16)
         width = dynamic_tokens.shape[1]  # 11: the longest row has 6 source tokens
         np.testing.assert_array_equal(tokens.numpy()[:, :width], dynamic_tokens.numpy())
@@ -197,9 +196,9 @@ def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
     finally:
         bias.assign(saved)
     with pytest.raises(ValueError, match="not both"):
-        greedy_decode(model, SOURCE, max_length=8, static_shapes=True, buffer_length=16)
+        greedy(model, SOURCE, KernelChoice(static_shapes=True, buffer_length=16), max_length=8)
     with pytest.raises(ValueError, match="static_shapes=True"):
-        greedy_decode(model, SOURCE, buffer_length=16)
+        greedy(model, SOURCE, KernelChoice(buffer_length=16))
 
 
 def test_compaction_removes_finished_rows_without_changing_the_others(model):
@@ -217,7 +216,7 @@ def test_compaction_removes_finished_rows_without_changing_the_others(model):
     saved = bias.numpy()
     try:
         bias.assign(saved + 9.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID])  # some rows end with EOS
-        tokens, scores = tf.function(lambda s: greedy_decode(model, s, extra_length=12))(sources)
+        tokens, scores = tf.function(lambda s: greedy(model, s, extra_length=12))(sources)
         tokens, scores = tokens.numpy(), scores.numpy()
         limits = (sources != 0).sum(axis=1) + 12  # the others at their own length limits
         lengths = [
@@ -225,14 +224,14 @@ def test_compaction_removes_finished_rows_without_changing_the_others(model):
             for row, limit in zip(tokens, limits)
         ]
         assert len(set(lengths)) > 3, lengths  # several rounds of departures
-        fixed, fixed_scores = greedy_decode(
-            model, sources, extra_length=12, static_shapes=True, buffer_length=32
+        fixed, fixed_scores = greedy(
+            model, sources, KernelChoice(static_shapes=True, buffer_length=32), extra_length=12
         )
         np.testing.assert_array_equal(fixed.numpy()[:, : tokens.shape[1]], tokens)
         np.testing.assert_allclose(fixed_scores.numpy(), scores, rtol=1e-5, atol=1e-5)
         for b in (0, 5, 11, len(sources) - 1):
             real = int((sources[b] != 0).sum())
-            alone, alone_score = greedy_decode(model, sources[b : b + 1, :real], extra_length=12)
+            alone, alone_score = greedy(model, sources[b : b + 1, :real], extra_length=12)
             np.testing.assert_array_equal(alone.numpy()[0, : lengths[b]], tokens[b, : lengths[b]])
             assert np.all(tokens[b, lengths[b] :] == kt.PAD_ID)
             np.testing.assert_allclose(alone_score.numpy()[0], scores[b], rtol=1e-5, atol=1e-5)
@@ -283,7 +282,7 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
     length, cut to its own longest source; the outputs come back in the
     batch's order, padded to one width. A probe decoder shows each row which
     part it was in (its part's rows and width)."""
-    from keras_transformer.translate import PARTS_MIN_ROWS, decode_in_parts
+    from keras_transformer.decoding import PARTS_MIN_ROWS, DecodeOutput, decode_in_parts
 
     pad = kt.PAD_ID
     ids = tf.TensorSpec([None, None], tf.int32)
@@ -292,9 +291,9 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
     def probe(source_ids):  # tokens: [rows in the part, width of its sources, the source...]
         rows, width = tf.shape(source_ids)[0], tf.shape(source_ids)[1]
         info = tf.stack([tf.fill([rows], rows), tf.fill([rows], width)], axis=1)
-        return tf.concat([info, source_ids], axis=1), tf.cast(
-            tf.reduce_sum(source_ids, axis=1), tf.float32
-        )
+        tokens = tf.concat([info, source_ids], axis=1)[:, tf.newaxis, :]  # one hypothesis a row
+        scores = tf.cast(tf.reduce_sum(source_ids, axis=1), tf.float32)[:, tf.newaxis]
+        return DecodeOutput(tokens, scores, scores, tf.constant(0))
 
     lengths = [
         5,
@@ -312,8 +311,13 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
         source[i, :n] = np.arange(10 + i, 10 + i + n)
         source[i, n - 1] = kt.EOS_ID
     assert PARTS_MIN_ROWS <= 9
-    decode = tf.function(lambda s, parts, beam: decode_in_parts(probe, s, pad, parts, beam))
-    tokens, scores = decode(tf.constant(source), 2, 1)
+
+    @tf.function
+    def in_parts(source_ids, parts, beam):  # the tokens and scores of the one hypothesis
+        out = decode_in_parts(probe, source_ids, pad, parts, beam)
+        return out.tokens[:, 0], out.scores[:, 0]
+
+    tokens, scores = in_parts(tf.constant(source), 2, 1)
     tokens = tokens.numpy()
     np.testing.assert_array_equal(scores.numpy(), source.sum(axis=1))  # each row's own, in order
     order = np.argsort(lengths, kind="stable")
@@ -324,18 +328,19 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
     for row, n in zip(range(9), lengths):
         np.testing.assert_array_equal(tokens[row, 2 : 2 + n], source[row, :n])
         assert np.all(tokens[row, 2 + n :] == pad)
-    three, _ = decode(tf.constant(source), 3, 1)
+    three, _ = in_parts(tf.constant(source), 3, 1)
     assert sorted(set(three.numpy()[:, 0])) == [3]
     # Fewer rows than PARTS_MIN_ROWS, or fewer sentences than parts: the batch whole.
     for rows, parts, beam in ((PARTS_MIN_ROWS - 1, 2, 1), (1, 2, 8), (3, 4, 4)):
-        whole, _ = decode(tf.constant(source[:rows]), parts, beam)
+        whole, _ = in_parts(tf.constant(source[:rows]), parts, beam)
         np.testing.assert_array_equal(whole.numpy()[:, :2], [[rows, 8]] * rows)
-    beams, _ = decode(
+    beams, _ = in_parts(
         tf.constant(source[:2]), 2, PARTS_MIN_ROWS // 2
     )  # 2 sentences of as many beams: parts
     np.testing.assert_array_equal(beams.numpy()[:, 0], [1, 1])
-    assert decode_in_parts(probe, tf.constant(source), pad, parts=1)[0].shape == (
+    assert decode_in_parts(probe, tf.constant(source), pad, parts=1).tokens.shape == (
         9,
+        1,
         10,
     )  # whole, uncut
     with pytest.raises(ValueError, match="parts must be >= 1"):
@@ -345,7 +350,7 @@ def test_decode_in_parts_deals_sorted_sentences_and_restores_their_order():
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
     """Greedy and beam search of a batch in two parts: the tokens and scores of the batch whole."""
-    from keras_transformer.translate import best_ids, decode_in_parts
+    from keras_transformer.decoding import decode_in_parts
 
     rng = np.random.default_rng(beam)
     source = np.zeros([11, 9], np.int32)
@@ -353,14 +358,19 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
         n = rng.integers(2, 10)
         row[: n - 1] = rng.integers(4, 30, n - 1)
         row[n - 1] = kt.EOS_ID
-    decode = tf.function(
-        lambda s: best_ids(model, s, beam_size=beam, extra_length=4),
+    options = DecodeOptions(beam_size=beam, extra_length=4)  # the best hypothesis a sentence
+    whole = tf.function(
+        lambda s: decode(model, s, options),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
-    tokens, scores = tf.function(lambda s: decode_in_parts(decode, s, kt.PAD_ID, beam_size=beam))(
-        source
-    )
-    expected, expected_scores = decode(source)
-    assert tokens.shape == expected.shape
-    np.testing.assert_array_equal(tokens.numpy(), expected.numpy())
-    np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), rtol=1e-5, atol=1e-6)
+    out = tf.function(lambda s: decode_in_parts(whole, s, kt.PAD_ID, beam_size=beam))(source)
+    expected = whole(source)
+    assert out.tokens.shape == expected.tokens.shape
+    np.testing.assert_array_equal(out.tokens.numpy(), expected.tokens.numpy())
+    for field in ("scores", "log_probs"):
+        np.testing.assert_allclose(
+            getattr(out, field).numpy(),
+            getattr(expected, field).numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+        )

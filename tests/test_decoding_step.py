@@ -10,11 +10,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from decoders import all_beams, greedy
 
 import keras_transformer as kt
 from keras_transformer import kernels
-from keras_transformer.beam_search import beam_search
-from keras_transformer.decoding import decoding_steps, greedy_decode, step_signature
+from keras_transformer.decoding import KernelChoice, step_signature
 from keras_transformer.kernels.decoding_step import output_slice_sizes
 from keras_transformer.layers import padding_mask
 from keras_transformer.precision import with_precision
@@ -108,7 +108,7 @@ def test_fast_step_gives_the_logits_and_cache_of_decode(variant, rows):
     rng = np.random.default_rng(2)
     tokens = rng.integers(3, VOCAB - 2, size=(3, 5)).astype("int32")
     tokens[:, 0] = model.config.bos_id
-    steps = decoding_steps(model)
+    steps = KernelChoice().steps(model)
     step = (
         steps.large_batch
         if rows == "large_batch"
@@ -246,12 +246,12 @@ def test_a_quantized_model_decodes_through_decode():
     assert not kernels.decoding_step_supported(model)
     src = sources(model.config, 4)
     tokens = np.array([[model.config.bos_id, 5, 6]] * 3, np.int32)
-    steps = decoding_steps(model)
+    steps = KernelChoice().steps(model)
     assert steps.small_batch is None
     fallback, _ = step_by_step(model, steps.large_batch, src, tokens)
     reference, _ = step_by_step(model, _decode_growing(model), src, tokens)
     np.testing.assert_allclose(fallback, reference, rtol=1e-6, atol=1e-6)
-    assert greedy_decode(model, src, max_length=6)[0].shape[0] == 3
+    assert greedy(model, src, max_length=6)[0].shape[0] == 3
 
 
 def _graph(function, spec):
@@ -289,24 +289,20 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
     variable, passed from step to step by control-flow nodes."""
     model = randomized_model(5)
     spec = tf.TensorSpec([None, None], tf.int32)
-    decode = (
-        (lambda s: greedy_decode(model, s)[0])
-        if decoder == "greedy"
-        else (lambda s: beam_search(model, s, beam_size=3).tokens)
-    )
     frozen = kernels.FrozenWeights(model)
-    decode_frozen = (
-        (lambda s: greedy_decode(model, s, precomputed=frozen.as_variables())[0])
-        if decoder == "greedy"
-        else (
-            lambda s: beam_search(model, s, beam_size=3, precomputed=frozen.as_variables()).tokens
-        )
-    )
+
+    def decoder_of(choice):
+        if decoder == "greedy":
+            return lambda s: greedy(model, s, choice)[0]
+        return lambda s: all_beams(model, s, beam_size=3, choice=choice).tokens
+
+    decode_variables = decoder_of(KernelChoice())
+    decode_frozen = decoder_of(KernelChoice(precomputed=frozen.as_variables()))
     layers = model.config.num_decoder_layers
     # The state: the cache's 4 tensors a layer, and 9 more (greedy) or 15 (beam: its sequences,
     # scores, flags and results); besides, the loop's limit and (in rounds) the round's count.
     state = 4 * layers + (9 if decoder == "greedy" else 15)
-    for function, precomputed_carried in ((decode, 5 * layers + 2), (decode_frozen, 0)):
+    for function, precomputed_carried in ((decode_variables, 5 * layers + 2), (decode_frozen, 0)):
         graph = _graph(tf.function(function), spec)
         bodies = _loop_bodies(graph)
         assert (
@@ -350,14 +346,14 @@ def test_the_decoding_loop_carries_its_state_only_and_has_no_shape_arithmetic(de
 
 
 def test_decoding_steps_without_a_row_count_build_inside_a_function():
-    """``decoding_steps(model)`` with the default row count (a Python int) chooses the
+    """``KernelChoice().steps(model)`` with the default row count (a Python int) chooses the
     tied output kernel in Python, not by a ``tf.cond`` on a Python bool."""
     model = randomized_model(6)
     src = sources(model.config, 6)
 
     @tf.function
     def first_logits(src):
-        steps = decoding_steps(model)
+        steps = KernelChoice().steps(model)
         memory = steps.encode(src)
         cache = steps.initial_cache(memory)
         tokens = tf.fill([tf.shape(src)[0]], model.config.bos_id)

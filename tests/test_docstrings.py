@@ -26,14 +26,31 @@ import types
 import pytest
 
 import keras_transformer
-import keras_transformer.beam_search
 import keras_transformer.data
 import keras_transformer.decoding
+import keras_transformer.decoding.beam
+import keras_transformer.decoding.greedy
+import keras_transformer.decoding.loop
+import keras_transformer.decoding.options
+import keras_transformer.decoding.sampling
+import keras_transformer.decoding.scoring
+import keras_transformer.decoding.steps
 import keras_transformer.exporters
 import keras_transformer.layers
 import keras_transformer.marian
 import keras_transformer.tokenization
 import keras_transformer.translate
+
+# The decoding package's modules: their public names besides those the package exports.
+DECODING_MODULES = (
+    keras_transformer.decoding.options,
+    keras_transformer.decoding.loop,
+    keras_transformer.decoding.steps,
+    keras_transformer.decoding.greedy,
+    keras_transformer.decoding.beam,
+    keras_transformer.decoding.sampling,
+    keras_transformer.decoding.scoring,
+)
 
 # Names audited elsewhere or exempt: none.
 PENDING_OTHER_BRANCH: set[str] = set()
@@ -112,7 +129,11 @@ def _documented_names() -> list[tuple[str, object]]:
         + _public(keras_transformer.exporters, keras_transformer.exporters.__all__)
         + _public(keras_transformer.translate, ["Translator"])
         + _public(keras_transformer.decoding, _module_public(keras_transformer.decoding))
-        + _public(keras_transformer.beam_search, _module_public(keras_transformer.beam_search))
+        + [
+            entry
+            for module in DECODING_MODULES
+            for entry in _public(module, _module_public(module))
+        ]
         + _public(keras_transformer.marian, MARIAN_IMPORTER)
     )
     unique: dict[int, tuple[str, object]] = {}

@@ -10,11 +10,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from decoders import all_beams, greedy
 from test_decoding_step import VARIANTS, VOCAB, _carried, _is_loop_body, randomized_model, sources
 
 from keras_transformer import kernels
-from keras_transformer.beam_search import beam_search
-from keras_transformer.decoding import ConstantSteps, decoding_steps, greedy_decode
+from keras_transformer.decoding import ConstantSteps, KernelChoice
 from keras_transformer.precision import with_precision
 
 
@@ -58,8 +58,8 @@ def test_an_empty_source_row_decodes_as_through_the_layers():
     src = padded_sources(model.config, rows=3, length=5)
     assert not src.numpy()[1].any()
     assert np.isfinite(kernels.encode(model, src).numpy()).all()
-    tokens, scores = greedy_decode(model, src, max_length=4)
-    expected, expected_scores = greedy_decode(model, src, max_length=4, static_shapes=True)
+    tokens, scores = greedy(model, src, max_length=4)
+    expected, expected_scores = greedy(model, src, KernelChoice(static_shapes=True), max_length=4)
     np.testing.assert_array_equal(tokens.numpy(), expected.numpy())
     np.testing.assert_allclose(scores.numpy(), expected_scores.numpy(), rtol=1e-5)
 
@@ -81,7 +81,7 @@ def test_encode_under_mixed_precision_matches_the_model(precision):
         src
     )  # in a graph, as the decoders run it
     assert fast.dtype == model.compute_dtype
-    assert tf.function(lambda ids: greedy_decode(model, ids, max_length=4)[0])(src).shape[0] == 3
+    assert tf.function(lambda ids: greedy(model, ids, max_length=4)[0])(src).shape[0] == 3
     reference = model.encode(src, training=False)
     real = (src.numpy() != model.config.pad_id)[..., np.newaxis]
     np.testing.assert_allclose(
@@ -98,7 +98,8 @@ def test_a_quantized_encoder_encodes_through_the_model():
     assert not kernels.encoding_supported(model)
     src = sources(model.config, 4)
     np.testing.assert_array_equal(
-        decoding_steps(model).encode(src).numpy(), model.encode(src, training=False).numpy()
+        KernelChoice().steps(model).encode(src).numpy(),
+        model.encode(src, training=False).numpy(),
     )
 
 
@@ -125,21 +126,20 @@ def test_frozen_weights_decode_as_the_weights_made_at_each_call(variant):
         + decoder_layers * (6 * d_model + d_ff + d_model)
     )
     src = sources(model.config, 5)
-    greedy = tf.function(
-        lambda ids, precomputed: greedy_decode(model, ids, precomputed=precomputed)
+    greedy_precomputed = tf.function(
+        lambda ids, precomputed: greedy(model, ids, KernelChoice(precomputed=precomputed))
     )
-    plain, plain_scores = greedy_decode(model, src)
-    plain_beam = beam_search(model, src, beam_size=3).tokens.numpy()
+    plain, plain_scores = greedy(model, src)
+    plain_beam = all_beams(model, src, beam_size=3).tokens.numpy()
     for precomputed in (
         frozen.read(),
         frozen.as_variables(),
     ):  # tensors, or the variables, read in the loop
-        tokens, scores = greedy(src, precomputed)
+        tokens, scores = greedy_precomputed(src, precomputed)
         np.testing.assert_array_equal(tokens.numpy(), plain.numpy())
         np.testing.assert_allclose(scores.numpy(), plain_scores.numpy(), rtol=1e-6)
-        np.testing.assert_array_equal(
-            beam_search(model, src, beam_size=3, precomputed=precomputed).tokens.numpy(), plain_beam
-        )
+        beam = all_beams(model, src, beam_size=3, choice=KernelChoice(precomputed=precomputed))
+        np.testing.assert_array_equal(beam.tokens.numpy(), plain_beam)
 
 
 def test_frozen_weights_are_saved_and_restored_with_a_module(tmp_path):
@@ -208,20 +208,22 @@ def test_constant_steps_decode_as_the_variables(variant):
     assert steps.nbytes >= 4 * model.config.d_model * model.config.tgt_vocab_size // (
         2 if variant == "bf16" else 1
     )
-    variables = dict(precomputed=frozen.as_variables())
-    constants = dict(precomputed=frozen.as_variables(), constant_steps=steps)
-    greedy = {
-        name: tf.function(lambda ids, kw=kw: greedy_decode(model, ids, **kw))
-        for name, kw in (("variables", variables), ("constants", constants))
+    choices = {
+        "variables": KernelChoice(precomputed=frozen.as_variables()),
+        "constants": KernelChoice(precomputed=frozen.as_variables(), constant_steps=steps),
+    }
+    greedy_by = {
+        name: tf.function(lambda ids, choice=choice: greedy(model, ids, choice))
+        for name, choice in choices.items()
     }
     beam = {
-        name: tf.function(lambda ids, kw=kw: beam_search(model, ids, beam_size=3, **kw))
-        for name, kw in (("variables", variables), ("constants", constants))
+        name: tf.function(lambda ids, choice=choice: all_beams(model, ids, 3, choice))
+        for name, choice in choices.items()
     }
     assert 3 * 3 <= kernels.SMALL_BATCH_ROWS < 20
     for src in (sources(model.config, 7), padded_sources(model.config, 20, 7, seed=7)):
-        tokens, scores = greedy["variables"](src)
-        got_tokens, got_scores = greedy["constants"](src)
+        tokens, scores = greedy_by["variables"](src)
+        got_tokens, got_scores = greedy_by["constants"](src)
         np.testing.assert_array_equal(got_tokens.numpy(), tokens.numpy())
         # The graph optimiser may fold or fuse constants differently: the last bits of a sum may
         # move.
@@ -250,20 +252,11 @@ def test_constant_steps_hold_the_weights_and_the_loops_read_no_variable(decoder,
     frozen = kernels.FrozenWeights(model)
     steps = ConstantSteps(model, frozen.as_variables(), products=products)
     assert steps.products == products
+    choice = KernelChoice(precomputed=frozen.as_variables(), constant_steps=steps)
     if decoder == "greedy":
-        decode = tf.function(
-            lambda ids: greedy_decode(
-                model, ids, precomputed=frozen.as_variables(), constant_steps=steps
-            )[0]
-        )
+        decode = tf.function(lambda ids: greedy(model, ids, choice)[0])
     else:
-        decode = tf.function(
-            lambda ids: (
-                beam_search(
-                    model, ids, beam_size=3, precomputed=frozen.as_variables(), constant_steps=steps
-                ).tokens
-            )
-        )
+        decode = tf.function(lambda ids: all_beams(model, ids, 3, choice).tokens)
     graph = decode.get_concrete_function(tf.TensorSpec([None, None], tf.int32)).graph.as_graph_def()
     functions = {
         f.signature.name: collections.Counter(node.op for node in f.node_def)

@@ -500,3 +500,290 @@ def test_fewer_than_one_split_is_refused_in_one_line(workdir, tmp_path, capsys):
         ["--step-splits", "0"],
         "step_splits must be >= 1 (1: no splits), got 0.",
     )
+
+
+# --- n-best lists, target prefixes, forced scores and samples over the signatures --------------
+
+TARGETS_FREE = ["", "ran", "hieru", "", "x y"]  # target-side prefixes: "" leaves a sentence free
+MORE = SENTENCES + ["", "a dog"]
+
+
+@pytest.fixture(scope="module")
+def keras_translator(workdir):
+    from keras_transformer.translate import Translator
+
+    return Translator.from_workdir(workdir, beam_size=3)
+
+
+@pytest.fixture(scope="module")
+def saved_translator(export_dir):
+    from keras_transformer.translate import Translator
+
+    return Translator.from_saved_model(export_dir)
+
+
+def _same_lists(got, expected):
+    assert [[text for text, _ in row] for row in got] == [
+        [text for text, _ in row] for row in expected
+    ]
+    for got_row, expected_row in zip(got, expected):
+        np.testing.assert_allclose(
+            [p for _, p in got_row], [p for _, p in expected_row], rtol=1e-4, atol=1e-4
+        )
+
+
+def test_saved_model_translator_answers_as_the_keras_translator(
+    workdir, keras_translator, saved_translator
+):
+    """translate (with prefixes), n_best, score and sample (a fixed seed) over the export's
+    signatures give the Keras Translator's answers on the same model, beam 3 and greedy."""
+    from keras_transformer.translate import Translator
+
+    keras, saved = keras_translator, saved_translator
+    assert saved.translate(MORE) == keras.translate(MORE)
+    assert saved.translate(MORE, prefixes=TARGETS_FREE) == keras.translate(
+        MORE, prefixes=TARGETS_FREE
+    )
+    n_best = saved.n_best(MORE, 3)
+    _same_lists(n_best, keras.n_best(MORE, 3))
+    _same_lists(saved.n_best(MORE, 2), keras.n_best(MORE, 2))
+    assert [row[0][0] for row in n_best] == saved.translate(MORE)
+    assert n_best[MORE.index("")] == [("", 0.0)]
+    # A hypothesis' log-probability is the score of its text; an empty target is EOS alone.
+    texts = [row[-1][0] for row in n_best]
+    scores = saved.score(MORE, texts)
+    np.testing.assert_allclose(scores, keras.score(MORE, texts), rtol=1e-4, atol=1e-4)
+    blank = MORE.index("")
+    np.testing.assert_allclose(
+        [s for i, s in enumerate(scores) if i != blank],
+        [row[-1][1] for i, row in enumerate(n_best) if i != blank],
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    empty = saved.score(SENTENCES, ["", "", ""])
+    np.testing.assert_allclose(empty, keras.score(SENTENCES, ["", "", ""]), atol=1e-4)
+    assert all(-30 < s < 0 for s in empty)
+    sampling = dict(top_k=5, top_p=0.9, temperature=1.2, seed=7)
+    samples = saved.sample(MORE, **sampling)
+    assert samples == keras.sample(MORE, **sampling)
+    assert samples == [saved.sample([s], **sampling)[0] for s in MORE]  # the same in any batch
+    assert samples[MORE.index("")] == ""
+    greedy_saved = Translator.from_saved_model(saved.path, beam_size=1)
+    greedy_keras = Translator.from_workdir(workdir)
+    assert saved.sample(MORE, top_k=1, seed=3) == greedy_keras.translate(MORE)  # top-k 1: greedy
+    prefixes = TARGETS_FREE[::-1]
+    assert greedy_saved.translate(MORE, prefixes=prefixes) == greedy_keras.translate(
+        MORE, prefixes=prefixes
+    )
+    _same_lists(greedy_saved.n_best(MORE, 1), greedy_keras.n_best(MORE, 1))
+
+
+def test_new_signatures_shapes_blanks_and_bad_requests(export_dir):
+    """Batched strings in and out; a blank sentence answers ""; a bad request is an
+    InvalidArgument answer naming the problem, never a crash or a hang."""
+    signatures = tf.saved_model.load(str(export_dir)).signatures
+    inputs = tf.constant(["a boy sleeps", "  ", SENTENCES[0]])
+    seed = tf.constant(5, tf.int64)
+
+    def sample(top_k=0, top_p=1.0, temperature=1.0, batch=inputs):
+        return signatures["sample"](
+            inputs=batch,
+            top_k=tf.constant(top_k),
+            top_p=tf.constant(top_p),
+            temperature=tf.constant(temperature),
+            seed=seed,
+        )
+
+    for n in (1, 3):
+        out = signatures["n_best"](inputs=inputs, n=tf.constant(n))
+        assert out["translations"].shape == out["log_probs"].shape == (3, n)
+        assert out["translations"].numpy()[1].tolist() == [b""] * n
+        assert out["log_probs"].numpy()[1, 0] == 0.0 and np.isneginf(out["log_probs"][1, 1:]).all()
+    served = signatures["serving_default"](inputs=inputs)
+    free = signatures["translate_prefix"](inputs=inputs, prefixes=tf.constant(["", "", ""]))
+    assert free["translations"].numpy().tolist() == served["translations"].numpy().tolist()
+    np.testing.assert_allclose(free["scores"], served["scores"], rtol=1e-5, atol=1e-5)
+    forced = signatures["translate_prefix"](inputs=inputs, prefixes=tf.constant(["ran", "", ""]))
+    assert forced["translations"].numpy()[0].decode().startswith("ran")
+    assert forced["translations"].numpy()[1] == b"" and forced["scores"].numpy()[1] == 0.0
+    scored = signatures["score"](inputs=inputs, targets=tf.constant(["", "x", b"\xff ran"]))
+    assert scored["log_probs"].shape == (3,) and np.isfinite(scored["log_probs"]).all()
+    nothing = tf.constant([], tf.string)  # an empty batch: an empty answer
+    assert signatures["serving_default"](inputs=nothing)["translations"].shape == (0,)
+    assert signatures["n_best"](inputs=nothing, n=tf.constant(2))["log_probs"].shape == (0, 2)
+    assert sample(batch=nothing)["translations"].shape == (0,)
+    drawn = sample()
+    assert drawn["translations"].shape == drawn["log_probs"].shape == (3,)
+    assert drawn["translations"].numpy()[1] == b"" and drawn["log_probs"].numpy()[1] == 0.0
+    assert drawn["translations"].numpy().tolist() == sample()["translations"].numpy().tolist()
+    bad = {
+        "an n-best list holds 1 to the beam size \\(3\\)": [
+            lambda: signatures["n_best"](inputs=inputs, n=tf.constant(0)),
+            lambda: signatures["n_best"](inputs=inputs, n=tf.constant(4)),
+        ],
+        "top_k must be >= 0": [lambda: sample(top_k=-1)],
+        "top_p must be in \\(0, 1\\]": [lambda: sample(top_p=0.0), lambda: sample(top_p=1.5)],
+        "temperature must be a finite number above 0": [
+            lambda: sample(temperature=0.0),
+            lambda: sample(temperature=float("nan")),
+            lambda: sample(temperature=float("inf")),
+        ],
+        "give one target a sentence": [
+            lambda: signatures["score"](inputs=inputs, targets=tf.constant(["a"]))
+        ],
+        "give one prefix a sentence": [
+            lambda: signatures["translate_prefix"](inputs=inputs, prefixes=tf.constant(["a"]))
+        ],
+        "a target is longer than the model allows": [
+            lambda: signatures["score"](
+                inputs=inputs[:1], targets=tf.constant([" ".join(["cat"] * 300)])
+            )
+        ],
+        "a prefix is longer than the model allows": [
+            lambda: signatures["translate_prefix_greedy"](
+                inputs=inputs[:1], prefixes=tf.constant([" ".join(["cat"] * 300)])
+            )
+        ],
+    }
+    for message, requests in bad.items():
+        for request in requests:
+            with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+                request()
+
+
+def test_saved_model_translator_refuses_before_any_request(saved_translator, monkeypatch):
+    """n above the beam, lists of different lengths, sampling parameters out of range and
+    a target or prefix longer than the model's limit: a one-line ValueError, no request."""
+
+    def no_request(*args, **kwargs):
+        raise AssertionError("a signature was called")
+
+    translator = saved_translator
+    monkeypatch.setattr(translator, "_signature_of", no_request)
+    monkeypatch.setattr(translator, "_signature", no_request)
+    too_long = " ".join(["cat"] * 300)
+    refusals = {
+        "n=4: an n-best list holds 1 to the beam size \\(3\\)": lambda: translator.n_best(
+            SENTENCES, 4
+        ),
+        "n=0": lambda: translator.n_best(SENTENCES, 0),
+        "3 sources but 2 targets": lambda: translator.score(SENTENCES, ["a", "b"]),
+        "3 sentences but 1 prefixes": lambda: translator.translate(SENTENCES, prefixes=["a"]),
+        "top_k must be >= 0": lambda: translator.sample(SENTENCES, top_k=-1),
+        "top_p must be in \\(0, 1\\]": lambda: translator.sample(SENTENCES, top_p=0.0),
+        "temperature must be a finite number above 0": lambda: translator.sample(
+            SENTENCES, temperature=0.0
+        ),
+        "target 1 is \\d+ tokens, longer than the model's limit \\(128 with EOS\\)": lambda: (
+            translator.score(SENTENCES, ["a", too_long, "b"])
+        ),
+        "prefix 0 is \\d+ tokens": lambda: translator.translate(SENTENCES[:1], prefixes=[too_long]),
+    }
+    for message, call in refusals.items():
+        with pytest.raises(ValueError, match=message) as error:
+            call()
+        assert "\n" not in str(error.value)
+
+
+def test_new_signatures_under_the_session_loader(export_dir):
+    """TF Serving's loader runs n_best, score, sample and translate_prefix; a bad n is an
+    InvalidArgument error there too."""
+    stdout = _python(f"""
+        import json, numpy as np, tensorflow as tf, tensorflow_text  # noqa: F401
+        with tf.compat.v1.Session(graph=tf.Graph()) as session:
+            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], {str(export_dir)!r})
+
+            def run(name, **feed):
+                signature = meta.signature_def[name]
+                return session.run(
+                    {{k: v.name for k, v in signature.outputs.items()}},
+                    {{signature.inputs[k].name: v for k, v in feed.items()}},
+                )
+
+            inputs = np.array([b"a boy sleeps", b""])
+            out = {{
+                "n_best": run("n_best", inputs=inputs, n=np.int32(2))["translations"].shape,
+                "score": run("score", inputs=inputs, targets=np.array([b"ran", b""]))[
+                    "log_probs"].shape,
+                "sample": run("sample", inputs=inputs, top_k=np.int32(3), top_p=np.float32(0.9),
+                              temperature=np.float32(1.0), seed=np.int64(1))["translations"].shape,
+                "prefix": run("translate_prefix", inputs=inputs,
+                              prefixes=np.array([b"ran", b""]))["translations"].shape,
+            }}
+            try:
+                run("n_best", inputs=inputs, n=np.int32(9))
+            except tf.errors.InvalidArgumentError as error:
+                out["error"] = "beam size" in error.message
+        print(json.dumps(out))
+    """)
+    result = json.loads(stdout.strip().splitlines()[-1])
+    assert result == {
+        "n_best": [2, 2],
+        "score": [2],
+        "sample": [2],
+        "prefix": [2],
+        "error": True,
+    }
+
+
+def test_translate_program_n_best_prefix_sample_and_the_score_program(
+    export_dir, workdir, saved_translator, tmp_path, capsys
+):
+    """--n-best writes ``INDEX ||| TEXT ||| LOG_PROB`` lines, --prefix a translation a line,
+    --sample the same samples for the same seed; python -m export.score one log-probability a
+    line pair, from the SavedModel or the workdir, to --out atomically; bad input: exit 2."""
+    from export import score as score_program
+    from export import translate as translate_program
+
+    def program(module, *args):
+        assert module.main([*args]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    lines = [SENTENCES[1], "", SENTENCES[0]]
+    model = ["--model", str(export_dir)]
+    n_best = program(translate_program, *model, "--n-best", "2", *lines)
+    expected = saved_translator.n_best(lines, 2)
+    assert n_best == [
+        f"{index} ||| {text} ||| {log_prob:.4f}"
+        for index, row in enumerate(expected)
+        for text, log_prob in row
+    ]
+    assert "1 |||  ||| 0.0000" in n_best
+    prefixes = tmp_path / "prefixes.txt"
+    prefixes.write_text("ran\n\nhieru\n")
+    forced = program(translate_program, *model, "--prefix", str(prefixes), *lines)
+    assert forced == saved_translator.translate(lines, prefixes=["ran", "", "hieru"])
+    sampling = ["--sample", "--top-k", "5", "--temperature", "1.5", "--seed", "11"]
+    sampled = program(translate_program, *model, *sampling, *lines)
+    assert sampled == program(translate_program, *model, *sampling, *lines)
+    assert sampled == saved_translator.sample(lines, top_k=5, temperature=1.5, seed=11)
+    src, tgt = tmp_path / "test.src", tmp_path / "test.tgt"
+    src.write_text("\n".join(lines) + "\n")
+    tgt.write_text("ran\n\nhieru rarat\n")
+    scores = program(score_program, *model, "--src", str(src), "--tgt", str(tgt))
+    expected = saved_translator.score(lines, ["ran", "", "hieru rarat"])
+    assert scores == [f"{s:.4f}" for s in expected]
+    out = tmp_path / "scores.txt"
+    workdir_args = ["--workdir", str(workdir), "--src", str(src), "--tgt", str(tgt)]
+    program(score_program, *workdir_args, "--out", str(out))
+    np.testing.assert_allclose(
+        [float(s) for s in out.read_text().splitlines()], expected, atol=2e-4
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp")]
+    short = tmp_path / "short.tgt"
+    short.write_text("ran\n")
+    refusals = [
+        (score_program, [*model, "--src", str(src), "--tgt", str(short)], "3 sources but 1 "),
+        (translate_program, [*model, "--n-best", "4", "a boy"], "n=4: an n-best list holds"),
+        (translate_program, [*model, "--n-best", "0", "a boy"], "--n-best must be >= 1"),
+        (translate_program, [*model, "--sample", "--top-p", "2", "a"], "top_p must be in"),
+        (translate_program, [*model, "--top-k", "3", "a boy"], "--top-k needs --sample"),
+        (translate_program, [*model, "--sample", "--n-best", "2", "a"], "do not go together"),
+        (translate_program, [*model, "--prefix", str(short), "a", "b"], "2 sentences but 1 "),
+    ]
+    for module, args, message in refusals:
+        with pytest.raises(SystemExit) as exit_:
+            module.main(args)
+        assert exit_.value.code == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and message in error[0], error

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import reference
 import tensorflow as tf
+from decoders import all_beams, beam_of_one, greedy
 
 import keras_transformer as kt
-from keras_transformer.beam_search import beam_search
-from keras_transformer.decoding import greedy_decode, never_emitted
+from keras_transformer.decoding import KernelChoice, never_emitted
 from keras_transformer.layers import (
     PositionalEmbedding,
     padding_mask,
@@ -396,15 +396,15 @@ def test_greedy_and_beam_never_emit_pad_or_bos(ids):
     model = pad_loving_model(**ids)
     c = model.config
     src = sources(model)
-    greedy, greedy_scores = greedy_decode(model, src, max_length=10)
-    static, static_scores = greedy_decode(model, src, max_length=10, static_shapes=True)
-    beam = beam_search(model, src, beam_size=3, alpha=0.6, max_length=10)
-    beam_one = beam_search(model, src, beam_size=1, alpha=0.0, max_length=10)
-    greedy, static = greedy.numpy(), static.numpy()
-    np.testing.assert_array_equal(static[:, : greedy.shape[1]], greedy)
-    np.testing.assert_array_equal(beam_one.tokens.numpy()[:, 0, : greedy.shape[1]], greedy)
+    tokens, greedy_scores = greedy(model, src, max_length=10)
+    static, static_scores = greedy(model, src, KernelChoice(static_shapes=True), max_length=10)
+    beam = all_beams(model, src, beam_size=3, alpha=0.6, max_length=10)
+    beam_one = beam_of_one(model, src, alpha=0.0, max_length=10)
+    tokens, static = tokens.numpy(), static.numpy()
+    np.testing.assert_array_equal(static[:, : tokens.shape[1]], tokens)
+    np.testing.assert_array_equal(beam_one.tokens.numpy()[:, 0, : tokens.shape[1]], tokens)
     np.testing.assert_allclose(static_scores.numpy(), greedy_scores.numpy(), rtol=1e-5)
-    for b, row in enumerate(greedy):
+    for b, row in enumerate(tokens):
         tokens = real_tokens(row, c)
         assert not set(tokens) & {c.pad_id, c.bos_id}, row
         assert np.all(row[len(tokens) :] == c.pad_id)  # padded with pad_id after EOS
@@ -437,15 +437,15 @@ def test_a_sentence_decodes_the_same_alone_and_in_a_batch_padded_with_the_last_i
     model = marian_model(9)
     c = model.config
     src = sources(model, count=5, seed=9)
-    batch_greedy, _ = greedy_decode(model, src, max_length=8)
-    batch_beam = beam_search(model, src, beam_size=2, max_length=8)
+    batch_greedy, _ = greedy(model, src, max_length=8)
+    batch_beam = all_beams(model, src, beam_size=2, max_length=8)
     for b in range(len(src)):
         alone = src[b : b + 1, : int((src[b] != c.pad_id).sum())]
-        greedy, _ = greedy_decode(model, alone, max_length=8)
-        width = greedy.shape[1]
-        np.testing.assert_array_equal(batch_greedy.numpy()[b, :width], greedy.numpy()[0])
+        tokens, _ = greedy(model, alone, max_length=8)
+        width = tokens.shape[1]
+        np.testing.assert_array_equal(batch_greedy.numpy()[b, :width], tokens.numpy()[0])
         assert np.all(batch_greedy.numpy()[b, width:] == c.pad_id)
-        beam = beam_search(model, alone, beam_size=2, max_length=8)
+        beam = all_beams(model, alone, beam_size=2, max_length=8)
         width = beam.tokens.shape[2]
         np.testing.assert_array_equal(
             batch_beam.tokens.numpy()[b, :, :width], beam.tokens.numpy()[0]
@@ -501,7 +501,7 @@ def test_tflite_translator_decodes_from_the_pad_id_like_greedy():
     src = sources(model, count=3, seed=11)
     flatbuffer = convert(model, max_src_length=src.shape[1], max_tgt_length=10)
     runner = Interpreter(model_content=flatbuffer).get_signature_runner()
-    ours, _ = greedy_decode(model, src, max_length=10, static_shapes=True)
+    ours, _ = greedy(model, src, KernelChoice(static_shapes=True), max_length=10)
     theirs = np.concatenate([runner(source_ids=row[np.newaxis])["target_ids"] for row in src])
     np.testing.assert_array_equal(theirs, ours.numpy())
 
@@ -546,7 +546,7 @@ def test_ctranslate2_equals_our_model_with_every_option(tmp_path, monkeypatch, s
         [tokenizer.piece(i) for i in real_tokens(row, c)[:-1]] for row in src
     ]  # CT2 adds </s>
     translator = ctranslate2.Translator(str(out), device="cpu", inter_threads=1, intra_threads=1)
-    ours, our_scores = greedy_decode(model, src, max_length=12)
+    ours, our_scores = greedy(model, src, max_length=12)
     results = translator.translate_batch(
         source_pieces,
         beam_size=1,

@@ -150,7 +150,7 @@ def test_train_translate_export_runs_in_smoke_mode(tmp_path):
     assert '"bleu":' in _text(_cell(notebook, "bleu"))
     saved = _text(_cell(notebook, "savedmodel"))
     assert "serving_default" in saved and "→" in saved
-    assert "same ids as greedy_decode" in _text(_cell(notebook, "tflite"))
+    assert "same ids as decode" in _text(_cell(notebook, "tflite"))
     assert "docker run" in _text(_cell(notebook, "serving"))
     # The workdir has the layout of `python -m training.train`; the export is a TF Serving model
     # version.
@@ -198,7 +198,7 @@ def test_train_translate_export_installs_and_runs_as_in_colab(tmp_path):
     for name in RUNTIME:
         assert verify_record(name, site_packages) == [], f"pip changed files of {name}"
     assert '"bleu":' in _text(_cell(notebook, "bleu"))
-    assert "same ids as greedy_decode" in _text(_cell(notebook, "tflite"))
+    assert "same ids as decode" in _text(_cell(notebook, "tflite"))
     assert (tmp_path / "export/1/saved_model.pb").exists()
 
 

@@ -375,3 +375,25 @@ def test_decode_on_a_model_gives_the_same_with_static_shapes_and_prefixes(option
         for hypothesis in dynamic.tokens[row].numpy():
             if hypothesis.any():
                 assert hypothesis[:length].tolist() == prefix[row, :length].numpy().tolist()
+
+
+def test_an_empty_batch_decodes_to_nothing():
+    """No sentences in, no hypotheses out, with every strategy and in parts."""
+    from tiny_models import peaked_tiny_model
+
+    from keras_transformer.decoding import decode, decode_in_parts
+
+    model = peaked_tiny_model(4, 3.0)
+    empty = tf.zeros([0, 0], tf.int32)
+    for options in (
+        DecodeOptions(),
+        DecodeOptions(beam_size=2, n_best=2),
+        DecodeOptions(sampling=True, seed=1),
+    ):
+        out = decode(model, empty, options)
+        assert out.tokens.shape[0] == 0 and out.log_probs.shape == (0, options.n_best)
+        run = tf.function(
+            lambda ids, options=options: decode(model, ids, options),
+            input_signature=[tf.TensorSpec([None, None], tf.int32)],
+        )
+        assert decode_in_parts(run, empty, 0, beam_size=options.beam_size).tokens.shape[0] == 0

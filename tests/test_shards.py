@@ -294,6 +294,85 @@ def test_each_pass_reads_the_files_in_a_new_order(prepared):
     ]
 
 
+# --------------------------------------------------------------------------- several corpora
+
+
+@pytest.fixture(scope="module")
+def other_prepared(tokenizers, tmp_path_factory) -> PreparedShards:
+    """A second, smaller corpus of the same language pair, prepared with the same tokenizers."""
+    pairs = demo_splits(train=100, valid=0, test=0, seed=11)["train"]
+    return prepare_shards(
+        PairSource.from_pairs(pairs).dataset(),
+        *tokenizers,
+        tmp_path_factory.mktemp("o") / "prepared",
+        **LIMITS,
+        examples_per_shard=25,
+        seed=6,
+        source={"corpus": "other"},
+    )
+
+
+def test_several_prepared_corpora_are_drawn_by_weight(prepared, other_prepared, tokenizers):
+    first = collections.Counter(example_rows(sharded_dataset(prepared, batch_size=8)))
+    second = collections.Counter(example_rows(sharded_dataset(other_prepared, batch_size=8)))
+    both = [prepared, other_prepared.directory]  # a PreparedShards or its folder
+    # One pass without repeat: every example of each corpus once.
+    once = sharded_dataset(both, weights=[1, 3], batch_size=8, seed=1)
+    assert collections.Counter(example_rows(once)) == first + second
+    # Repeated: each corpus on its own, drawn 1:3 whatever their sizes (300-ish and 100-ish).
+    drawn = example_rows(
+        sharded_dataset(
+            both, weights=[1, 3], batch_size=1, bucket_boundaries=(), seed=2, repeat=True
+        ).take(2000)
+    )
+    share = sum(row in second for row in drawn) / len(drawn)
+    assert 0.72 < share < 0.78, share
+    again = example_rows(
+        sharded_dataset(
+            both, weights=[1, 3], batch_size=1, bucket_boundaries=(), seed=2, repeat=True
+        ).take(2000)
+    )
+    assert again == drawn  # the same seed, the same stream (what a resumed fit skips)
+    # Split over two input pipelines: each reads its own files of each corpus.
+    halves = [
+        collections.Counter(
+            example_rows(
+                sharded_dataset(
+                    both,
+                    weights=[1, 1],
+                    batch_size=8,
+                    num_input_pipelines=2,
+                    input_pipeline_index=i,
+                )
+            )
+        )
+        for i in range(2)
+    ]
+    assert not halves[0] & halves[1] and halves[0] + halves[1] == first + second
+    for weights, message in [
+        (None, "2 prepared corpora need weights"),
+        ([1], "give one positive number for each of the 2"),
+        ([1, 0], "give one positive number"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            sharded_dataset(both, weights=weights, batch_size=8)
+    with pytest.raises(ValueError, match="fewer than the 5 input pipelines"):
+        sharded_dataset(both, weights=[1, 1], batch_size=8, num_input_pipelines=5)
+
+
+def test_several_prepared_corpora_must_be_prepared_alike(prepared, tokenizers, tmp_path):
+    longer = prepare_shards(
+        PairSource.from_pairs(PAIRS[:50]).dataset(),
+        *tokenizers,
+        tmp_path / "longer",
+        max_src_length=20,
+        max_tgt_length=16,
+        examples_per_shard=25,
+    )
+    with pytest.raises(ValueError, match="max_src_length=20 and .* with 16: prepare them alike"):
+        sharded_dataset([prepared, longer], weights=[1, 1], batch_size=8)
+
+
 WORKER = """
 import hashlib, json, sys
 import tensorflow as tf

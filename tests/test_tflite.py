@@ -65,10 +65,12 @@ def _run(flatbuffer: bytes, ids: np.ndarray) -> np.ndarray:
 
 
 def _reference(model, ids):
-    from keras_transformer.decoding import greedy_decode
+    from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
 
-    tokens, _ = greedy_decode(model, ids, max_length=MAX_TGT, static_shapes=True)
-    return tokens.numpy()
+    out = decode(
+        model, ids, DecodeOptions(max_length=MAX_TGT), choice=KernelChoice(static_shapes=True)
+    )
+    return out.tokens[:, 0].numpy()
 
 
 @pytest.fixture(scope="module")

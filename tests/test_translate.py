@@ -64,7 +64,8 @@ def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
     default, in one with ``decode_parts=1``; the same translations, and each
     as the sentence alone. Fewer than one part is refused."""
     from keras_transformer import Workdir
-    from keras_transformer.translate import PARTS_MIN_ROWS, Translator
+    from keras_transformer.decoding import PARTS_MIN_ROWS
+    from keras_transformer.translate import Translator
 
     trained = Workdir(tiny_workdir).load()
     sentences = [

@@ -51,7 +51,10 @@ saved with each backup (``tf.train.Checkpoint``; ``tf.distribute``'s own
 multi-device iterators are not checkpointable), so a resumed run reads no
 batch twice and skips none, at no extra cost. Every worker then reads the
 whole input stream (the batches are split between replicas, not the data
-between workers) and keeps its own backup. Given a ``PerPipelineInput``
+between workers) and keeps its own backup. Given a ``PerWorkerInput``
+(the text split between workers: ``PairSource.part``), each worker reads
+its own part of the data into batches for its own replicas, through a plain
+iterator saved with its own backup as above. Given a ``PerPipelineInput``
 instead (prepared shards: ``sharded_dataset_fn``), each input pipeline (one
 per worker) reads its own shard files into per-replica batches through
 ``strategy.distribute_datasets_from_function``; a resumed run skips, in each
@@ -520,12 +523,13 @@ def _pad_id(model: keras.Model) -> int:
     return getattr(getattr(model, "config", None), "pad_id", PAD_ID)
 
 
-def _own_rows(batch, pad_id: int):
-    """This replica's rows of a global batch (in a replica context)."""
+def _own_rows(batch, pad_id: int, workers: int = 1):
+    """This replica's rows of a batch (in a replica context): of a global batch,
+    or with ``workers > 1`` of its worker's batch, split between the worker's
+    replicas (a worker's replicas are consecutive in the sync group)."""
     context = tf.distribute.get_replica_context()
-    return replica_rows(
-        batch, context.replica_id_in_sync_group, context.num_replicas_in_sync, pad_id
-    )
+    replicas = context.num_replicas_in_sync // workers
+    return replica_rows(batch, context.replica_id_in_sync_group % replicas, replicas, pad_id)
 
 
 def evaluator(
@@ -578,6 +582,31 @@ class PerPipelineInput:
         return strategy.distribute_datasets_from_function(skipped)
 
 
+@dataclasses.dataclass(frozen=True)
+class PerWorkerInput:
+    """Training input that each worker reads for itself through a plain iterator.
+
+    ``dataset`` is this worker's micro-batches, repeating (its part of the
+    text: ``PairSource.part``); ``custom_fit`` gives each of the worker's
+    replicas its rows of every batch, and saves the iterator with the
+    worker's backup (a resumed run continues where the worker was).
+    """
+
+    dataset: tf.data.Dataset
+
+
+def worker_index(strategy: tf.distribute.Strategy) -> int:
+    """This worker's index in the strategy's cluster, as ``tf.distribute`` numbers
+    input pipelines: the chief 0, then the workers in order (0 without a cluster)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not spec or resolver.task_type not in ("chief", "worker"):
+        return 0
+    if resolver.task_type == "chief":
+        return 0
+    return resolver.task_id + (1 if "chief" in spec else 0)
+
+
 def worker_count(strategy: tf.distribute.Strategy) -> int:
     """Workers in the strategy's cluster (1 without one)."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -600,7 +629,7 @@ def same_on_every_worker(strategy: tf.distribute.Strategy, value: str, problem: 
 def custom_fit(
     model: keras.Model,
     strategy: tf.distribute.Strategy,
-    dataset: tf.data.Dataset | PerPipelineInput,
+    dataset: tf.data.Dataset | PerWorkerInput | PerPipelineInput,
     plan: StepPlan,
     *,
     validation_data: tf.data.Dataset | None = None,
@@ -614,9 +643,10 @@ def custom_fit(
     an optimizer whose ``gradient_accumulation_steps`` is
     ``plan.accumulate_steps``). ``dataset`` yields global batches (repeating
     forever), and each replica trains on its slice of each (``replica_rows``);
-    or it is a ``PerPipelineInput``, whose pipelines give each replica batches
-    of its own (a resumed run skips those already used: its iterator is not
-    saved). At
+    or it is a ``PerWorkerInput``, each worker's own batches, of which each
+    of its replicas takes its slice; or a ``PerPipelineInput``, whose
+    pipelines give each replica batches of its own (a resumed run skips those
+    already used: its iterator is not saved). At
     each epoch end ``validation_data`` (finite) is evaluated with
     ``model.test_step`` into ``val_*`` metrics, then the ``callbacks``'
     ``on_epoch_end`` run. With a ``backup`` (``TrainingBackup``) that exists,
@@ -645,6 +675,9 @@ def custom_fit(
         log.info(_STOPPED, backup.restored_from, done)
         return {}
     per_pipeline = isinstance(dataset, PerPipelineInput)
+    workers = 1
+    if isinstance(dataset, PerWorkerInput):
+        dataset, workers = dataset.dataset, worker_count(strategy)
     if per_pipeline:  # per-replica batches, each pipeline its own files
         iterator = iter(dataset.distribute(strategy, skip=done * plan.accumulate_steps))
         if done:
@@ -672,7 +705,7 @@ def custom_fit(
     train_step = (
         model.train_step
         if per_pipeline
-        else (lambda batch: model.train_step(_own_rows(batch, pad_id)))
+        else (lambda batch: model.train_step(_own_rows(batch, pad_id, workers)))
     )
 
     @tf.function

@@ -3,7 +3,8 @@
 
 Trains the workdir's tokenizers as ``training.train`` does (or reuses them),
 then writes the training pairs, tokenized, length-filtered and shuffled, to
-``W/prepared/`` (``keras_transformer.data.prepare_shards``). A training run
+``W/prepared/`` (``keras_transformer.data.prepare_shards``); with
+``data.sources``, each corpus (tagged) to ``W/prepared/source-N/``. A training run
 with the same config and workdir reads them instead of the text
 (``data.prepare: auto``); one whose tokenizers, length limits or data settings
 differ stops and says so. A matching preparation is kept unless ``--force``.
@@ -18,7 +19,7 @@ import time
 from pathlib import Path
 
 from programs import ArgumentParser, existing_path, fail, run, setup_logging
-from training.config import check_prepare_mode, load_config
+from training.config import check_data, check_prepare_mode, load_config
 
 PROG = "python -m training.prepare"
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -48,22 +49,19 @@ def checked_config(args) -> dict:
     try:
         config = load_config(args.config, args.set)
         check_prepare_mode(config)
+        check_data(config)
     except ValueError as error:
         fail(PROG, str(error))
     if args.workdir.exists() and not args.workdir.is_dir():
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
     data = config.get("data") or {}
-    if data.get("sources") is not None:
-        fail(
-            PROG,
-            "data.sources lists several corpora, and prepared shards take one: train on them "
-            "without preparing (data.prepare=auto or false streams the text, sampled by weight).",
-        )
 
     def resolved(path) -> Path:
         path = Path(path)
         return path if path.is_absolute() else CHECKOUT / path
 
+    if data.get("sources") is not None:
+        return config  # each corpus is checked as it is read, a missing one named
     if data.get("kind") == "text":
         if not data.get("dir"):
             fail(
@@ -75,6 +73,22 @@ def checked_config(args) -> dict:
     elif data.get("kind") == "tsv" and (data.get("tsv") or {}).get("train"):
         existing_path(PROG, resolved(data["tsv"]["train"]), "training file")
     return config
+
+
+COUNTS = ("shards", "examples", "pairs_read", "dropped_too_long", "src_tokens", "tgt_tokens")
+
+
+def _summary(prepared) -> dict:
+    """A preparation's folder and counts, for the JSON summary."""
+    return {
+        "directory": str(prepared.directory),
+        "shards": len(prepared.files),
+        "examples": prepared.examples,
+        "pairs_read": prepared.pairs_read,
+        "dropped_too_long": prepared.dropped_too_long,
+        "src_tokens": prepared.src_tokens,
+        "tgt_tokens": prepared.tgt_tokens,
+    }
 
 
 def main(argv=None) -> int:
@@ -92,17 +106,15 @@ def main(argv=None) -> int:
         prepared = prepared_train_split(
             config, args.workdir, corpus, src_tok, tgt_tok, rebuild=args.force
         )
-        summary = {
-            "directory": str(prepared.directory),
-            "shards": len(prepared.files),
-            "examples": prepared.examples,
-            "pairs_read": prepared.pairs_read,
-            "dropped_too_long": prepared.dropped_too_long,
-            "src_tokens": prepared.src_tokens,
-            "tgt_tokens": prepared.tgt_tokens,
-            "seconds": round(time.perf_counter() - started, 1),
-        }
-        print(json.dumps(summary))
+        seconds = round(time.perf_counter() - started, 1)
+        if isinstance(prepared, tuple):  # data.sources: one preparation per corpus
+            names = [source.name for source in corpus["train"].sources]
+            rows = [{"name": name, **_summary(one)} for name, one in zip(names, prepared)]
+            totals = {key: sum(row[key] for row in rows) for key in COUNTS}
+            summary = {"directory": str(prepared[0].directory.parent), **totals, "sources": rows}
+        else:
+            summary = _summary(prepared)
+        print(json.dumps({**summary, "seconds": seconds}))
         return 0
 
     return run(PROG, prepare, expected=(ValueError,))

@@ -37,6 +37,7 @@ import tensorflow as tf
 import keras_transformer as kt
 from keras_transformer.data import (
     PairSource,
+    PreparationError,
     PreparedShards,
     StalePreparationError,
     batch_examples,
@@ -76,9 +77,11 @@ from training.callbacks import (
     metric_value,
 )
 from training.config import (
+    CORPUS_KEYS,
     check_data,
     check_prepare_mode,
     check_training,
+    corpus_sources,
     needs_validation,
     validation_metric,
     with_defaults,
@@ -87,6 +90,7 @@ from training.corpus import SourceMix, load_corpus
 from training.curves import plot_learning_curves
 from training.loop import (
     PerPipelineInput,
+    PerWorkerInput,
     StepPlan,
     custom_fit,
     evaluator,
@@ -95,6 +99,8 @@ from training.loop import (
     optimizer_step,
     pad_batches_for_replicas,
     same_on_every_worker,
+    worker_count,
+    worker_index,
 )
 from training.scoring import score_translations
 from training.strategy import make_strategy
@@ -108,13 +114,19 @@ IN_MEMORY_PAIRS = 1_000_000
 
 
 def _train_source(corpus) -> PairSource:
+    """The training split of a single-corpus ``corpus`` as a ``PairSource``."""
     train = corpus["train"]
-    if isinstance(train, SourceMix):
-        raise ValueError(
-            "prepared shards take one corpus, and data.sources lists several: train on them "
-            "with data.prepare=auto or false (the text is streamed and sampled by weight)."
-        )
     return train if isinstance(train, PairSource) else PairSource.from_pairs(train)
+
+
+def tagged_pairs(pairs: PairSource, tag: str | None) -> tf.data.Dataset:
+    """``pairs.dataset()`` with ``tag`` and a space put before each source sentence
+    (unchanged without a tag): what a tagged corpus of ``data.sources`` trains on."""
+    dataset = pairs.dataset()
+    if not tag:
+        return dataset
+    constant = tf.constant(tag)
+    return dataset.map(lambda src, tgt: (tf.strings.join([constant, src], " "), tgt))
 
 
 def check_tags(corpus, src_tok) -> None:
@@ -245,11 +257,17 @@ def model_config(config: dict[str, Any], src_tok, tgt_tok) -> kt.TransformerConf
     return kt.TransformerConfig.from_preset(preset, **options)
 
 
-def _preparation(config: dict[str, Any]) -> dict[str, Any]:
-    """What a prepared training split must have been made with, from the config."""
-    # A single corpus's preparation is described as before data.sources existed.
-    unused = ("prepare", "examples_per_shard", "sources", "eval_source")
-    data = {key: value for key, value in config["data"].items() if key not in unused}
+def _preparation(config: dict[str, Any], index: int | None = None) -> dict[str, Any]:
+    """What a prepared training split must have been made with, from the config: of
+    the single corpus, or (``index``) of corpus ``index`` of ``data.sources``."""
+    if index is None:
+        # A single corpus's preparation is described as before data.sources existed.
+        unused = ("prepare", "examples_per_shard", "sources", "eval_source")
+        data = {key: value for key, value in config["data"].items() if key not in unused}
+    else:
+        # A corpus of several: where it is read and its tag (its weight only samples).
+        options = corpus_sources(config["data"])[index]
+        data = {**{key: options.get(key) for key in CORPUS_KEYS}, "tag": options["tag"]}
     return dict(
         max_src_length=config["training"]["max_src_length"],
         max_tgt_length=config["training"]["max_tgt_length"],
@@ -258,28 +276,90 @@ def _preparation(config: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def prepared_train_split(
-    config: dict[str, Any], run_dir: Path, corpus, src_tok, tgt_tok, *, rebuild: bool = False
+def source_prepared_dir(run_dir: Path, index: int) -> Path:
+    """Where corpus ``index`` of ``data.sources`` is prepared: ``W/prepared/source-N``."""
+    return Workdir(run_dir).prepared_dir / f"source-{index}"
+
+
+# A training split on prepared shards: one preparation, or one per corpus of data.sources.
+Prepared = PreparedShards | tuple[PreparedShards, ...]
+
+
+def _prepared_one(
+    config: dict[str, Any],
+    directory: Path,
+    pairs: Callable[[], tf.data.Dataset],
+    size: int,
+    wanted: dict[str, Any],
+    seed: int,
+    src_tok,
+    tgt_tok,
+    rebuild: bool,
 ) -> PreparedShards:
-    """The workdir's prepared training split (``Workdir.prepared_dir``), tokenized and
-    written first when it is missing, stale or ``rebuild`` is set."""
-    directory = Workdir(run_dir).prepared_dir
-    wanted = _preparation(config)
+    """The preparation in ``directory``, written first when missing, stale or ``rebuild``."""
     if not rebuild and PreparedShards.exists(directory):
         try:
             return PreparedShards.load(directory).check(src_tok, tgt_tok, **wanted)
         except StalePreparationError as error:
             log.info("%s Preparing it again.", error)
-    log.info("preparing %d training pairs in %s", len(_train_source(corpus)), directory)
+    log.info("preparing %d training pairs in %s", size, directory)
     return prepare_shards(
-        _train_source(corpus).dataset(),
+        pairs(),
         src_tok,
         tgt_tok,
         directory,
         **wanted,
         examples_per_shard=with_defaults("data", config["data"])["examples_per_shard"],
-        seed=with_defaults("training", config["training"])["seed"],
+        seed=seed,
     )
+
+
+def prepared_train_split(
+    config: dict[str, Any], run_dir: Path, corpus, src_tok, tgt_tok, *, rebuild: bool = False
+) -> Prepared:
+    """The workdir's prepared training split (``Workdir.prepared_dir``), tokenized and
+    written first when it is missing, stale or ``rebuild`` is set. With ``data.sources``,
+    one preparation per corpus (``source_prepared_dir``), its tag before each source
+    sentence, shuffled with ``training.seed + index``; a tuple of them, in order."""
+    seed = with_defaults("training", config["training"])["seed"]
+    train = corpus["train"]
+    if not isinstance(train, SourceMix):
+        source = _train_source(corpus)
+        return _prepared_one(
+            config,
+            Workdir(run_dir).prepared_dir,
+            source.dataset,
+            len(source),
+            _preparation(config),
+            seed,
+            src_tok,
+            tgt_tok,
+            rebuild,
+        )
+    return tuple(
+        _prepared_one(
+            config,
+            source_prepared_dir(run_dir, index),
+            lambda source=source: tagged_pairs(source.pairs, source.tag),
+            len(source.pairs),
+            _preparation(config, index),
+            seed + index,
+            src_tok,
+            tgt_tok,
+            rebuild,
+        )
+        for index, source in enumerate(train.sources)
+    )
+
+
+def _load_checked(config: dict[str, Any], directory: Path, src_tok, tgt_tok, index=None):
+    try:
+        return PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config, index))
+    except StalePreparationError as error:
+        raise StalePreparationError(
+            f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
+            "or train on the text with --set data.prepare=false."
+        ) from error
 
 
 def find_prepared(
@@ -290,7 +370,7 @@ def find_prepared(
     tgt_tok,
     *,
     run_workdir: Path | None = None,
-) -> PreparedShards | None:
+) -> Prepared | None:
     """The prepared training split to train on, or ``None`` to read the text.
 
     ``data.prepare``: ``auto`` uses shards that ``python -m training.prepare`` wrote
@@ -299,39 +379,58 @@ def find_prepared(
     run's own workdir when ``run_dir`` is a non-chief worker's (``W/worker_N``):
     with ``auto``, a worker without shards of its own reads ``W/prepared``, the
     ones ``training.prepare`` wrote for the run (on a shared file system the
-    chief's, elsewhere that machine's).
+    chief's, elsewhere that machine's). With ``data.sources`` every corpus has
+    its own preparation (``W/prepared/source-N``), all of them or none: a
+    folder that holds some of them only is an error.
     """
     check_prepare_mode(config)
     mode = with_defaults("data", config["data"])["prepare"]
     if mode is False or run_dir is None:
         return None
-    if isinstance(corpus["train"], SourceMix):
-        if mode is True:
-            _train_source(corpus)  # the ValueError that says prepared shards take one corpus
-        return None  # auto: several corpora are streamed from the text
     if mode is True:
         return prepared_train_split(config, run_dir, corpus, src_tok, tgt_tok)
-    candidates = [Workdir(run_dir).prepared_dir]
-    if run_workdir is not None:
-        candidates.append(Workdir(run_workdir).prepared_dir)
-    directory = next((path for path in candidates if PreparedShards.exists(path)), None)
-    if directory is None:
-        return None
-    try:
-        return PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config))
-    except StalePreparationError as error:
-        raise StalePreparationError(
-            f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
-            "or train on the text with --set data.prepare=false."
-        ) from error
+    bases = [run_dir] if run_workdir is None else [run_dir, run_workdir]
+    train = corpus["train"]
+    if not isinstance(train, SourceMix):
+        directory = next(
+            (
+                Workdir(base).prepared_dir
+                for base in bases
+                if PreparedShards.exists(Workdir(base).prepared_dir)
+            ),
+            None,
+        )
+        return None if directory is None else _load_checked(config, directory, src_tok, tgt_tok)
+    for base in bases:
+        directories = [source_prepared_dir(base, index) for index in range(len(train.sources))]
+        present = [PreparedShards.exists(directory) for directory in directories]
+        if all(present):
+            return tuple(
+                _load_checked(config, directory, src_tok, tgt_tok, index)
+                for index, directory in enumerate(directories)
+            )
+        if any(present):
+            missing = [source.name for source, there in zip(train.sources, present) if not there]
+            raise PreparationError(
+                f"{Workdir(base).prepared_dir} holds prepared shards for some of the "
+                f"data.sources only (not for {', '.join(missing)}): prepare them all (python -m "
+                "training.prepare with this config and workdir), or train on the text with "
+                "--set data.prepare=false."
+            )
+    return None
 
 
 def prepared_batches(
-    prepared: PreparedShards, options: dict[str, Any], *, per_pipeline: bool = False
+    prepared: Prepared,
+    options: dict[str, Any],
+    *,
+    per_pipeline: bool = False,
+    weights: list[float] | None = None,
 ):
     """Training batches of ``prepared`` (repeating): one dataset of global batches,
     or with ``per_pipeline`` a ``PerPipelineInput`` whose input pipelines (one
-    per worker) each read their own shard files into per-replica batches."""
+    per worker) each read their own shard files into per-replica batches.
+    Several preparations (``data.sources``) are sampled by ``weights``."""
     options = with_defaults("training", options)
     shuffle_buffer = options["shuffle_buffer"]
     kwargs = dict(
@@ -342,22 +441,64 @@ def prepared_batches(
         repeat=True,
         training=True,
         static_shapes=bool(options["static_shapes"]),
+        **({} if isinstance(prepared, PreparedShards) else {"weights": weights}),
     )
     if per_pipeline:
         return PerPipelineInput(sharded_dataset_fn(prepared, **kwargs))
     return sharded_dataset(prepared, **kwargs)
 
 
-def training_input_identity(prepared: PreparedShards | None) -> str:
-    """What a worker trains on, for the workers to compare: the text, or a
-    preparation (its fingerprint and files)."""
+def training_input_identity(prepared: Prepared | None, corpus=None) -> str:
+    """What a worker trains on, for the workers to compare: the text (and, given
+    ``corpus``, each training corpus's lines and pairs), or the preparations
+    (their fingerprints and files)."""
     if prepared is None:
-        return "text"
+        if corpus is None:
+            return "text"
+        return json.dumps(["text", [[part.lines, len(part)] for part in _train_texts(corpus)]])
+    preparations = [prepared] if isinstance(prepared, PreparedShards) else list(prepared)
     return json.dumps(
-        [prepared.fingerprint, prepared.files, prepared.examples_per_file, prepared.seed],
+        [[p.fingerprint, p.files, p.examples_per_file, p.seed] for p in preparations],
         sort_keys=True,
         default=str,
     )
+
+
+def _train_texts(corpus) -> list[PairSource]:
+    """The training corpora: the one, or each of ``data.sources``."""
+    train = corpus["train"]
+    if isinstance(train, SourceMix):
+        return [source.pairs for source in train.sources]
+    return [_train_source(corpus)]
+
+
+def describe_prepared(prepared: Prepared) -> str:
+    """One line on what training reads: examples, shard files and folder(s)."""
+    if isinstance(prepared, PreparedShards):
+        return (
+            f"{prepared.examples} prepared examples in {len(prepared.files)} shard files "
+            f"({prepared.directory})"
+        )
+    return "; ".join(describe_prepared(one) for one in prepared)
+
+
+def worker_batching(options: dict[str, Any], workers: int) -> dict[str, Any]:
+    """``batch_tokens`` / ``batch_size`` of one worker's batches when each of
+    ``workers`` reads its own part of the text: the global ones divided by
+    ``workers`` (rounded down). A ``ValueError`` when a worker's token budget
+    cannot hold the longest row."""
+    options = with_defaults("training", options)
+    if options["batch_size"]:
+        return {"batch_tokens": None, "batch_size": max(1, options["batch_size"] // workers)}
+    tokens = options["batch_tokens"] // workers
+    longest = max(options["max_src_length"], options["max_tgt_length"] + 1)
+    if tokens < longest:
+        raise ValueError(
+            f"training.batch_tokens={options['batch_tokens']} over {workers} workers gives each "
+            f"{tokens} tokens a batch, fewer than the longest row ({longest}); raise "
+            "training.batch_tokens or lower the max lengths."
+        )
+    return {"batch_tokens": tokens, "batch_size": None}
 
 
 def training_input(train_options: dict[str, Any], pairs: int) -> dict[str, Any]:
@@ -402,7 +543,14 @@ def check_training_input(train_options: dict[str, Any], corpus) -> None:
         training_input(train_options, pairs)
 
 
-def mixed_batches(mix: SourceMix, src_tok, tgt_tok, train_options: dict[str, Any], **common):
+def mixed_batches(
+    mix: SourceMix,
+    src_tok,
+    tgt_tok,
+    train_options: dict[str, Any],
+    part: tuple[int, int] | None = None,
+    **common,
+):
     """Training batches (repeating) of several corpora, each pair drawn from corpus i with
     probability ``mix.shares[i]``.
 
@@ -412,15 +560,14 @@ def mixed_batches(mix: SourceMix, src_tok, tgt_tok, train_options: dict[str, Any
     runs out; ``tf.data.Dataset.sample_from_datasets`` with the run's seed then draws the
     pairs, and they are batched as one stream. The same seed gives the same stream, and
     its iterator's state (the sampler's included) is what a backup saves as the input's
-    position."""
+    position. With ``part=(index, count)`` each corpus is read from its part ``index``
+    of ``count`` only (``PairSource.part``: a worker's own lines)."""
     options = with_defaults("training", train_options)
     seed = options["seed"]
     streams = []
     for index, source in enumerate(mix.sources):
-        pairs = source.pairs.dataset()
-        if source.tag:
-            tag = tf.constant(source.tag)
-            pairs = pairs.map(lambda src, tgt, tag=tag: (tf.strings.join([tag, src], " "), tgt))
+        text = source.pairs if part is None else source.pairs.part(*part)
+        pairs = tagged_pairs(text, source.tag)
         examples = tokenize_pairs(
             pairs,
             src_tok,
@@ -457,14 +604,18 @@ def datasets(
     corpus,
     src_tok,
     tgt_tok,
-    prepared: PreparedShards | None = None,
+    prepared: Prepared | None = None,
     *,
     per_pipeline: bool = False,
+    part: tuple[int, int] | None = None,
 ):
     """The training input (repeating) and the validation dataset (``None``
     without a valid split). The training batches come from ``prepared``
     (``find_prepared``; with ``per_pipeline``, split over the workers by file,
-    ``prepared_batches``) or are streamed from ``corpus["train"]``."""
+    ``prepared_batches``) or are streamed from ``corpus["train"]``: the whole
+    text, or with ``part=(index, count)`` a ``PerWorkerInput`` of worker
+    ``index``'s part of each training corpus (``PairSource.part``) in batches
+    of ``1 / count`` of the configured size (``worker_batching``)."""
     train_options = with_defaults("training", config["training"])
     common = dict(
         max_src_length=train_options["max_src_length"],
@@ -472,23 +623,31 @@ def datasets(
         batch_tokens=train_options["batch_tokens"],
         batch_size=train_options["batch_size"],
     )
+    train_common = common if part is None else {**common, **worker_batching(train_options, part[1])}
     if prepared is not None:
-        train = prepared_batches(prepared, train_options, per_pipeline=per_pipeline)
+        weights = corpus["train"].shares if isinstance(corpus["train"], SourceMix) else None
+        train = prepared_batches(
+            prepared, train_options, per_pipeline=per_pipeline, weights=weights
+        )
     elif isinstance(corpus["train"], SourceMix):
-        train = mixed_batches(corpus["train"], src_tok, tgt_tok, train_options, **common)
+        train = mixed_batches(
+            corpus["train"], src_tok, tgt_tok, train_options, part, **train_common
+        )
     else:
         source = _train_source(corpus)
         train = make_dataset(
-            source.dataset(),
+            (source if part is None else source.part(*part)).dataset(),
             src_tok,
             tgt_tok,
-            **common,
+            **train_common,
             **training_input(train_options, len(source)),
             seed=train_options["seed"],
             repeat=True,
             training=True,
             static_shapes=bool(train_options["static_shapes"]),
         )
+    if part is not None and prepared is None:
+        train = PerWorkerInput(train)
     valid = None
     if corpus["valid"]:
         valid = make_dataset(
@@ -766,27 +925,40 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         data_config, workdir, corpus, src_tok, tgt_tok, run_workdir=None if chief else run_workdir
     )
     loop = training_loop(train_options, strategy)
-    # Under the custom loop with several replicas, each worker reads its own shard files.
+    # Under the custom loop with several replicas, each worker reads its own shard files;
+    # with several workers and no shards, its own part of the text.
     per_pipeline = prepared is not None and strategy.num_replicas_in_sync > 1 and loop == "custom"
+    workers = worker_count(strategy)
+    part = None
     if prepared is not None:
         log.info(
-            "training on %d prepared examples in %d shard files (%s)%s",
-            prepared.examples,
-            len(prepared.files),
-            prepared.directory,
+            "training on %s%s",
+            describe_prepared(prepared),
             ", split over the workers by file" if per_pipeline else "",
         )
+    elif (
+        workers > 1
+        and loop == "custom"
+        and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+    ):  # one process per worker (a TPU pod's one client reads for all its hosts)
+        part = (worker_index(strategy), workers)
+        for text in _train_texts(corpus):
+            log.info(
+                "worker %d of %d reads its part of the training text: %s",
+                part[0] + 1,
+                workers,
+                " / ".join(text.part(*part).files),
+            )
     same_on_every_worker(
         strategy,
-        training_input_identity(prepared),
-        "the workers would train on different data (some on prepared shards, some on the text, or "
-        "on "
-        "different preparations); give every worker the same W/prepared (python -m "
-        "training.prepare on "
-        "each machine, or a shared workdir), or --set data.prepare=false on all of them",
+        training_input_identity(prepared, corpus),
+        "the workers would train on different data (some on prepared shards, some on the text, "
+        "on different preparations or on different text); give every worker the same corpus "
+        "and W/prepared (python -m training.prepare on each machine, or a shared workdir), or "
+        "--set data.prepare=false on all of them",
     )
     train_ds, valid_ds = datasets(
-        data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline
+        data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline, part=part
     )
     unread = [train_ds]  # not iterated yet: the first call may use it
 
@@ -795,7 +967,13 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
             unread.pop()
             if unread
             else datasets(
-                data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline
+                data_config,
+                corpus,
+                src_tok,
+                tgt_tok,
+                prepared,
+                per_pipeline=per_pipeline,
+                part=part,
             )[0]
         )
 

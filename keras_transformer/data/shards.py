@@ -45,7 +45,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -691,89 +691,71 @@ def _decoder(dtype: tf.DType, special_ids: dict[str, int]) -> Callable:
     return decode
 
 
-def sharded_dataset(
-    prepared: PreparedShards | PathLike,
-    *,
-    batch_tokens: int | None = None,
-    batch_size: int | None = None,
-    bucket_boundaries=None,
-    shuffle_buffer: int = SHUFFLE_BUFFER,
-    seed: int | None = None,
-    repeat: bool = False,
-    static_shapes: bool = False,
-    drop_remainder: bool | None = None,
-    training: bool = True,
-    num_input_pipelines: int = 1,
-    input_pipeline_index: int = 0,
-    cycle_length: int = 4,
-) -> tf.data.Dataset:
-    """Reads a prepared corpus back as batches, the same batches ``make_dataset`` gives.
+def _load_all(
+    prepared: PreparedShards | PathLike | Sequence[PreparedShards | PathLike],
+) -> list[PreparedShards]:
+    """``prepared`` as a list of ``PreparedShards`` (one, or several corpora)."""
+    if isinstance(prepared, (PreparedShards, str, os.PathLike)):
+        prepared = [prepared]
+    corpora = [
+        one if isinstance(one, PreparedShards) else PreparedShards.load(one) for one in prepared
+    ]
+    if not corpora:
+        raise ValueError("sharded_dataset needs one prepared corpus or more, got none.")
+    return corpora
 
-    The shard files are split over the input pipelines (workers) by file:
-    pipeline ``i`` reads files ``i, i + n, i + 2n, ...``, so pipelines see
-    disjoint parts that together are the corpus, once per pass. Each pass
-    reads its files in a new order (seeded; training only), ``cycle_length``
-    at a time interleaved, through a shuffle buffer, then batches with
-    ``batch_examples``, the prepared length limits giving the buckets and
-    static shapes. With ``num_input_pipelines > 1`` tf.distribute's
-    auto-sharding is turned off (the files are split here already); for
-    ``strategy.distribute_datasets_from_function`` use ``sharded_dataset_fn``.
 
-    Args:
-        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote.
-        batch_tokens: as in ``make_dataset`` (per pipeline).
-        batch_size: as in ``make_dataset`` (per pipeline).
-        bucket_boundaries: as in ``make_dataset``.
-        shuffle_buffer: examples in the shuffle buffer; 0 disables it.
-        seed: the order of files and examples (with the global TF seed).
-        repeat: repeat forever (then pass ``steps_per_epoch`` to ``fit``).
-        static_shapes: as in ``make_dataset``.
-        drop_remainder: as in ``make_dataset``.
-        training: as in ``make_dataset``.
-        num_input_pipelines: how many pipelines read the corpus
-            (``tf.distribute.InputContext.num_input_pipelines``).
-        input_pipeline_index: which one this is
-            (``tf.distribute.InputContext.input_pipeline_id``).
-        cycle_length: files read at once.
-
-    Returns:
-        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` batches.
-
-    Raises:
-        PreparationError: ``prepared`` is a folder without a usable preparation.
-        ValueError: an argument is out of range, or this pipeline has no file.
-    """
-    if not isinstance(prepared, PreparedShards):
-        prepared = PreparedShards.load(prepared)
-    _check_positive("num_input_pipelines", num_input_pipelines)
-    _check_positive("input_pipeline_index", input_pipeline_index, minimum=0)
-    _check_positive("cycle_length", cycle_length)
-    if input_pipeline_index >= num_input_pipelines:
+def _check_mix(corpora: list[PreparedShards], weights) -> list[float] | None:
+    """The weights of several prepared corpora, checked; ``None`` for one corpus without."""
+    if weights is None:
+        if len(corpora) > 1:
+            raise ValueError(
+                f"{len(corpora)} prepared corpora need weights (one positive number each)."
+            )
+        return None
+    weights = list(weights)
+    if len(weights) != len(corpora) or not all(
+        isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight > 0
+        for weight in weights
+    ):
         raise ValueError(
-            f"input_pipeline_index={input_pipeline_index} must be below "
-            f"num_input_pipelines={num_input_pipelines}."
+            f"weights={weights!r}: give one positive number for each of the {len(corpora)} "
+            "prepared corpora."
         )
+    first = corpora[0]
+    for other in corpora[1:]:
+        for what in ("max_src_length", "max_tgt_length", "special_ids"):
+            if getattr(other, what) != getattr(first, what):
+                raise ValueError(
+                    f"{other.directory} was prepared with {what}={getattr(other, what)!r} and "
+                    f"{first.directory} with {getattr(first, what)!r}: prepare them alike."
+                )
+        for side in ("src_tokenizer", "tgt_tokenizer"):
+            if other.fingerprint.get(side) != first.fingerprint.get(side):
+                raise ValueError(
+                    f"{other.directory} and {first.directory} were prepared with different "
+                    f"{side.replace('_', ' ')}s: prepare them with the same ones."
+                )
+    return [float(weight) for weight in weights]
+
+
+def _shard_examples(
+    prepared: PreparedShards,
+    *,
+    num_input_pipelines: int,
+    input_pipeline_index: int,
+    training: bool,
+    seed: int | None,
+    cycle_length: int,
+) -> tf.data.Dataset:
+    """This pipeline's examples of ``prepared``, unbatched: its shard files, in a
+    new seeded order each pass when training, interleaved."""
     if len(prepared.files) < num_input_pipelines:
         raise ValueError(
             f"{prepared.directory} holds {len(prepared.files)} shard file(s), fewer than the "
             f"{num_input_pipelines} input pipelines that split them by file: prepare it again with "
             f"examples_per_shard <= {max(1, prepared.examples // num_input_pipelines)}."
         )
-    plan = _BatchPlan.resolve(
-        batch_tokens=batch_tokens,
-        batch_size=batch_size,
-        max_src_length=prepared.max_src_length,
-        max_tgt_length=prepared.max_tgt_length,
-        bucket_boundaries=bucket_boundaries,
-        shuffle_buffer=shuffle_buffer,
-        seed=seed,
-        cache=False,
-        repeat=repeat,
-        static_shapes=static_shapes,
-        drop_remainder=drop_remainder,
-        training=training,
-        pad_id=prepared.special_ids["pad_id"],
-    )
     paths = [str(path) for path in prepared.paths[input_pipeline_index::num_input_pipelines]]
     if num_input_pipelines > 1:
         logger.info(
@@ -790,7 +772,6 @@ def sharded_dataset(
             len(prepared.files),
             num_input_pipelines,
         )
-
     files = tf.data.Dataset.from_tensor_slices(paths)
     if training and len(paths) > 1:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
@@ -805,7 +786,128 @@ def sharded_dataset(
         _decoder(tf.as_dtype(prepared.id_dtype), prepared.special_ids),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
-    dataset = plan.apply(_examples(blocks))
+    return _examples(blocks)
+
+
+def sharded_dataset(
+    prepared: PreparedShards | PathLike | Sequence[PreparedShards | PathLike],
+    *,
+    batch_tokens: int | None = None,
+    batch_size: int | None = None,
+    bucket_boundaries=None,
+    shuffle_buffer: int = SHUFFLE_BUFFER,
+    seed: int | None = None,
+    repeat: bool = False,
+    static_shapes: bool = False,
+    drop_remainder: bool | None = None,
+    training: bool = True,
+    num_input_pipelines: int = 1,
+    input_pipeline_index: int = 0,
+    cycle_length: int = 4,
+    weights: Sequence[float] | None = None,
+) -> tf.data.Dataset:
+    """Reads a prepared corpus back as batches, the same batches ``make_dataset`` gives.
+
+    The shard files are split over the input pipelines (workers) by file:
+    pipeline ``i`` reads files ``i, i + n, i + 2n, ...``, so pipelines see
+    disjoint parts that together are the corpus, once per pass. Each pass
+    reads its files in a new order (seeded; training only), ``cycle_length``
+    at a time interleaved, through a shuffle buffer, then batches with
+    ``batch_examples``, the prepared length limits giving the buckets and
+    static shapes. With ``num_input_pipelines > 1`` tf.distribute's
+    auto-sharding is turned off (the files are split here already); for
+    ``strategy.distribute_datasets_from_function`` use ``sharded_dataset_fn``.
+
+    Several prepared corpora (a sequence, with ``weights``) are each read so,
+    on their own: corpus ``k``'s files split over the pipelines, shuffled with
+    ``seed + k`` through its own buffer and, with ``repeat``, repeated on its
+    own (a small corpus never runs out); ``tf.data.Dataset.sample_from_datasets``
+    (``seed``) then draws each example from corpus ``k`` with probability
+    ``weights[k] / sum(weights)``, and the draws are batched as one stream.
+    Without ``repeat`` each corpus is read once (by weight while all last).
+    They must share length limits, special ids and tokenizers.
+
+    Args:
+        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote;
+            or a sequence of them (several corpora, with ``weights``).
+        batch_tokens: as in ``make_dataset`` (per pipeline).
+        batch_size: as in ``make_dataset`` (per pipeline).
+        bucket_boundaries: as in ``make_dataset``.
+        shuffle_buffer: examples in the shuffle buffer (each corpus's); 0 disables it.
+        seed: the order of files and examples (with the global TF seed).
+        repeat: repeat forever (then pass ``steps_per_epoch`` to ``fit``).
+        static_shapes: as in ``make_dataset``.
+        drop_remainder: as in ``make_dataset``.
+        training: as in ``make_dataset``.
+        num_input_pipelines: how many pipelines read the corpus
+            (``tf.distribute.InputContext.num_input_pipelines``).
+        input_pipeline_index: which one this is
+            (``tf.distribute.InputContext.input_pipeline_id``).
+        cycle_length: files read at once (per corpus).
+        weights: the corpora's shares of the examples drawn, one positive
+            number per corpus (relative); needed with several, optional with one.
+
+    Returns:
+        A ``tf.data.Dataset`` of ``((src_ids, tgt_in_ids), tgt_out_ids)`` batches.
+
+    Raises:
+        PreparationError: ``prepared`` is a folder without a usable preparation.
+        ValueError: an argument is out of range, this pipeline has no file of a
+            corpus, or several corpora lack weights or were prepared unalike.
+    """
+    corpora = _load_all(prepared)
+    weights = _check_mix(corpora, weights)
+    _check_positive("num_input_pipelines", num_input_pipelines)
+    _check_positive("input_pipeline_index", input_pipeline_index, minimum=0)
+    _check_positive("cycle_length", cycle_length)
+    if input_pipeline_index >= num_input_pipelines:
+        raise ValueError(
+            f"input_pipeline_index={input_pipeline_index} must be below "
+            f"num_input_pipelines={num_input_pipelines}."
+        )
+    first = corpora[0]
+    plan = _BatchPlan.resolve(
+        batch_tokens=batch_tokens,
+        batch_size=batch_size,
+        max_src_length=first.max_src_length,
+        max_tgt_length=first.max_tgt_length,
+        bucket_boundaries=bucket_boundaries,
+        shuffle_buffer=shuffle_buffer,
+        seed=seed,
+        cache=False,
+        repeat=repeat,
+        static_shapes=static_shapes,
+        drop_remainder=drop_remainder,
+        training=training,
+        pad_id=first.special_ids["pad_id"],
+    )
+    streams = []
+    for index, corpus in enumerate(corpora):
+        own_seed = seed if seed is None or len(corpora) == 1 else seed + index
+        examples = _shard_examples(
+            corpus,
+            num_input_pipelines=num_input_pipelines,
+            input_pipeline_index=input_pipeline_index,
+            training=training,
+            seed=own_seed,
+            cycle_length=cycle_length,
+        )
+        if len(corpora) > 1:
+            if training and shuffle_buffer > 0:
+                examples = examples.shuffle(
+                    shuffle_buffer, seed=own_seed, reshuffle_each_iteration=True
+                )
+            if repeat:
+                examples = examples.repeat()
+        streams.append(examples)
+    if len(corpora) == 1:
+        dataset = plan.apply(streams[0])
+    else:
+        mixed = tf.data.Dataset.sample_from_datasets(
+            streams, weights=weights, seed=seed, stop_on_empty_dataset=False
+        )
+        # Each corpus is shuffled and repeated on its own.
+        dataset = dataclasses.replace(plan, shuffle_buffer=0, repeat=False).apply(mixed)
     if num_input_pipelines > 1:
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -814,7 +916,7 @@ def sharded_dataset(
 
 
 def sharded_dataset_fn(
-    prepared: PreparedShards | PathLike,
+    prepared: PreparedShards | PathLike | Sequence[PreparedShards | PathLike],
     *,
     batch_tokens: int | None = None,
     batch_size: int | None = None,
@@ -827,10 +929,11 @@ def sharded_dataset_fn(
     ``batch_size / replicas`` sentences (which must divide: see
     ``input_context.get_per_replica_batch_size``). Each input pipeline (one per
     worker under ``MultiWorkerMirroredStrategy``, one per host on TPUs) reads
-    its own files (``sharded_dataset``).
+    its own files (``sharded_dataset``; of each corpus, for several with ``weights``).
 
     Args:
-        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote.
+        prepared: a ``PreparedShards`` or the folder ``prepare_shards`` wrote,
+            or a sequence of them (several corpora: pass ``weights``).
         batch_tokens: tokens per global batch and side.
         batch_size: sentences per global batch instead.
         **kwargs: further ``sharded_dataset`` arguments.
@@ -843,8 +946,7 @@ def sharded_dataset_fn(
         dataset = strategy.distribute_datasets_from_function(
             sharded_dataset_fn("runs/big/prepared", batch_tokens=25_000, seed=0, repeat=True))
     """
-    if not isinstance(prepared, PreparedShards):
-        prepared = PreparedShards.load(prepared)
+    prepared = _load_all(prepared)
     for name in ("num_input_pipelines", "input_pipeline_index"):
         if name in kwargs:
             raise ValueError(

@@ -47,6 +47,8 @@ BOM = b"\xef\xbb\xbf"  # UTF-8 byte-order mark
 GRAPH_BATCH = 4096  # lines cleaned per op call in dataset()
 PYTHON_BATCH = 65536  # lines per batch of the Python passes
 READ_CHUNK = 1 << 22  # bytes read at a time
+LINE_INDEX_EVERY = 1 << 16  # a plain file's line index: the byte offset of every this many lines
+RANGE_RECORD = 1 << 20  # bytes per read of a part of a plain file (PairSource.part)
 SIDES = ("source", "target")
 Keep = tuple[bool, bool]  # which sides a Python pass hands out
 NEITHER, BOTH = (False, False), (True, True)
@@ -162,8 +164,9 @@ def _dataset_from_lists(sources: Iterable[str], targets: Iterable[str]) -> tf.da
 class _Tally:
     """Line and skip counts, with the first line numbers of each kind of skip."""
 
-    def __init__(self, files: tuple[str, ...]):
+    def __init__(self, files: tuple[str, ...], first_line: int = 0):
         self.files = files
+        self.first_line = first_line  # lines before the ones read (a part of the corpus)
         self.lines = 0
         self.kept = 0
         self.counts = dict.fromkeys(PROBLEMS.values(), 0)
@@ -220,15 +223,22 @@ class _FileFacts:
     """What one chunked pass over a file finds: its line count, a leading
     byte-order mark, any ``\\r``, and a ``\\r`` not followed by ``\\n``
     (``tf.data.TextLineDataset`` drops every ``\\r`` of a line, which would
-    join the words around such a one)."""
+    join the words around such a one); and, for a plain (not gzip) file, its
+    size and line index: the byte offset where lines ``0, LINE_INDEX_EVERY,
+    2 * LINE_INDEX_EVERY, ...`` start (line 0 after the byte-order mark), so
+    that a part of the file is found without reading the lines before it."""
 
     lines: int
     bom: bool
     carriage_return: bool
     lone_carriage_return: bool
+    size: int = 0
+    index: tuple[int, ...] = ()
 
 
 def _file_facts(path: Path) -> _FileFacts:
+    indexed = not _is_gzip(path)
+    every = LINE_INDEX_EVERY
     with _open_binary(path) as stream:
         head = b""
         while len(head) < len(BOM):
@@ -238,14 +248,23 @@ def _file_facts(path: Path) -> _FileFacts:
             head += more
         bom = head == BOM
         chunk = b"" if bom else head
+        position = len(head) - len(chunk)  # where `chunk` starts in the file
+        index = [position]
         lines = carriage_returns = crlf = 0
         previous_cr, last = False, b""
         while True:
             if chunk:
-                lines += chunk.count(b"\n")
+                newlines = chunk.count(b"\n")
+                if indexed and lines + newlines >= len(index) * every:
+                    # Line m starts after the file's m-th newline.
+                    ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
+                    while lines + newlines >= len(index) * every:
+                        index.append(position + int(ends[len(index) * every - lines - 1]) + 1)
+                lines += newlines
                 carriage_returns += chunk.count(b"\r")
                 crlf += chunk.count(b"\r\n") + (previous_cr and chunk[:1] == b"\n")
                 previous_cr, last = chunk[-1:] == b"\r", chunk[-1:]
+                position += len(chunk)
             chunk = stream.read(READ_CHUNK)
             if not chunk:
                 break
@@ -253,39 +272,106 @@ def _file_facts(path: Path) -> _FileFacts:
         lines += 1  # a last line without a newline
     lone = carriage_returns - crlf - previous_cr  # a \r ending the file ends its last line
     return _FileFacts(
-        lines=lines, bom=bom, carriage_return=carriage_returns > 0, lone_carriage_return=lone > 0
+        lines=lines,
+        bom=bom,
+        carriage_return=carriage_returns > 0,
+        lone_carriage_return=lone > 0,
+        size=position,
+        index=tuple(start for start in index if start < position) if indexed else (),
     )
 
 
-def _line_batches(path: Path, facts: _FileFacts, size: int = PYTHON_BATCH) -> Iterator[list[bytes]]:
-    """The file's raw lines, ``size`` at a time: split on ``\\n`` only, one
-    ``\\r`` before it dropped, the byte-order mark skipped."""
-    with _open_binary(path) as stream:
-        if facts.bom:
-            stream.read(len(BOM))
-        pending: list[bytes] = []
-        rest = b""
-        while True:
+def _line_offset(path: Path, facts: _FileFacts, line: int) -> int:
+    """Where line ``line`` (0-based) of a plain file starts; the file's size for
+    ``line >= facts.lines``. Reads from the nearest indexed line on, at most
+    ``LINE_INDEX_EVERY`` lines."""
+    if line >= facts.lines:
+        return facts.size
+    every = LINE_INDEX_EVERY
+    offset, left = facts.index[line // every], line % every
+    with open(path, "rb") as stream:
+        stream.seek(offset)
+        while left:
             chunk = stream.read(READ_CHUNK)
-            if chunk:
-                lines = (rest + chunk).split(b"\n")
-                rest = lines.pop()
-            else:
-                lines = [rest] if rest else []
-            if facts.carriage_return:
-                lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
-            pending += lines
-            while len(pending) >= size or (pending and not chunk):
-                yield pending[:size]
-                pending = pending[size:]
+            if not chunk:
+                raise ValueError(f"{path} changed while it was read: it has fewer lines now.")
+            newlines = chunk.count(b"\n")
+            if newlines >= left:
+                ends = np.flatnonzero(np.frombuffer(chunk, np.uint8) == ord("\n"))
+                return offset + int(ends[left - 1]) + 1
+            offset += len(chunk)
+            left -= newlines
+    return offset
+
+
+def _split_lines(chunks: Iterator[bytes], carriage_return: bool) -> Iterator[list[bytes]]:
+    """Byte chunks to lists of lines: split on ``\\n`` only, one ``\\r`` before it
+    dropped (when the file has any), a last line without a newline kept."""
+    rest = b""
+    for chunk in chunks:
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        if carriage_return:
+            lines = [line[:-1] if line.endswith(b"\r") else line for line in lines]
+        yield lines
+    if rest:
+        yield [rest[:-1] if carriage_return and rest.endswith(b"\r") else rest]
+
+
+def _byte_chunks(path: Path, facts: _FileFacts, start: int, end: int | None) -> Iterator[bytes]:
+    """The bytes ``[start, end)`` of the file (``end=None``: to its end), a chunk at a time;
+    a start of 0 skips the byte-order mark."""
+    with _open_binary(path) as stream:
+        if start == 0 and facts.bom:
+            start = len(BOM)
+        if start:
+            stream.seek(start)
+        left = None if end is None else end - start
+        while left is None or left > 0:
+            chunk = stream.read(READ_CHUNK if left is None else min(READ_CHUNK, left))
             if not chunk:
                 return
+            if left is not None:
+                left -= len(chunk)
+            yield chunk
+
+
+def _line_batches(
+    path: Path,
+    facts: _FileFacts,
+    size: int = PYTHON_BATCH,
+    lines: tuple[int, int] | None = None,
+) -> Iterator[list[bytes]]:
+    """The file's raw lines, ``size`` at a time: split on ``\\n`` only, one
+    ``\\r`` before it dropped, the byte-order mark skipped. ``lines=(first,
+    stop)`` gives only lines ``[first, stop)``: a plain file is read from the
+    first one's byte on, a gzip file read and the lines before it passed over."""
+    passed_over = lines is not None and _is_gzip(path)  # a part of a gzip file
+    if lines is None or passed_over:
+        chunks = _byte_chunks(path, facts, 0, None)
+    else:
+        chunks = _byte_chunks(path, facts, *(_line_offset(path, facts, end) for end in lines))
+    number, pending = 0, []  # number: the lines split so far
+    for batch in _split_lines(chunks, facts.carriage_return):
+        start = number
+        number += len(batch)
+        if passed_over:
+            first, stop = lines
+            batch = batch[max(0, first - start) : max(0, stop - start)]
+        pending += batch
+        while len(pending) >= size:
+            yield pending[:size]
+            pending = pending[size:]
+        if passed_over and number >= lines[1]:
+            break
+    if pending:
+        yield pending
 
 
 def _line_dataset(path: Path, facts: _FileFacts) -> tf.data.Dataset:
     """The file's raw lines (byte-order mark dropped) as scalar strings, streamed."""
     if facts.lines == 0:
-        return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+        return _no_lines()
     if facts.lone_carriage_return:
         logger.info(
             "%s has a carriage return inside a line; streaming it through Python (slower).", path
@@ -303,6 +389,72 @@ def _line_dataset(path: Path, facts: _FileFacts) -> tf.data.Dataset:
             .concatenate(lines.skip(1))
         )
     return lines
+
+
+def _no_lines() -> tf.data.Dataset:
+    return tf.data.Dataset.from_tensor_slices(tf.constant([], tf.string))
+
+
+def _byte_range_lines(path: Path, facts: _FileFacts, start: int, end: int) -> tf.data.Dataset:
+    """The lines of bytes ``[start, end)`` of a plain file (``start`` a line's first byte,
+    ``end`` one after a newline or the file's end), cleaned as ``_line_batches`` cleans
+    them, read from ``start`` on in records of ``RANGE_RECORD`` bytes."""
+    length = end - start
+    if length <= 0:
+        return _no_lines()
+    whole, rest = divmod(length, RANGE_RECORD)
+    reads = []
+    name = os.fspath(path)
+    if whole:
+        reads.append(
+            tf.data.FixedLengthRecordDataset(
+                name,
+                RANGE_RECORD,
+                header_bytes=start,
+                footer_bytes=facts.size - start - whole * RANGE_RECORD,
+                buffer_size=RANGE_RECORD,
+            )
+        )
+    if rest:
+        reads.append(
+            tf.data.FixedLengthRecordDataset(
+                name, rest, header_bytes=end - rest, footer_bytes=facts.size - end
+            )
+        )
+    chunks = reads[0] if len(reads) == 1 else reads[0].concatenate(reads[1])
+    last = tf.data.Dataset.from_tensors((tf.constant(b""), True))
+    flagged = chunks.map(lambda chunk: (chunk, False)).concatenate(last)
+    carriage_return = facts.carriage_return
+
+    def split(rest, item):
+        chunk, final = item
+
+        def more():
+            parts = tf.strings.split(tf.strings.join([rest, chunk]), "\n")
+            return parts[-1], parts[:-1]
+
+        def end_of_range():  # the last line, when the range does not end with a newline
+            return tf.constant(b""), tf.reshape(rest, [1])[: tf.cast(rest != "", tf.int32)]
+
+        rest, lines = tf.cond(final, end_of_range, more)
+        if carriage_return:
+            lines = tf.strings.regex_replace(lines, "\r$", "")
+        return rest, lines
+
+    return flagged.scan(tf.constant(b""), split).unbatch()
+
+
+def _part_line_dataset(path: Path, facts: _FileFacts, first: int, stop: int) -> tf.data.Dataset:
+    """Lines ``[first, stop)`` of the file as scalar strings: a plain file read
+    from the first one's byte on (``_byte_range_lines``), a gzip file read
+    whole with the other lines passed over (gzip cannot seek)."""
+    if stop <= first:
+        return _no_lines()
+    if _is_gzip(path):
+        return _line_dataset(path, facts).skip(first).take(stop - first)
+    return _byte_range_lines(
+        path, facts, _line_offset(path, facts, first), _line_offset(path, facts, stop)
+    )
 
 
 # --------------------------------------------------------------------------- cleaning in Python
@@ -333,7 +485,7 @@ def _text_rows(tally: _Tally, src_lines: list[bytes], tgt_lines: list[bytes], ke
     """Clean one batch of aligned lines: counts into ``tally``; out, the kept
     sources and targets (each list empty unless ``keep`` asks for that side)."""
     sources, targets = [], []
-    number = tally.lines
+    number = tally.first_line + tally.lines
     tally.lines += len(src_lines)
     for src, tgt in zip(src_lines, tgt_lines):
         number += 1
@@ -350,7 +502,7 @@ def _tsv_rows(tally: _Tally, lines: list[bytes], keep: Keep, src_column: int, tg
     """``_text_rows`` for TSV rows: fields split on tabs, a row with too few is malformed."""
     sources, targets = [], []
     needed = max(src_column, tgt_column) + 1
-    number = tally.lines
+    number = tally.first_line + tally.lines
     tally.lines += len(lines)
     for raw in lines:
         number += 1
@@ -419,13 +571,16 @@ def _classify_tsv_rows(lines: tf.Tensor, src_column: int, tgt_column: int):
     return src, tgt, status
 
 
-def _classified(batches: tf.data.Dataset, classify: Callable) -> tf.data.Dataset:
-    """Batches ``{"number", "source", "target", "status"}`` (line numbers 1-based)."""
+def _classified(
+    batches: tf.data.Dataset, classify: Callable, first_line: int = 0
+) -> tf.data.Dataset:
+    """Batches ``{"number", "source", "target", "status"}`` (line numbers 1-based,
+    after ``first_line`` lines not read)."""
 
     def apply(index, raw):
         src, tgt, status = classify(*raw) if isinstance(raw, tuple) else classify(raw)
         size = tf.shape(status, out_type=tf.int64)[0]
-        number = index * GRAPH_BATCH + tf.range(1, size + 1, dtype=tf.int64)
+        number = first_line + index * GRAPH_BATCH + tf.range(1, size + 1, dtype=tf.int64)
         return {"number": number, "source": src, "target": tgt, "status": tf.cast(status, tf.int32)}
 
     return batches.enumerate().map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -481,7 +636,9 @@ class PairSource:
       logged; ``len(source)`` and ``source.pairs`` are its kept-pair count;
     * iterating gives the kept pairs as Python ``str`` tuples;
       ``sentences(side)`` one side of them (a sized stream, e.g. to train a
-      tokenizer on); ``read()`` the whole corpus in memory (``ParallelText``).
+      tokenizer on); ``read()`` the whole corpus in memory (``ParallelText``);
+    * ``part(index, count)``: one of ``count`` disjoint parts of the corpus,
+      a ``PairSource`` of its own (what each worker of a multi-worker run reads).
 
     Each of these reads the corpus afresh (``stats`` once).
 
@@ -503,6 +660,10 @@ class PairSource:
         python_pass: Callable,
         stats: ReadStats | None = None,
         text: ParallelText | None = None,
+        *,
+        lines: int | None = None,
+        first_line: int = 0,
+        part_of: Callable[[int, int], PairSource] | None = None,
     ):
         """Builds a source from its two readers; use the ``from_*`` constructors instead.
 
@@ -513,12 +674,35 @@ class PairSource:
                 ``(sources, targets)`` lists of one pass.
             stats: the ``ReadStats``, when already known.
             text: the corpus, when it is in memory already.
+            lines: the lines (rows, examples) read, kept or not, when known
+                without a pass (else ``stats.lines``).
+            first_line: the lines of a larger corpus before these (a part of it).
+            part_of: ``part_of(first, stop)`` builds the source of lines
+                ``[first, stop)``; ``None``: ``part`` is refused (a part itself).
         """
         self.files = tuple(files)
         self._graph_batches = graph_batches
         self._python_pass = python_pass
         self._stats = stats
         self._text = text
+        self._lines = lines
+        self._first_line = first_line
+        self._part_of = part_of
+
+    @classmethod
+    def _from_reader(cls, files: tuple[str, ...], reader: Callable, lines: int | None):
+        """A source whose ``reader(first, stop)`` gives the two readers of lines
+        ``[first, stop)`` (``stop=None``: the whole corpus), and its parts."""
+
+        def part_of(first: int, stop: int) -> PairSource:
+            return cls(
+                tuple(f"{name} lines {first + 1}-{stop}" for name in files),
+                *reader(first, stop),
+                lines=stop - first,
+                first_line=first,
+            )
+
+        return cls(files, *reader(0, None), lines=lines, part_of=part_of)
 
     # ------------------------------------------------------------------ constructors
 
@@ -550,18 +734,29 @@ class PairSource:
         if src_facts.lines != tgt_facts.lines:
             raise ValueError(_misaligned(src_path, src_facts.lines, tgt_path, tgt_facts.lines))
 
-        def graph_batches() -> tf.data.Dataset:
-            src = _line_dataset(src_path, src_facts).batch(GRAPH_BATCH)
-            tgt = _line_dataset(tgt_path, tgt_facts).batch(GRAPH_BATCH)
-            return _classified(tf.data.Dataset.zip((src, tgt)), _classify_pairs)
+        def reader(first: int, stop: int | None):
+            span = None if stop is None else (first, stop)
 
-        def python_pass(tally: _Tally, keep: Keep):
-            for src, tgt in zip(
-                _line_batches(src_path, src_facts), _line_batches(tgt_path, tgt_facts)
-            ):
-                yield _text_rows(tally, src, tgt, keep)
+            def lines(path: Path, facts: _FileFacts) -> tf.data.Dataset:
+                if span is None:
+                    return _line_dataset(path, facts)
+                return _part_line_dataset(path, facts, first, stop)
 
-        return cls((str(src_path), str(tgt_path)), graph_batches, python_pass)
+            def graph_batches() -> tf.data.Dataset:
+                src = lines(src_path, src_facts).batch(GRAPH_BATCH)
+                tgt = lines(tgt_path, tgt_facts).batch(GRAPH_BATCH)
+                return _classified(tf.data.Dataset.zip((src, tgt)), _classify_pairs, first)
+
+            def python_pass(tally: _Tally, keep: Keep):
+                for src, tgt in zip(
+                    _line_batches(src_path, src_facts, lines=span),
+                    _line_batches(tgt_path, tgt_facts, lines=span),
+                ):
+                    yield _text_rows(tally, src, tgt, keep)
+
+            return graph_batches, python_pass
+
+        return cls._from_reader((str(src_path), str(tgt_path)), reader, src_facts.lines)
 
     @classmethod
     def from_tsv(cls, path: PathLike, src_column: int = 0, tgt_column: int = 1) -> PairSource:
@@ -593,17 +788,28 @@ class PairSource:
         path = _check_file(path)
         facts = _file_facts(path)
 
-        def graph_batches() -> tf.data.Dataset:
-            return _classified(
-                _line_dataset(path, facts).batch(GRAPH_BATCH),
-                lambda lines: _classify_tsv_rows(lines, src_column, tgt_column),
-            )
+        def reader(first: int, stop: int | None):
+            span = None if stop is None else (first, stop)
 
-        def python_pass(tally: _Tally, keep: Keep):
-            for lines in _line_batches(path, facts):
-                yield _tsv_rows(tally, lines, keep, src_column, tgt_column)
+            def graph_batches() -> tf.data.Dataset:
+                lines = (
+                    _line_dataset(path, facts)
+                    if span is None
+                    else _part_line_dataset(path, facts, first, stop)
+                )
+                return _classified(
+                    lines.batch(GRAPH_BATCH),
+                    lambda lines: _classify_tsv_rows(lines, src_column, tgt_column),
+                    first,
+                )
 
-        return cls((str(path),), graph_batches, python_pass)
+            def python_pass(tally: _Tally, keep: Keep):
+                for lines in _line_batches(path, facts, lines=span):
+                    yield _tsv_rows(tally, lines, keep, src_column, tgt_column)
+
+            return graph_batches, python_pass
+
+        return cls._from_reader((str(path),), reader, facts.lines)
 
     @classmethod
     def from_tfds(
@@ -640,10 +846,14 @@ class PairSource:
 
         examples = tfds_examples(name, split, src_key, tgt_key, data_dir, download=download)
 
-        def graph_batches() -> tf.data.Dataset:
-            return _classified(examples.batch(GRAPH_BATCH), _classify_pairs)
+        def reader(first: int, stop: int | None):
+            def graph_batches() -> tf.data.Dataset:
+                part = examples if stop is None else examples.skip(first).take(stop - first)
+                return _classified(part.batch(GRAPH_BATCH), _classify_pairs, first)
 
-        return cls((f"{name} {split}",), graph_batches, _graph_pass(graph_batches))
+            return graph_batches, _graph_pass(graph_batches)
+
+        return cls._from_reader((f"{name} {split}",), reader, None)
 
     @classmethod
     def from_pairs(cls, pairs: Iterable[tuple[str, str]]) -> PairSource:
@@ -665,12 +875,26 @@ class PairSource:
         >>> PairSource.from_pairs([(" a\\u00a0 b ", "c  d"), ("e", "f")]).read().sources
         ('a b', 'e')
         """
-        text = _collect_pairs(pairs)
+        text, kept = _collect_pairs(pairs)
+        return cls._in_memory(text, lambda first, stop: _list_part(text, kept, first, stop))
+
+    @classmethod
+    def _in_memory(cls, text: ParallelText, part_of=None, first_line: int = 0) -> PairSource:
+        """A source over ``text`` held in memory; ``part_of`` as ``__init__`` takes it."""
 
         def python_pass(tally: _Tally, keep: Keep):
             yield text.sources, text.targets
 
-        return cls(text.stats.files, text.to_dataset, python_pass, stats=text.stats, text=text)
+        return cls(
+            text.stats.files,
+            text.to_dataset,
+            python_pass,
+            stats=text.stats,
+            text=text,
+            lines=text.stats.lines,
+            first_line=first_line,
+            part_of=part_of,
+        )
 
     # ------------------------------------------------------------------ reading
 
@@ -692,7 +916,7 @@ class PairSource:
     def stats(self) -> ReadStats:
         """What reading keeps and skips (one pass over the corpus, made once)."""
         if self._stats is None:
-            tally = _Tally(self.files)
+            tally = _Tally(self.files, self._first_line)
             for _ in self._python_pass(tally, NEITHER):
                 pass
             self._stats = _logged(tally.stats())
@@ -706,8 +930,62 @@ class PairSource:
     def __len__(self) -> int:
         return self.pairs
 
+    @property
+    def lines(self) -> int:
+        """How many lines (rows, examples, items) the corpus has, kept or skipped.
+
+        What ``part`` splits; known from the files' first pass, else ``stats.lines``.
+        """
+        return self.stats.lines if self._lines is None else self._lines
+
+    def part(self, index: int, count: int) -> PairSource:
+        """Part ``index`` of ``count`` disjoint, contiguous parts of the corpus.
+
+        Part ``i`` holds lines ``[i * N // count, (i + 1) * N // count)`` of the
+        ``N = self.lines`` lines (rows, examples, items; kept or skipped), so
+        the parts cover the corpus, each pair in exactly one, in corpus order.
+        Its ``dataset()`` reads a plain file from its first line's byte on and
+        stops after its last, never reading the other parts; a gzip file or a
+        TFDS split is read from its start, the lines before the part passed
+        over uncleaned (neither can seek). Its ``stats`` count its own lines,
+        numbered as in the whole corpus. ``part(0, 1)`` is the source itself.
+
+        Args:
+            index: which part, ``0 <= index < count`` (e.g. a worker's index).
+            count: how many parts (e.g. the workers).
+
+        Returns:
+            The part, a ``PairSource`` (which cannot be split further).
+
+        Raises:
+            ValueError: ``index``/``count`` are out of range, the source is a
+                part already, or the corpus has fewer lines than ``count``.
+
+        Example:
+
+        >>> source = PairSource.from_pairs([("a", "b"), ("c", "d"), ("e", "f")])
+        >>> [part.read().sources for part in (source.part(0, 2), source.part(1, 2))]
+        [('a',), ('c', 'e')]
+        """
+        for name, value, minimum in (("count", count, 1), ("index", index, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+                raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+        if index >= count:
+            raise ValueError(f"index={index} must be below count={count}.")
+        if count == 1:
+            return self
+        if self._part_of is None:
+            raise ValueError(f"{self!r} is a part of a corpus already; split the corpus itself.")
+        lines = self.lines
+        if lines < count:
+            raise ValueError(
+                f"{' / '.join(self.files)} has {lines} line(s), fewer than the {count} parts "
+                "asked for: every part needs one."
+            )
+        return self._part_of(index * lines // count, (index + 1) * lines // count)
+
     def _batches(self, keep: Keep = BOTH) -> Iterator[tuple[list[str], list[str]]]:
-        tally = _Tally(self.files)
+        tally = _Tally(self.files, self._first_line)
         yield from self._python_pass(tally, keep)
         if self._stats is None:
             self._stats = _logged(tally.stats())
@@ -740,7 +1018,7 @@ class PairSource:
         """
         if self._text is not None:
             return self._text
-        tally = _Tally(self.files)
+        tally = _Tally(self.files, self._first_line)
         sources: list[str] = []
         targets: list[str] = []
         for kept_sources, kept_targets in self._python_pass(tally, BOTH):
@@ -809,10 +1087,12 @@ def _check_columns(src_column, tgt_column) -> None:
         )
 
 
-def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
+def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> tuple[ParallelText, np.ndarray]:
+    """The cleaned pairs, and the 0-based indices of the items kept."""
     tally = _Tally(("<list>",))
     sources: list[str] = []
     targets: list[str] = []
+    kept: list[int] = []
     for index, pair in enumerate(pairs):
         if (
             not isinstance(pair, (tuple, list))
@@ -830,4 +1110,21 @@ def _collect_pairs(pairs: Iterable[tuple[str, str]]) -> ParallelText:
         tally.kept += 1
         sources.append(source)
         targets.append(target)
-    return ParallelText(tuple(sources), tuple(targets), _logged(tally.stats()))
+        kept.append(index)
+    text = ParallelText(tuple(sources), tuple(targets), _logged(tally.stats()))
+    return text, np.asarray(kept, np.int64)
+
+
+def _list_part(text: ParallelText, kept: np.ndarray, first: int, stop: int) -> PairSource:
+    """``PairSource.part`` of an in-memory list: the kept pairs of items ``[first, stop)``."""
+    low, high = (int(end) for end in np.searchsorted(kept, [first, stop]))
+    skipped = np.setdiff1d(np.arange(first, stop), kept[low:high])
+    stats = ReadStats(
+        files=(f"<list> items {first + 1}-{stop}",),
+        lines=stop - first,
+        pairs=high - low,
+        empty=len(skipped),
+        empty_lines=tuple(int(index) + 1 for index in skipped[:MAX_REPORTED_LINES]),
+    )
+    part = ParallelText(text.sources[low:high], text.targets[low:high], stats)
+    return PairSource._in_memory(part, first_line=first)

@@ -278,7 +278,7 @@ class KernelChoice:
             return row_limits, limit
         cap = limit if self.static_shapes else model.config.max_length
         row_limits = tf.minimum(tf.maximum(row_limits, prefix_lengths + 1), cap)
-        return row_limits, limit if self.static_shapes else tf.reduce_max(row_limits)
+        return row_limits, limit if self.static_shapes else longest(row_limits)
 
     def steps(self, model, rows=None, limit=None) -> DecodingSteps:
         """The encoder and decoding steps for ``model``, set up where the loop is built.
@@ -357,6 +357,18 @@ class KernelChoice:
         return DecodingSteps(encode, initial_cache, step, **ids)
 
 
+def longest(row_limits) -> tf.Tensor:
+    """The largest of ``row_limits``, 0 for an empty batch (not ``reduce_max``'s lowest int).
+
+    Args:
+        row_limits: ``[batch]`` int, each row's longest output.
+
+    Returns:
+        A scalar of ``row_limits``' dtype.
+    """
+    return tf.reduce_max(tf.concat([row_limits, tf.zeros([1], row_limits.dtype)], axis=0))
+
+
 def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
     """The longest output of each sentence, per sentence so that it decodes the same in any batch.
 
@@ -407,7 +419,7 @@ def decode_limits(
         if buffer_length is not None:
             raise ValueError("buffer_length sets a fixed buffer: use it with static_shapes=True.")
         rows = decode_lengths(model, source_ids, max_length, extra_length)
-        return rows, tf.reduce_max(rows)
+        return rows, longest(rows)
     if buffer_length is not None:
         if max_length is not None:
             raise ValueError(
@@ -458,7 +470,21 @@ PARTS_MIN_ROWS = 8
 
 
 def check_decode_parts(parts: int | None) -> int:
-    """``parts`` (``None``: ``DECODE_PARTS``) if it is at least 1, else a ``ValueError``."""
+    """Check the number of parts a batch decodes as (``decode_in_parts``).
+
+    Args:
+        parts: the parts, or ``None`` for ``DECODE_PARTS``.
+
+    Returns:
+        The parts, an int.
+
+    Raises:
+        ValueError: ``parts`` is below 1.
+
+    Example:
+        >>> check_decode_parts(None), check_decode_parts(1)
+        (2, 1)
+    """
     if parts is None:
         return DECODE_PARTS
     if parts < 1:

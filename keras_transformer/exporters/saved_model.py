@@ -34,6 +34,7 @@ from keras_transformer.decoding import (
     decode,
     decode_in_parts,
     pad_for_xla,
+    score_targets,
 )
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.layers.masks import padding_mask, target_padding_mask
@@ -47,6 +48,7 @@ from keras_transformer.tokenization import (
     MarianSubwordTokenizer,
     write_marian_tokenizer_files,
 )
+from keras_transformer.translate import n_best_texts, target_token_ids
 from keras_transformer.workdir import TrainedModel, as_trained_model
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,28 @@ class ExportedTranslator(tf.Module):
             ``source_pieces``, ``target_pieces`` and ``weights`` ``[target,
             source]``: the last decoder layer's cross-attention, averaged over
             heads (for plotting alignments).
+        ``translate_prefix``: ``inputs`` and ``prefixes`` string ``[batch]`` →
+            ``translations`` and ``scores``: ``serving_default``'s decoding with
+            each translation beginning with its prefix (tokenized as targets
+            are), continued by the search; ``""`` leaves a sentence free.
+        ``translate_prefix_greedy``: as ``translate_prefix`` with greedy decoding.
+        ``n_best``: ``inputs`` string ``[batch]`` and ``n`` int32 scalar →
+            ``translations`` string ``[batch, n]`` and ``log_probs`` float32
+            ``[batch, n]``: beam search with the export's beam size, its
+            hypotheses as distinct texts in the beam's order, each with the
+            log-probability of its text (``translate.n_best_texts``); a
+            sentence with fewer texts ends with ``""`` and ``-inf``.
+        ``score``: ``inputs`` and ``targets`` string ``[batch]`` → ``log_probs``
+            float32 ``[batch]``: each target's log-probability given its
+            source (forced decoding, no length penalty, EOS included; an empty
+            target is EOS alone; a blank source is scored as EOS alone).
+        ``sample``: ``inputs`` string ``[batch]``, ``top_k`` int32, ``top_p``
+            float32, ``temperature`` float32 and ``seed`` int64 (scalars) →
+            ``translations`` and ``log_probs`` (the sample's log-probability
+            under the model, unfiltered, temperature 1): each token drawn
+            from the softmax at ``temperature``, among the ``top_k`` likeliest
+            tokens (0: all) and then the nucleus of probability ``top_p``; the
+            same seed and sentence give the same sample in any batch.
         ``translate_xla``, ``translate_greedy_xla`` (with ``xla=True`` only):
             ``serving_default`` and ``translate_greedy`` with the decoder
             compiled by XLA (``jit_compile``): the static-shape decoders, the
@@ -117,9 +141,19 @@ class ExportedTranslator(tf.Module):
             device (TF Serving: ``--xla_cpu_compilation_enabled`` on a CPU);
             the other signatures never do.
 
-    Input handling: invalid UTF-8 bytes become U+FFFD; whitespace is normalised
-    as in training; an empty sentence translates to ""; sources longer than
-    ``max_src_length`` subwords are truncated (EOS kept).
+    Errors: an ``InvalidArgument`` answer, before any decoding, when ``n`` is
+    not in 1 to the beam size; when ``top_k < 0``, ``top_p`` is not in
+    (0, 1] or ``temperature`` is not a finite number above 0 (the graph
+    asserts rather than clamps); when the batches of ``inputs`` and
+    ``prefixes`` or ``targets`` differ in size; or when a prefix has more than
+    ``max_length - 1`` subwords or a target more than ``max_length`` with EOS
+    (the model's limit; nothing is cut).
+
+    Input handling: invalid UTF-8 bytes become U+FFFD (in prefixes and targets
+    too); whitespace is normalised as in training; an empty or blank sentence
+    translates to "" (score 0; in ``n_best`` one ``""`` of log-probability
+    0); sources longer than ``max_src_length`` subwords are truncated (EOS
+    kept).
 
     Args:
         model: a ``keras_transformer.Transformer``.
@@ -135,7 +169,7 @@ class ExportedTranslator(tf.Module):
         step_splits, step_products: the small-batch step's splits and
             products (``decoding.ConstantSteps``).
         decode_parts: a batch decodes as this many parts
-            (``translate.decode_in_parts``).
+            (``decoding.decode_in_parts``).
 
     Raises:
         ValueError: ``beam_size`` or ``decode_parts`` is below 1, or
@@ -192,6 +226,10 @@ class ExportedTranslator(tf.Module):
         self.max_src_length = int(max_src_length)
         self.beam_size = int(beam_size)
         self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
+        # The model's length limit, for clients that check prefixes and targets before a request.
+        self.max_length_tensor = tf.Variable(
+            int(model.config.max_length), trainable=False, name="max_length"
+        )
         self.alpha = float(alpha)
         self.extra_length = int(extra_length)
         self.stopping = check_stopping(stopping)
@@ -214,29 +252,70 @@ class ExportedTranslator(tf.Module):
         for name, path in sorted((vocabulary_paths or {}).items()):
             setattr(self, name.replace(".", "_"), tf.saved_model.Asset(str(path)))
 
-    def _decoder(self, beam_size: int):
-        """The decoder of ``beam_size`` as one ``tf.function`` (source ids → ids, scores)."""
-        if beam_size not in self.decoders:
+    def _decoder(self, beam_size: int, kind: str = "search"):
+        """The decoder of ``kind`` and ``beam_size`` as one ``tf.function``, made at its first use.
+
+        ``"search"``: source ids → a ``DecodeOutput`` of all ``beam_size``
+        hypotheses (``serving_default``, ``n_best`` and the others share it);
+        ``"prefix"``: source ids, prefix ids → the best hypothesis;
+        ``"sample"``: source ids, ``top_k``, ``top_p``, ``temperature``, ``seed``
+        → one sample (``beam_size`` 1).
+        """
+        key = (kind, beam_size)
+        if key not in self.decoders:
             precomputed = (
                 None if self.frozen_weights is None else self.frozen_weights.as_variables()
             )
 
             choice = KernelChoice(precomputed=precomputed, constant_steps=self.constant_steps)
             options = self.options(beam_size)
+            ids = tf.TensorSpec([None, None], tf.int32)
+            search = "greedy" if beam_size == 1 else f"beam_{beam_size}"
+            if kind == "search":
+                options = options.replace(n_best=beam_size)
 
-            def run(source_ids):
-                return decode(self.model, source_ids, options, choice=choice)
+                def run(source_ids):
+                    return decode(self.model, source_ids, options, choice=choice)
 
-            run.__name__ = (
-                "greedy" if beam_size == 1 else f"beam_{beam_size}"
-            )  # names the SavedModel's function
-            self.decoders[beam_size] = tf.function(
-                run, input_signature=[tf.TensorSpec([None, None], tf.int32)]
-            )
-        return self.decoders[beam_size]
+                signature, name = [ids], search
+            elif kind == "prefix":
+
+                def run(source_ids, prefix_ids):
+                    return decode(
+                        self.model, source_ids, options, prefix_ids=prefix_ids, choice=choice
+                    )
+
+                signature, name = [ids, tf.TensorSpec([None, None], tf.int32)], f"prefix_{search}"
+            elif kind == "sample":
+                options = options.replace(beam_size=1, sampling=True)
+
+                def run(source_ids, top_k, top_p, temperature, seed):
+                    sampling = options.replace(
+                        top_k=top_k, top_p=top_p, temperature=temperature, seed=seed
+                    )
+                    return decode(self.model, source_ids, sampling, choice=choice)
+
+                signature = [ids] + [
+                    tf.TensorSpec([], dtype)
+                    for dtype in (tf.int32, tf.float32, tf.float32, tf.int64)
+                ]
+                name = "sample"
+            else:
+                raise ValueError(f"no decoder of kind {kind!r}.")
+            run.__name__ = name  # names the SavedModel's function
+            self.decoders[key] = tf.function(run, input_signature=signature)
+        return self.decoders[key]
 
     def options(self, beam_size: int | None = None) -> DecodeOptions:
-        """The ``DecodeOptions`` of ``serving_default``, or of another beam size."""
+        """The ``DecodeOptions`` of ``serving_default``, or of another beam size.
+
+        Args:
+            beam_size: the beam size (``None``: the export's).
+
+        Returns:
+            The export's ``DecodeOptions`` (α, length limits, stopping) with that
+            beam size, ``n_best`` 1.
+        """
         return DecodeOptions(
             beam_size=self.beam_size if beam_size is None else beam_size,
             alpha=self.alpha,
@@ -244,15 +323,21 @@ class ExportedTranslator(tf.Module):
             stopping=self.stopping,
         )
 
-    def _decode(self, source_ids, beam_size=None):
+    def _decode_all(self, source_ids, beam_size=None, kind="search", row_inputs=(), shared=()):
+        """The ``DecodeOutput`` of the decoder of ``kind``, a batch decoded in parts."""
         beam_size = self.beam_size if beam_size is None else beam_size
-        out = decode_in_parts(
-            self._decoder(beam_size),
+        return decode_in_parts(
+            self._decoder(beam_size, kind),
             source_ids,
             self.model.config.pad_id,
             self.decode_parts,
             beam_size,
+            row_inputs=row_inputs,
+            shared_inputs=shared,
         )
+
+    def _decode(self, source_ids, beam_size=None):
+        out = self._decode_all(source_ids, beam_size)
         return out.tokens[:, 0], out.scores[:, 0]
 
     def _decode_xla(self, source_ids, beam_size=None):
@@ -290,10 +375,7 @@ class ExportedTranslator(tf.Module):
         return {"target_ids": target_ids, "scores": scores}
 
     def _source_ids(self, inputs):
-        text = tf.strings.unicode_transcode(
-            inputs, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
-        )
-        text = normalize_whitespace_tf(text)
+        text = normalize_whitespace_tf(_valid_utf8(inputs))
         ids = encode_sources(self.src_tokenizer, text, self.max_src_length).to_tensor(
             default_value=self.model.config.pad_id
         )
@@ -302,12 +384,130 @@ class ExportedTranslator(tf.Module):
     def _translate(self, inputs, beam_size=None, xla: bool = False):
         text, source_ids = self._source_ids(inputs)
         target_ids, scores = (self._decode_xla if xla else self._decode)(source_ids, beam_size)
+        return self._answers(text, target_ids, scores, "scores")
+
+    def _answers(self, text, target_ids, scores, name: str) -> dict:
+        """``translations`` and ``name`` (the scores) of a batch: ``""`` and 0 for a blank text."""
         translations = self.tgt_tokenizer.detokenize(target_ids)
         empty = tf.equal(tf.strings.length(text), 0)
         return {
             "translations": tf.where(empty, tf.constant(""), translations),
-            "scores": tf.where(empty, tf.zeros_like(scores), scores),
+            name: tf.where(empty, tf.zeros_like(scores), scores),
         }
+
+    def _target_ids(self, texts, with_eos: bool, batch, what: str):
+        """``[batch, width]`` target-side ids of ``texts`` (``target_token_ids``), padded,
+        without EOS for a prefix; an ``InvalidArgument`` error if ``texts`` is not one a
+        sentence or a row is longer than the model's limit."""
+        config = self.model.config
+        ids = target_token_ids(self.tgt_tokenizer, _valid_utf8(texts), config.eos_id)
+        if not with_eos:
+            ids = ids[:, :-1]
+        limit = config.max_length if with_eos else config.max_length - 1
+        plural = {"prefix": "prefixes"}.get(what, what + "s")
+        rows, lengths = ids.nrows(out_type=tf.int32), tf.cast(ids.row_lengths(), tf.int32)
+        checks = [
+            _check(
+                tf.equal(rows, batch),
+                f"give one {what} a sentence; sentences and {plural}:",
+                batch,
+                rows,
+            ),
+            _check(
+                tf.reduce_all(lengths <= limit),
+                f"a {what} is longer than the model allows ({config.max_length} subwords "
+                f"with EOS): shorten it; {what} lengths:",
+                lengths,
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            # At least one column: a batch of empty prefixes is a batch of no prefix.
+            padded = ids.to_tensor(default_value=config.pad_id)
+            return tf.pad(padded, [[0, 0], [0, 1]], constant_values=config.pad_id)
+
+    def _translate_prefix(self, inputs, prefixes, beam_size=None):
+        text, source_ids = self._source_ids(inputs)
+        prefix_ids = self._target_ids(prefixes, False, tf.shape(source_ids)[0], "prefix")
+        out = self._decode_all(source_ids, beam_size, "prefix", row_inputs=(prefix_ids,))
+        return self._answers(text, out.tokens[:, 0], out.scores[:, 0], "scores")
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="prefixes"),
+        ]
+    )
+    def translate_prefix(self, inputs, prefixes):
+        return self._translate_prefix(inputs, prefixes)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="prefixes"),
+        ]
+    )
+    def translate_prefix_greedy(self, inputs, prefixes):
+        return self._translate_prefix(inputs, prefixes, beam_size=1)
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([], tf.int32, name="n"),
+        ]
+    )
+    def n_best(self, inputs, n):
+        check = _check(
+            (n >= 1) & (n <= self.beam_size),
+            f"an n-best list holds 1 to the beam size ({self.beam_size}) hypotheses; n =",
+            n,
+        )
+        with tf.control_dependencies([check]):
+            n = tf.identity(n)
+            text, source_ids = self._source_ids(inputs)
+        out = self._decode_all(source_ids)
+        texts, log_probs = n_best_texts(self.model, self.tgt_tokenizer, source_ids, out, n)
+        # A blank sentence: one "" of log-probability 0, as serving_default answers it.
+        blank = tf.equal(tf.strings.length(text), 0)[:, tf.newaxis]
+        first = tf.equal(tf.range(tf.shape(texts)[1]), 0)[tf.newaxis, :]
+        return {
+            "translations": tf.where(blank, tf.constant(""), texts),
+            "log_probs": tf.where(blank, tf.where(first, 0.0, float("-inf")), log_probs),
+        }
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([None], tf.string, name="targets"),
+        ]
+    )
+    def score(self, inputs, targets):
+        _, source_ids = self._source_ids(inputs)
+        target_ids = self._target_ids(targets, True, tf.shape(source_ids)[0], "target")
+        return {"log_probs": score_targets(self.model, source_ids, target_ids)}
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None], tf.string, name="inputs"),
+            tf.TensorSpec([], tf.int32, name="top_k"),
+            tf.TensorSpec([], tf.float32, name="top_p"),
+            tf.TensorSpec([], tf.float32, name="temperature"),
+            tf.TensorSpec([], tf.int64, name="seed"),
+        ]
+    )
+    def sample(self, inputs, top_k, top_p, temperature, seed):
+        checks = [
+            _check(top_k >= 0, "top_k must be >= 0 (0: no limit, 1: greedy), got", top_k),
+            _check((top_p > 0.0) & (top_p <= 1.0), "top_p must be in (0, 1], got", top_p),
+            _check(
+                (temperature > 0.0) & tf.math.is_finite(temperature),
+                "temperature must be a finite number above 0, got",
+                temperature,
+            ),
+        ]
+        with tf.control_dependencies(checks):
+            text, source_ids = self._source_ids(tf.identity(inputs))
+        out = self._decode_all(source_ids, 1, "sample", shared=(top_k, top_p, temperature, seed))
+        return self._answers(text, out.tokens[:, 0], out.log_probs[:, 0], "log_probs")
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
     def translate(self, inputs):
@@ -347,20 +547,38 @@ class ExportedTranslator(tf.Module):
 
         Returns:
             A dict from signature name to concrete-able ``tf.function``: ``serving_default``,
-            ``translate_greedy``, ``translate_ids`` and ``cross_attention``, plus the two XLA
-            decoders when the export asks for them.
+            ``translate_greedy``, ``translate_ids``, ``cross_attention``,
+            ``translate_prefix``, ``translate_prefix_greedy``, ``n_best``, ``score`` and
+            ``sample``, plus the two XLA decoders when the export asks for them.
         """
         signatures = {
             SIGNATURE: self.translate,
             "translate_greedy": self.translate_greedy,
             "translate_ids": self.translate_ids,
             "cross_attention": self.cross_attention,
+            "translate_prefix": self.translate_prefix,
+            "translate_prefix_greedy": self.translate_prefix_greedy,
+            "n_best": self.n_best,
+            "score": self.score,
+            "sample": self.sample,
         }
         if self.xla:
             signatures.update(
                 translate_xla=self.translate_xla, translate_greedy_xla=self.translate_greedy_xla
             )
         return signatures
+
+
+def _check(condition, message: str, *values):
+    """An op that fails a request (``InvalidArgument``: ``message values``) unless ``condition``."""
+    return tf.debugging.Assert(condition, [message, *values])
+
+
+def _valid_utf8(texts):
+    """``texts`` with invalid UTF-8 bytes replaced by U+FFFD."""
+    return tf.strings.unicode_transcode(
+        texts, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
 
 
 def write_tokenizer_files(trained: TrainedModel, directory: Path) -> tuple[Path, Path]:
@@ -421,7 +639,7 @@ def export_saved_model(
         version: the version number (default: the next free integer).
         beam_size, alpha, stopping: the beam search of ``serving_default``,
             fixed in the graph (``beam_size=1``: greedy; ``stopping`` as in
-            ``keras_transformer.beam_search.beam_search``).
+            ``keras_transformer.decoding.beam_search``).
         overwrite: replace an existing version (atomically).
         warmup_sentences: the request TF Serving replays when it loads the model.
         precision: the graph's compute precision. fp32 runs on every server;
@@ -443,7 +661,7 @@ def export_saved_model(
             (``docs/kernels.md``).
         decode_parts: a batch of eight decoding rows or more (sentences ×
             beams) decodes as this many parts side by side, on the server's
-            inter-op threads (``translate.decode_in_parts``): by default
+            inter-op threads (``decoding.decode_in_parts``): by default
             ``DECODE_PARTS``, two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
 

@@ -80,7 +80,7 @@ frozen weights             the precomputed weights made once and kept as variabl
                            (``FrozenWeights``), for a model whose weights no longer
                            change
 compaction                 removing finished rows from a dynamic-shape decoder's
-                           batch, in rounds (``decoding.decode_loop``)
+                           batch, in rounds (``decoding.loop.decode_loop``)
 finished / done            a greedy row is finished once it emitted EOS or reached its
                            limit; a beam-search hypothesis is finished once it ends; a
                            beam-search sentence is done once no live beam can beat its

@@ -1,0 +1,114 @@
+"""Score given translations: the log-probability of each target given its source.
+
+    python -m export.score --model exports/demo --src test.src --tgt test.tgt > scores.txt
+    python -m export.score --workdir runs/demo --src test.src --tgt test.tgt --out scores.txt
+
+``--src`` and ``--tgt`` are aligned text files, one sentence a line. The
+output has one number a line pair: the target's log-probability (natural
+log, summed over its subwords and EOS, no length penalty; the number
+``python -m export.translate --n-best`` gives the same text), on standard
+output or written atomically to ``--out``. An empty target is scored as EOS
+alone. Files of different line counts, or a target longer than the model's
+limit, are a one-line error (exit status 2); nothing is cut. ``--model`` runs
+an exported SavedModel's ``score`` signature (the graph TF Serving runs),
+``--workdir`` a training run's Keras model; the library call is
+``keras_transformer.Translator.score``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from export.translate import BATCH_TOKENS
+from programs import (
+    WORKDIR_HINT,
+    ArgumentParser,
+    existing_file,
+    existing_path,
+    run,
+    setup_logging,
+)
+
+PROG = "python -m export.score"
+
+
+def parse_args(argv=None):
+    parser = ArgumentParser(PROG, __doc__)
+    model_source = parser.add_mutually_exclusive_group(required=True)
+    model_source.add_argument(
+        "--model",
+        type=Path,
+        help="an export version folder (exports/demo/1) or the folder above it",
+    )
+    model_source.add_argument("--workdir", type=Path, help="a training.train workdir")
+    parser.add_argument("--src", required=True, type=Path, help="source sentences, one a line")
+    parser.add_argument("--tgt", required=True, type=Path, help="target sentences, aligned")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the scores' file (default: standard output)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N pairs a batch (default: as many as --batch-tokens allows)",
+    )
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=BATCH_TOKENS,
+        metavar="N",
+        help=f"padded source tokens a batch (default: {BATCH_TOKENS})",
+    )
+    args = parser.parse_args(argv)
+    for flag in ("batch_size", "batch_tokens"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if args.workdir is not None:
+        existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
+    else:
+        existing_path(PROG, args.model, "SavedModel")
+    existing_file(PROG, args.src, "--src")
+    existing_file(PROG, args.tgt, "--tgt")
+    return args
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file without their newlines (invalid bytes as U+FFFD)."""
+    with open(path, encoding="utf-8", errors="replace") as file:
+        return [line.rstrip("\n") for line in file]
+
+
+def main(argv=None) -> int:
+    setup_logging()
+    args = parse_args(argv)
+
+    def score() -> int:
+        from keras_transformer.files import write_text_atomically
+        from keras_transformer.translate import Translator
+
+        if args.model is not None:
+            translator = Translator.from_saved_model(args.model)
+        else:
+            translator = Translator.from_workdir(args.workdir)
+        log_probs = translator.score(
+            read_lines(args.src),
+            read_lines(args.tgt),
+            args.batch_size,
+            progress=sys.stderr.isatty(),
+            batch_tokens=args.batch_tokens,
+        )
+        text = "".join(f"{log_prob:.4f}\n" for log_prob in log_probs)
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            write_text_atomically(args.out, text)
+        return 0
+
+    return run(PROG, score, expected=(ValueError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
