@@ -278,6 +278,10 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     return names
 
 
+# The one benchmark of the training program's own machinery: resuming ``fit`` from a backup.
+BOUNDARY_EXCEPTIONS = {"benchmarks/resume_time.py": {"training"}}
+
+
 @pytest.mark.parametrize(
     "package, forbidden, top_level_only",
     [
@@ -293,6 +297,7 @@ def test_import_boundaries(package, forbidden, top_level_only):
     offenders = {}
     for path in (CHECKOUT / package).rglob("*.py"):
         found = _imports(path, top_level_only) & forbidden
+        found -= BOUNDARY_EXCEPTIONS.get(str(path.relative_to(CHECKOUT)), set())
         if found:
             offenders[str(path.relative_to(CHECKOUT))] = sorted(found)
     assert not offenders, offenders

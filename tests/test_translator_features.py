@@ -145,3 +145,13 @@ def test_decode_options_refuse_bad_values():
     ]:
         with pytest.raises(ValueError, match=message):
             DecodeOptions(**fields)
+
+
+def test_an_export_searches_and_refuses_sampling_as_its_default():
+    from keras_transformer.exporters.saved_model import export_options
+
+    assert export_options().beam_size == 4
+    options = export_options(DecodeOptions(beam_size=2, alpha=1.4), min_length=1)
+    assert (options.beam_size, options.alpha, options.min_length, options.n_best) == (2, 1.4, 1, 1)
+    with pytest.raises(ValueError, match="sample signature"):
+        export_options(sampling=True, beam_size=1)

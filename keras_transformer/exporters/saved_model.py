@@ -28,9 +28,7 @@ from keras_transformer.decoding import (
     ConstantSteps,
     DecodeOptions,
     KernelChoice,
-    check_beam_size,
     check_decode_parts,
-    check_stopping,
     decode,
     decode_in_parts,
     pad_for_xla,
@@ -159,8 +157,9 @@ class ExportedTranslator(tf.Module):
         model: a ``keras_transformer.Transformer``.
         src_tokenizer, tgt_tokenizer: its tokenizers.
         max_src_length: sources are cut to this many subwords.
-        beam_size, alpha, extra_length, stopping: ``serving_default``'s
-            decoding (``beam_size=1``: greedy).
+        options: ``serving_default``'s search, a ``decoding.DecodeOptions``
+            (default: beam 4, α 0.6); greedy decoding with ``beam_size=1``.
+            The other signatures take its α and length limits.
         src_model_path, tgt_model_path: the SentencePiece models, shipped as
             assets.
         vocabulary_paths: a Marian tokenizer's vocabularies, shipped as
@@ -171,9 +170,12 @@ class ExportedTranslator(tf.Module):
         decode_parts: a batch decodes as this many parts
             (``decoding.decode_in_parts``).
 
+        **option_fields: ``DecodeOptions`` fields that replace those of
+            ``options`` (``beam_size=4, alpha=0.6``).
+
     Raises:
-        ValueError: ``beam_size`` or ``decode_parts`` is below 1, or
-            ``stopping`` names no rule.
+        ValueError: ``decode_parts`` is below 1, an option is out of range,
+            or ``options`` asks for sampling (its own signature).
     """
 
     def __init__(
@@ -183,10 +185,7 @@ class ExportedTranslator(tf.Module):
         tgt_tokenizer,
         *,
         max_src_length: int,
-        beam_size: int = 4,
-        alpha: float = 0.6,
-        extra_length: int = 50,
-        stopping: str = "heuristic",
+        options: DecodeOptions | None = None,
         src_model_path: Path | None = None,
         tgt_model_path: Path | None = None,
         vocabulary_paths: dict[str, Path] | None = None,
@@ -194,9 +193,10 @@ class ExportedTranslator(tf.Module):
         step_splits: int | None = None,
         step_products: str | None = None,
         decode_parts: int | None = None,
+        **option_fields,
     ):
         super().__init__(name="translator")
-        check_beam_size(beam_size)
+        options = export_options(options, **option_fields)
         decode_parts = check_decode_parts(decode_parts)
         attach_model(self, model)
         # The fused and scaled kernels of the inference kernels, made now rather than at every call.
@@ -224,15 +224,16 @@ class ExportedTranslator(tf.Module):
         self.src_tokenizer = src_tokenizer
         self.tgt_tokenizer = tgt_tokenizer
         self.max_src_length = int(max_src_length)
-        self.beam_size = int(beam_size)
+        self.__dict__["decode_options"] = options  # a Python value, not saved state
+        self.beam_size = options.beam_size
         self.beam_size_tensor = tf.Variable(self.beam_size, trainable=False, name="beam_size")
         # The model's length limit, for clients that check prefixes and targets before a request.
         self.max_length_tensor = tf.Variable(
             int(model.config.max_length), trainable=False, name="max_length"
         )
-        self.alpha = float(alpha)
-        self.extra_length = int(extra_length)
-        self.stopping = check_stopping(stopping)
+        self.alpha = float(options.alpha)
+        self.extra_length = int(options.extra_length)
+        self.stopping = options.stopping
         self.xla = bool(xla)
         if self.xla:  # only then: the default export holds no XLA function at all
             strings = [tf.TensorSpec([None], tf.string, name="inputs")]
@@ -313,14 +314,10 @@ class ExportedTranslator(tf.Module):
             beam_size: the beam size (``None``: the export's).
 
         Returns:
-            The export's ``DecodeOptions`` (α, length limits, stopping) with that
-            beam size, ``n_best`` 1.
+            The export's ``DecodeOptions`` with that beam size, ``n_best`` 1.
         """
-        return DecodeOptions(
-            beam_size=self.beam_size if beam_size is None else beam_size,
-            alpha=self.alpha,
-            extra_length=self.extra_length,
-            stopping=self.stopping,
+        return self.decode_options.replace(
+            beam_size=self.beam_size if beam_size is None else beam_size, n_best=1
         )
 
     def _decode_all(self, source_ids, beam_size=None, kind="search", row_inputs=(), shared=()):
@@ -613,14 +610,39 @@ def vocabulary_files(directory: Path) -> dict[str, Path]:
     }
 
 
+def export_options(options: DecodeOptions | None = None, **fields) -> DecodeOptions:
+    """The ``DecodeOptions`` of an export's ``serving_default``: beam 4, α 0.6 by default.
+
+    Args:
+        options: the options, or ``None`` for the default.
+        **fields: ``DecodeOptions`` fields that replace those of ``options``.
+
+    Returns:
+        The checked options, ``n_best`` 1.
+
+    Raises:
+        ValueError: a field out of range, or sampling asked for (the ``sample``
+            signature samples; ``serving_default`` searches).
+
+    Example:
+        >>> export_options(beam_size=2).beam_size, export_options().alpha
+        (2, 0.6)
+    """
+    options = (options or DecodeOptions(beam_size=4)).replace(**fields)
+    if options.sampling:
+        raise ValueError(
+            "serving_default searches (greedy or beam); the sample signature samples: "
+            "export without sampling=True."
+        )
+    return options.replace(n_best=1)
+
+
 def export_saved_model(
     source,
     out: str | os.PathLike,
+    options: DecodeOptions | None = None,
     *,
     version: int | None = None,
-    beam_size: int = 4,
-    alpha: float = 0.6,
-    stopping: str = "heuristic",
     overwrite: bool = False,
     warmup_sentences: Sequence[str] = WARMUP_SENTENCES,
     precision: str = "fp32",
@@ -629,6 +651,7 @@ def export_saved_model(
     step_products: str | None = None,
     decode_parts: int | None = None,
     progress: bool = False,
+    **option_fields,
 ) -> Path:
     """Export ``source`` as a TF Serving model version, written atomically.
 
@@ -636,10 +659,10 @@ def export_saved_model(
         source: a ``TrainedModel`` (a model and its tokenizers, e.g. after
             ``model.fit`` in a notebook), a ``Workdir`` or a workdir path.
         out: the model folder; versions go below it (``out/1``, ``out/2``, ...).
+        options: the search of ``serving_default``, fixed in the graph: a
+            ``decoding.DecodeOptions`` (default: beam 4, α 0.6; ``beam_size=1``:
+            greedy). The other signatures take its α and length limits.
         version: the version number (default: the next free integer).
-        beam_size, alpha, stopping: the beam search of ``serving_default``,
-            fixed in the graph (``beam_size=1``: greedy; ``stopping`` as in
-            ``keras_transformer.decoding.beam_search``).
         overwrite: replace an existing version (atomically).
         warmup_sentences: the request TF Serving replays when it loads the model.
         precision: the graph's compute precision. fp32 runs on every server;
@@ -664,12 +687,14 @@ def export_saved_model(
             inter-op threads (``decoding.decode_in_parts``): by default
             ``DECODE_PARTS``, two; 1 for a server with one inter-op thread.
         progress: show a progress bar (needs ``tqdm``).
+        **option_fields: ``DecodeOptions`` fields that replace those of
+            ``options`` (``beam_size=4, alpha=1.4``).
 
     Returns:
         The version folder, ``out/<version>``.
 
     Raises:
-        ValueError: an option out of range (``beam_size``, ``stopping``,
+        ValueError: an option out of range (a ``DecodeOptions`` field,
             ``step_splits``, ``decode_parts``, ``step_products``, ``version``).
         FileExistsError: the version exists and ``overwrite`` is off.
 
@@ -679,8 +704,7 @@ def export_saved_model(
         export_saved_model("runs/demo", "exports/demo", beam_size=4)  # exports/demo/1
     """
     out = Path(out)
-    check_beam_size(beam_size)
-    check_stopping(stopping)  # refused before the model is loaded
+    options = export_options(options, **option_fields)  # refused before the model is loaded
     if step_splits is not None and step_splits < 1:
         raise ValueError(f"step_splits must be >= 1 (1: no splits), got {step_splits}.")
     check_decode_parts(decode_parts)
@@ -715,9 +739,7 @@ def export_saved_model(
                     trained.src_tokenizer,
                     trained.tgt_tokenizer,
                     max_src_length=trained.max_src_length,
-                    beam_size=beam_size,
-                    alpha=alpha,
-                    stopping=stopping,
+                    options=options,
                     src_model_path=src_path,
                     tgt_model_path=tgt_path,
                     vocabulary_paths=vocabulary_files(Path(spm_dir)),
