@@ -12,6 +12,7 @@ them a window of lines at a time.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence, Sized
@@ -212,6 +213,30 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
         tf.where(dropped, "", tf.gather(texts, order, batch_dims=1)),
         tf.where(dropped, float("-inf"), tf.gather(log_probs, order, batch_dims=1)),
     )
+
+
+def n_best_lists(texts, log_probs) -> list[list[tuple[str, float]]]:
+    """``n_best_texts``' arrays as Python lists, one a sentence, without the missing entries.
+
+    Args:
+        texts: ``[batch, n]`` UTF-8 bytes.
+        log_probs: ``[batch, n]`` floats, ``-inf`` where an entry is missing.
+
+    Returns:
+        One list a sentence of ``(text, log_prob)`` pairs, in order.
+
+    Example:
+        >>> n_best_lists(np.array([[b"a", b""]]), np.array([[-1.5, -np.inf]]))
+        [[('a', -1.5)]]
+    """
+    return [
+        [
+            (text.decode("utf-8"), float(log_prob))
+            for text, log_prob in zip(row_texts, row_log_probs)
+            if np.isfinite(log_prob)
+        ]
+        for row_texts, row_log_probs in zip(texts, log_probs)
+    ]
 
 
 def _check_pairs(name: str, first: Sequence, second: Sequence | None, other: str) -> None:
@@ -537,15 +562,8 @@ class Translator(tf.Module):
         """
         self._check_n(n)
         check_batching(batch_tokens, batch_size)
-        return self._run(
-            sentences,
-            [n] * len(sentences),
-            self._n_best_rows,
-            batch_size,
-            progress,
-            batch_tokens,
-            None,
-        )
+        run = functools.partial(self._n_best_rows, n=n)
+        return self._run(sentences, None, run, batch_size, progress, batch_tokens, None)
 
     def score(
         self,
@@ -620,15 +638,8 @@ class Translator(tf.Module):
         check_sampling(top_k, top_p, temperature)
         check_batching(batch_tokens, batch_size)
         params = (int(top_k), float(top_p), float(temperature), int(seed))
-        return self._run(
-            sentences,
-            [params] * len(sentences),
-            self._sample_rows,
-            batch_size,
-            progress,
-            batch_tokens,
-            None,
-        )
+        run = functools.partial(self._sample_rows, params=params)
+        return self._run(sentences, None, run, batch_size, progress, batch_tokens, None)
 
     def translate_iterable(
         self,
@@ -676,7 +687,8 @@ class Translator(tf.Module):
     # --- batching ---------------------------------------------------------------------
 
     def _run(self, texts, extras, run, batch_size, progress, batch_tokens, window) -> list:
-        items = zip(texts, extras)
+        """``_stream`` over ``texts`` with their ``extras`` (``None``: none), as a list."""
+        items = zip(texts, itertools.repeat(None) if extras is None else extras)
         return list(
             self._stream(items, run, batch_size, progress, batch_tokens, window, len(texts))
         )
@@ -757,35 +769,21 @@ class Translator(tf.Module):
         tokens, _ = self._decode(self._source_batch(prepared, rows), capacity)
         return self._texts(prepared, rows, tokens)
 
-    def _translate_rows(self, prepared, rows: list[int], capacity: int) -> list[str]:
-        """The translations of ``rows`` of ``_prepare``'s output, padded to ``capacity`` rows."""
-        return self._best_rows(prepared, None, rows, capacity)
-
     def _prefix_rows(self, prepared, prefixes, rows: list[int], capacity: int) -> list[str]:
         out = self._function("prefix")(self._source_batch(prepared, rows), self._padded(prefixes))
         return self._texts(prepared, rows, out.tokens[:, 0])
 
-    def _n_best_rows(self, prepared, counts, rows: list[int], capacity: int) -> list:
+    def _n_best_rows(self, prepared, extras, rows: list[int], capacity: int, n: int) -> list:
         source_ids = self._source_batch(prepared, rows)
         out = self._function("n_best")(source_ids)
-        texts, log_probs = n_best_texts(
-            self.model, self.tgt_tokenizer, source_ids, out, self.beam_size
+        texts, log_probs = n_best_texts(self.model, self.tgt_tokenizer, source_ids, out, n)
+        # A blank sentence answers one "" of log-probability 0, as the SavedModel's signature does.
+        blank = np.array([prepared[1][row] for row in rows])[:, np.newaxis]
+        first = np.arange(log_probs.shape[1]) == 0
+        return n_best_lists(
+            np.where(blank, b"", texts.numpy()),
+            np.where(blank, np.where(first, 0.0, -np.inf), log_probs.numpy()),
         )
-        _, blank = prepared
-        lists = []
-        for row, count, row_texts, row_log_probs in zip(
-            rows, counts, texts.numpy(), log_probs.numpy()
-        ):
-            if blank[row]:
-                lists.append([("", 0.0)])
-                continue
-            pairs = [
-                (text.decode("utf-8"), float(log_prob))
-                for text, log_prob in zip(row_texts, row_log_probs)
-                if np.isfinite(log_prob)
-            ]
-            lists.append(pairs[:count])
-        return lists
 
     def _score_rows(self, prepared, targets, rows: list[int], capacity: int) -> list[float]:
         if "score" not in self._functions:
@@ -797,8 +795,8 @@ class Translator(tf.Module):
         scores = self._functions["score"](self._source_batch(prepared, rows), self._padded(targets))
         return [float(score) for score in scores.numpy()]
 
-    def _sample_rows(self, prepared, params, rows: list[int], capacity: int) -> list[str]:
-        top_k, top_p, temperature, seed = params[0]
+    def _sample_rows(self, prepared, extras, rows: list[int], capacity: int, params) -> list[str]:
+        top_k, top_p, temperature, seed = params
         out = self._function("sample")(
             self._source_batch(prepared, rows),
             tf.constant(top_k, tf.int32),
@@ -920,12 +918,9 @@ class _SavedModelTranslator(Translator):
     def _inputs(self, texts: list[str], rows: list[int]) -> tf.Tensor:
         return tf.constant([texts[row] for row in rows], dtype=tf.string)
 
-    def _translate_rows(self, texts: list[str], rows: list[int], capacity: int) -> list[str]:
+    def _best_rows(self, texts: list[str], extras, rows: list[int], capacity: int) -> list[str]:
         translations = self._signature(inputs=self._inputs(texts, rows))["translations"].numpy()
         return [text.decode("utf-8") for text in translations]
-
-    def _best_rows(self, texts: list[str], extras, rows: list[int], capacity: int) -> list[str]:
-        return self._translate_rows(texts, rows, capacity)
 
     def _prefix_rows(self, texts: list[str], prefixes, rows: list[int], capacity: int) -> list:
         name = "translate_prefix_greedy" if self._greedy else "translate_prefix"
@@ -934,7 +929,7 @@ class _SavedModelTranslator(Translator):
         )
         return [text.decode("utf-8") for text in out["translations"].numpy()]
 
-    def _n_best_rows(self, texts: list[str], counts, rows: list[int], capacity: int) -> list:
+    def _n_best_rows(self, texts: list[str], extras, rows: list[int], capacity: int, n) -> list:
         inputs = self._inputs(texts, rows)
         if self._greedy:  # the greedy translation, and the log-probability of its text
             translations = self._signature(inputs=inputs)["translations"]
@@ -943,18 +938,10 @@ class _SavedModelTranslator(Translator):
             out_texts = translations.numpy()[:, np.newaxis]
             out_log_probs = np.where(blank, 0.0, scored["log_probs"].numpy())[:, np.newaxis]
         else:
-            out = self._signature_of("n_best")(inputs=inputs, n=tf.constant(counts[0], tf.int32))
+            out = self._signature_of("n_best")(inputs=inputs, n=tf.constant(n, tf.int32))
             out_texts = out["translations"].numpy()
             out_log_probs = out["log_probs"].numpy()
-        lists = []
-        for count, row_texts, row_log_probs in zip(counts, out_texts, out_log_probs):
-            pairs = [
-                (text.decode("utf-8"), float(log_prob))
-                for text, log_prob in zip(row_texts, row_log_probs)
-                if np.isfinite(log_prob)
-            ]
-            lists.append(pairs[:count])
-        return lists
+        return n_best_lists(out_texts, out_log_probs)
 
     def _score_rows(self, texts: list[str], targets, rows: list[int], capacity: int) -> list:
         out = self._signature_of("score")(
@@ -962,8 +949,8 @@ class _SavedModelTranslator(Translator):
         )
         return [float(log_prob) for log_prob in out["log_probs"].numpy()]
 
-    def _sample_rows(self, texts: list[str], params, rows: list[int], capacity: int) -> list:
-        top_k, top_p, temperature, seed = params[0]
+    def _sample_rows(self, texts: list[str], extras, rows: list[int], capacity: int, params):
+        top_k, top_p, temperature, seed = params
         out = self._signature_of("sample")(
             inputs=self._inputs(texts, rows),
             top_k=tf.constant(top_k, tf.int32),

@@ -229,7 +229,6 @@ def greedy_search(
         A ``DecodeOutput`` with one hypothesis a sentence, its score its log-probability.
 
     Example:
-        >>> import numpy as np
         >>> from keras_transformer.decoding import DecodingSteps
         >>> table = tf.math.log(tf.constant([[0.1, 0.1, 0.1, 0.2, 0.5], [0.1, 0.1, 0.1, 0.6, 0.1]]))
         >>> steps = DecodingSteps(  # step t's logits are row t of the table, whatever the tokens
