@@ -337,7 +337,7 @@ def tokenize_pairs(
     _check_pairs(pairs)
     _check_lengths(max_src_length, max_tgt_length)
     _check_length_filter(length_filter)
-    return _examples(
+    examples = _examples(
         _tokenized_batches(
             pairs,
             src_tokenizer,
@@ -347,6 +347,12 @@ def tokenize_pairs(
             length_filter=length_filter,
         )
     )
+    # The tokenizers' ops read their SentencePiece model through a resource, which
+    # TF Text 2.19 marks stateful: saving an iterator (a data position) would fail.
+    # The model is loaded again from the same file, so the position does not need it.
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return examples.with_options(options)
 
 
 def batch_examples(
