@@ -1,0 +1,142 @@
+"""Back-translation end to end on tiny models, as docs/training.md ("Back-translation") gives
+its commands: a reverse model (target → source) trained on the real pairs samples a synthetic
+source for each sentence of target-language text (``python -m export.translate_corpus
+--sample``), and the forward model trains on the real pairs and the tagged synthetic ones
+(``data.sources`` with weights), then translates tagged and untagged sentences."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.programs
+
+CHECKOUT = Path(__file__).resolve().parent.parent
+# Both models: 4 updates of a d_model-32 model on a 120-piece shared vocabulary.
+TINY = [
+    "tokenizer.vocab_size=120",
+    "model.d_model=32",
+    "model.d_ff=64",
+    "training.epochs=2",
+    "training.steps_per_epoch=2",
+    "training.steps_per_execution=1",
+    "training.batch_tokens=256",
+    "training.average_last=1",
+]
+REAL_PAIRS, MONOLINGUAL = 240, 90
+
+
+def _run(module: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert result.returncode == 0, (module, result.stdout[-2000:], result.stderr[-4000:])
+    return result
+
+
+def _train(workdir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    sets = [arg for override in (*TINY, *overrides) for arg in ("--set", override)]
+    return _run("training.train", "--config", "demo", "--workdir", str(workdir), *sets)
+
+
+@pytest.mark.slow  # two trainings, a corpus translated, a SavedModel export
+def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
+    import numpy as np
+    import tensorflow as tf
+
+    from keras_transformer import Translator, Workdir
+    from keras_transformer.data import demo_splits, write_parallel_files
+    from keras_transformer.exporters import export_saved_model
+
+    # The real corpus (the demo pair, source → target), and the same files sides swapped
+    # for the reverse model, linked as the docs link them.
+    real, reverse = tmp_path / "real", tmp_path / "real-reverse"
+    splits = demo_splits(train=REAL_PAIRS, valid=4, test=5, seed=1)
+    reverse.mkdir()
+    for split, pairs in splits.items():
+        write_parallel_files(pairs, real, split)
+        (reverse / f"{split}.src").symlink_to(real / f"{split}.tgt")
+        (reverse / f"{split}.tgt").symlink_to(real / f"{split}.src")
+    # Target-language monolingual text: the synthetic corpus's train.tgt.
+    known = {target for pairs in splits.values() for _, target in pairs}
+    monolingual = [
+        target
+        for _, target in demo_splits(train=3 * MONOLINGUAL, valid=0, test=0, seed=2)["train"]
+        if target not in known
+    ][:MONOLINGUAL]
+    assert len(monolingual) == MONOLINGUAL
+    synthetic = tmp_path / "bt"
+    synthetic.mkdir()
+    (synthetic / "train.tgt").write_text("\n".join(monolingual) + "\n", encoding="utf-8")
+
+    # 1. The reverse model, target → source.
+    _train(tmp_path / "reverse", "data.kind=text", f"data.dir={reverse}")
+
+    # 2. Sampled back-translations of the monolingual text, line i the sample of line i.
+    _run(
+        "export.translate_corpus",
+        "--workdir",
+        str(tmp_path / "reverse"),
+        "--src",
+        str(synthetic / "train.tgt"),
+        "--out",
+        str(synthetic / "train.src"),
+        "--sample",
+        "--top-k",
+        "10",
+        "--seed",
+        "1",
+    )
+    lines = (synthetic / "train.src").read_text(encoding="utf-8").split("\n")
+    assert lines.pop() == "" and len(lines) == MONOLINGUAL
+    reverse_model = Translator.from_workdir(tmp_path / "reverse")
+    assert lines == reverse_model.sample(monolingual, top_k=10, seed=1)
+    kept = sum(1 for line in lines if line.split())  # a pair with an empty side is skipped
+    assert kept > 0
+
+    # 3. The forward model on the real pairs (weight 1) and the synthetic ones (weight 2,
+    #    tagged <bt>); valid and test come from the real corpus, the first.
+    corpora = [
+        {"kind": "text", "dir": str(real), "weight": 1, "name": "real"},
+        {"kind": "text", "dir": str(synthetic), "weight": 2, "tag": "<bt>", "name": "bt"},
+    ]
+    trained = _train(tmp_path / "forward", f"data.sources={json.dumps(corpora)}")
+    metrics = json.loads((tmp_path / "forward" / "metrics.json").read_text())
+    assert metrics["sources"] == [
+        {"name": "real", "pairs": REAL_PAIRS, "weight": 1, "share": 0.333333, "tag": None},
+        {"name": "bt", "pairs": kept, "weight": 2, "share": 0.666667, "tag": "<bt>"},
+    ]
+    assert metrics["optimizer_steps"] == 4 and metrics["test"]["sentences"] == 5
+    log = trained.stderr
+    assert f"training corpus real: {REAL_PAIRS} pairs, weight 1: 33.3% of the sampled pairs" in log
+    assert (
+        f"training corpus bt: {kept} pairs, weight 2: 66.7% of the sampled pairs, tagged <bt>"
+        in log
+    )
+
+    # The tag is one reserved piece of the forward model's source tokenizer, first of the
+    # sentence, and the words after it are split as without it.
+    forward = Workdir(tmp_path / "forward").load()
+    sentence = splits["test"][0][0]
+    tagged, plain = forward.src_tokenizer.tokenize([f"<bt> {sentence}", sentence]).to_list()
+    assert forward.src_tokenizer.pieces(tagged)[0] == "\u2581<bt>" and tagged[1:] == plain
+
+    # 4. The exported forward model translates a tagged and an untagged sentence.
+    version = export_saved_model(tmp_path / "forward", tmp_path / "export", beam_size=1)
+    both = [f"<bt> {sentence}", sentence]
+    translations = Translator.from_saved_model(version).translate(both)
+    assert len(translations) == 2
+    assert translations == Translator.from_workdir(tmp_path / "forward").translate(both)
+    loaded = tf.saved_model.load(str(version))
+    pieces = loaded.signatures["cross_attention"](sentence=tf.constant(f"<bt> {sentence}"))
+    source_pieces = [piece.decode() for piece in np.asarray(pieces["source_pieces"])]
+    assert source_pieces[0] == "\u2581<bt>" and source_pieces[-1] == "</s>", source_pieces
