@@ -48,7 +48,6 @@ def _train(workdir: Path, *overrides: str) -> subprocess.CompletedProcess:
     return _run("training.train", "--config", "demo", "--workdir", str(workdir), *sets)
 
 
-@pytest.mark.slow  # two trainings, a corpus translated, a SavedModel export
 def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
     import numpy as np
     import tensorflow as tf
