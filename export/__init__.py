@@ -1,2 +1,3 @@
 """Export programs over ``keras_transformer.exporters``: ``python -m export.saved_model``,
-``export.translate``, ``export.tflite``, ``export.ctranslate2`` and ``export.client``."""
+``export.translate``, ``export.translate_corpus``, ``export.score``, ``export.tflite``,
+``export.ctranslate2`` and ``export.client``."""

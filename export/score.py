@@ -22,10 +22,10 @@ from pathlib import Path
 
 from export.translate import BATCH_TOKENS
 from programs import (
-    WORKDIR_HINT,
     ArgumentParser,
+    add_model_source,
+    check_model_source,
     existing_file,
-    existing_path,
     run,
     setup_logging,
 )
@@ -35,13 +35,7 @@ PROG = "python -m export.score"
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    model_source = parser.add_mutually_exclusive_group(required=True)
-    model_source.add_argument(
-        "--model",
-        type=Path,
-        help="an export version folder (exports/demo/1) or the folder above it",
-    )
-    model_source.add_argument("--workdir", type=Path, help="a training.train workdir")
+    add_model_source(parser)
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one a line")
     parser.add_argument("--tgt", required=True, type=Path, help="target sentences, aligned")
     parser.add_argument(
@@ -66,10 +60,7 @@ def parse_args(argv=None):
         value = getattr(args, flag)
         if value is not None and value < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
-    if args.workdir is not None:
-        existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
-    else:
-        existing_path(PROG, args.model, "SavedModel")
+    check_model_source(PROG, args)
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.tgt, "--tgt")
     return args

@@ -27,41 +27,35 @@ Standard input is read ``--window`` lines at a time; each window is sorted by
 length, batched by ``--batch-tokens`` (the padded source tokens of a batch:
 sentences × longest source; a longer sentence goes alone), translated, and its
 translations are written in input order before the next window is read, so a
-file of any length needs one window in memory. The output has one line a
-line of input, an empty line for an empty one. On a terminal a progress bar
-shows on stderr (with the ``[train]`` extra's tqdm).
+file of any length needs one window in memory. Lines are split on ``\\n``
+only and decoded as UTF-8, an invalid byte as U+FFFD
+(``keras_transformer.corpus.text_lines``). The output has one line a line of
+input, an empty line for an empty one. On a terminal a progress bar shows on
+stderr (with the ``[train]`` extra's tqdm). To translate a file into another,
+resumably after a crash, use ``python -m export.translate_corpus``.
 """
 
 from __future__ import annotations
 
-import itertools
-import os
-import stat
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, existing_file, existing_path, fail, run, setup_logging
+from programs import (
+    ArgumentParser,
+    add_sampling_arguments,
+    existing_file,
+    existing_path,
+    fail,
+    run,
+    sampling_parameters,
+    setup_logging,
+)
 
 PROG = "python -m export.translate"
 # keras_transformer.translate.BATCH_TOKENS and WINDOW, for --help before TensorFlow is imported
 # (tests/test_file_translation.py keeps them equal).
 BATCH_TOKENS = 2048
 WINDOW = 10_000
-
-
-def lines_in(stream) -> int | None:
-    """The lines of ``stream`` if it is a regular file (for the progress bar's total), read
-    without moving its offset; ``None`` for a pipe or a terminal."""
-    try:
-        fd = stream.fileno()
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        lines, offset, last = 0, os.lseek(fd, 0, os.SEEK_CUR), b"\n"
-        while chunk := os.pread(fd, 1 << 20, offset):
-            lines, offset, last = lines + chunk.count(b"\n"), offset + len(chunk), chunk[-1:]
-        return lines + (last != b"\n")  # a last line without its newline counts too
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def plot_attention(translator, sentence: str, path: Path) -> str:
@@ -94,25 +88,23 @@ def plot_attention(translator, sentence: str, path: Path) -> str:
     return translation
 
 
-def windows(lines, size: int):
-    """``lines`` as lists of at most ``size``, read one list at a time."""
-    lines = iter(lines)
-    while window := list(itertools.islice(lines, size)):
-        yield window
-
-
-def write_n_best(translator, lines, args) -> int:
+def write_n_best(translator, lines, args, total: int | None) -> int:
     """The n-best lists of ``lines``, ``INDEX ||| TEXT ||| LOG_PROB`` a line, a window at a time."""
-    start = 0
-    for window in windows(lines, args.window):
-        lists = translator.n_best(
-            window, args.n_best, args.batch_size, batch_tokens=args.batch_tokens
-        )
-        for index, hypotheses in enumerate(lists, start):
-            for text, log_prob in hypotheses:
-                print(f"{index} ||| {text} ||| {log_prob:.4f}")
-        sys.stdout.flush()
-        start += len(window)
+    from keras_transformer.translate import n_best_moses
+
+    lists = translator.n_best_iterable(
+        lines,
+        args.n_best,
+        args.batch_size,
+        progress=not args.sentences,
+        batch_tokens=args.batch_tokens,
+        window=args.window,
+        total=total,
+    )
+    for index, hypotheses in enumerate(lists):
+        sys.stdout.write(n_best_moses(index, hypotheses))
+        if (index + 1) % args.window == 0:  # a window's lists out before the next is read
+            sys.stdout.flush()
     return 0
 
 
@@ -172,19 +164,7 @@ def parse_args(argv=None):
         help="target-side prefixes, one a line aligned with the input: each translation begins "
         "with its prefix (an empty line: free)",
     )
-    parser.add_argument(
-        "--sample", action="store_true", help="sample each translation instead of searching"
-    )
-    parser.add_argument(
-        "--top-k", type=int, default=None, help="--sample among the K likeliest tokens (0: all)"
-    )
-    parser.add_argument(
-        "--top-p", type=float, default=None, help="--sample in the nucleus of this probability"
-    )
-    parser.add_argument(
-        "--temperature", type=float, default=None, help="--sample at this temperature (1)"
-    )
-    parser.add_argument("--seed", type=int, default=None, help="--sample's seed (0)")
+    add_sampling_arguments(parser)
     parser.add_argument(
         "sentences", nargs="*", help="sentences to translate (default: stdin lines)"
     )
@@ -203,9 +183,7 @@ def parse_args(argv=None):
     ]
     if len(modes) > 1:
         parser.error(f"{' and '.join(modes)} do not go together: choose one")
-    for flag in ("top_k", "top_p", "temperature", "seed"):
-        if getattr(args, flag) is not None and not args.sample:
-            parser.error(f"--{flag.replace('_', '-')} needs --sample")
+    args.sampling = sampling_parameters(parser, args)
     if args.n_best is not None and args.n_best < 1:
         parser.error(f"--n-best must be >= 1, got {args.n_best}")
     existing_file(PROG, args.prefix, "--prefix")
@@ -222,7 +200,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def translate() -> int:
-        from keras_transformer.translate import Translator
+        from keras_transformer.corpus import lines_in, text_lines
+        from keras_transformer.translate import Translator, one_line
 
         translator = Translator.from_saved_model(args.model, beam_size=args.beam)
         if args.plot_attention is not None:
@@ -231,10 +210,10 @@ def main(argv=None) -> int:
         if args.sentences:
             lines, total = args.sentences, None
         else:
-            lines = (line.rstrip("\n") for line in sys.stdin)
+            lines = text_lines(sys.stdin.buffer)
             total = lines_in(sys.stdin) if sys.stderr.isatty() else None  # the bar's length
         if args.n_best is not None:
-            return write_n_best(translator, lines, args)
+            return write_n_best(translator, lines, args, total)
         if args.prefix is not None:
             with open(args.prefix, encoding="utf-8") as file:
                 prefixes = [line.rstrip("\n") for line in file]
@@ -247,33 +226,21 @@ def main(argv=None) -> int:
                 window=args.window,
             )
             for translation in translations:
-                print(translation)
+                print(one_line(translation))
             return 0
+        stream_options = {
+            "batch_size": args.batch_size,
+            "progress": not args.sentences,
+            "batch_tokens": args.batch_tokens,
+            "window": args.window,
+            "total": total,
+        }
         if args.sample:
-            for window in windows(lines, args.window):
-                samples = translator.sample(
-                    window,
-                    top_k=0 if args.top_k is None else args.top_k,
-                    top_p=1.0 if args.top_p is None else args.top_p,
-                    temperature=1.0 if args.temperature is None else args.temperature,
-                    seed=args.seed or 0,
-                    batch_size=args.batch_size,
-                    batch_tokens=args.batch_tokens,
-                )
-                for sample in samples:
-                    print(sample)
-                sys.stdout.flush()
-            return 0
-        translations = translator.translate_iterable(
-            lines,
-            args.batch_size,
-            progress=not args.sentences,
-            batch_tokens=args.batch_tokens,
-            window=args.window,
-            total=total,
-        )
+            translations = translator.sample_iterable(lines, **args.sampling, **stream_options)
+        else:
+            translations = translator.translate_iterable(lines, **stream_options)
         for written, translation in enumerate(translations, 1):
-            print(translation)
+            print(one_line(translation))
             if written % args.window == 0:  # a window's translations out before the next is read
                 sys.stdout.flush()
         return 0

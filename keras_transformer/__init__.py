@@ -2,14 +2,16 @@
 
 The model and its training pieces (``Transformer``, ``TransformerConfig``,
 ``paper_adam``, the loss and metric), a training run's directory
-(``Workdir``, ``TrainedModel``), translation (``Translator``) and the
-exporters (``keras_transformer.exporters``). The paper's layers are in
+(``Workdir``, ``TrainedModel``), translation (``Translator``; a file,
+resumably, by ``translate_corpus``) and the exporters
+(``keras_transformer.exporters``). The paper's layers are in
 ``keras_transformer.layers``; the speed kernels they run on, in
 ``keras_transformer.kernels``.
 """
 
 from keras_transformer import decoding, exporters, kernels, layers
 from keras_transformer.config import BOS_ID, EOS_ID, PAD_ID, PRESETS, UNK_ID, TransformerConfig
+from keras_transformer.corpus import CorpusTranslation, translate_corpus
 from keras_transformer.kernels import FusedAdam, native
 from keras_transformer.losses import (
     MaskedAccuracy,
@@ -31,6 +33,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "BOS_ID",
+    "CorpusTranslation",
     "EOS_ID",
     "FusedAdam",
     "MaskedAccuracy",
@@ -56,5 +59,6 @@ __all__ = [
     "masked_accuracy",
     "native",
     "paper_adam",
+    "translate_corpus",
     "with_precision",
 ]

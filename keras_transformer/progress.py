@@ -24,10 +24,13 @@ class _Silent:
         pass
 
 
-def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: str = "it"):
+def progress_bar(
+    enabled: bool, total: int | None = None, desc: str = "", unit: str = "it", initial: int = 0
+):
     """A ``tqdm`` bar on stderr when it is a terminal, or a stand-in with the same ``update`` /
     ``set_postfix_str`` / ``close`` methods when ``enabled`` is false or tqdm
-    is missing. Use it as a context manager."""
+    is missing. Use it as a context manager. ``initial``: where the bar starts (the work a
+    resumed job had done)."""
     if enabled:
         try:
             from tqdm import tqdm
@@ -36,6 +39,7 @@ def progress_bar(enabled: bool, total: int | None = None, desc: str = "", unit: 
         # disable=None: drawn only on a terminal, so logs and pipes get no bar fragments.
         return tqdm(
             total=total,
+            initial=initial,
             desc=desc,
             unit=unit,
             file=sys.stderr,

@@ -7,12 +7,16 @@ methods: ``translate`` (with target prefixes), ``n_best``, ``score`` and
 ``sample``. ``n_best_texts`` is the n-best list as text that both share;
 ``token_batches`` is how both batch a long input (sorted by length, a token
 budget a batch), and ``Translator.translate_iterable`` streams a file through
-them a window of lines at a time.
+them a window of lines at a time (``n_best_iterable`` and ``sample_iterable``
+likewise; ``keras_transformer.translate_corpus`` writes a file's answers into
+another, resumably). ``n_best_moses`` is the n-best lists' text format.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence, Sized
@@ -45,6 +49,7 @@ from keras_transformer.progress import progress_bar
 BATCH_TOKENS = 2048
 WINDOW = 10_000
 INPUT_ORDER_BATCH = 64
+_LINE_BREAKS = str.maketrans({"\r": " ", "\n": " "})  # one_line
 
 
 def check_batching(
@@ -239,6 +244,49 @@ def n_best_lists(texts, log_probs) -> list[list[tuple[str, float]]]:
     ]
 
 
+def one_line(text: str) -> str:
+    """``text`` with each carriage return and line feed made a space: one line of output.
+
+    A translation written a line a sentence must hold no line break, or every
+    line after it would be misaligned with its input.
+
+    Args:
+        text: a translation.
+
+    Returns:
+        ``text`` with each ``"\\r"`` and ``"\\n"`` replaced by ``" "``.
+
+    Example:
+        >>> one_line("two\\nlines")
+        'two lines'
+    """
+    return text.translate(_LINE_BREAKS)
+
+
+def n_best_moses(index: int, hypotheses: Iterable[tuple[str, float]]) -> str:
+    """A sentence's n-best list in the Moses format, ``INDEX ||| TEXT ||| LOG_PROB`` a line.
+
+    The format ``python -m export.translate --n-best`` and ``translate_corpus``
+    write: the log-probability to four decimals, each text on one line
+    (``one_line``).
+
+    Args:
+        index: the sentence's line number, from 0.
+        hypotheses: its ``(text, log_prob)`` pairs, best first (an item of
+            ``Translator.n_best``).
+
+    Returns:
+        One line a hypothesis, each ending with ``"\\n"``.
+
+    Example:
+        >>> n_best_moses(7, [("ein Hund", -1.25), ("", 0.0)])
+        '7 ||| ein Hund ||| -1.2500\\n7 |||  ||| 0.0000\\n'
+    """
+    return "".join(
+        f"{index} ||| {one_line(text)} ||| {log_prob:.4f}\n" for text, log_prob in hypotheses
+    )
+
+
 def _check_pairs(name: str, first: Sequence, second: Sequence | None, other: str) -> None:
     """A ``ValueError`` unless ``second`` is ``None`` or as long as ``first``."""
     if second is not None and len(second) != len(first):
@@ -258,12 +306,12 @@ class Translator(tf.Module):
     batch of many sentences decodes as ``decode_parts`` parts side by side
     (``decoding.decode_in_parts``). Every method sorts its sentences by
     length and batches them by a token budget (``token_batches``);
-    ``translate_iterable`` does so a window of lines at a time, for files. A
-    sentence gives the same answer in any batch. ``jit_compile=True``
-    compiles ``translate`` (without prefixes) by the static-shape decoders
-    with XLA instead: each source length is padded to a multiple of
-    ``length_bucket`` and each batch to the rows its bucket may hold
-    (``decoding.pad_for_xla``, ``batch_capacity``), so a file costs one
+    ``translate_iterable``, ``n_best_iterable`` and ``sample_iterable`` do so a
+    window of lines at a time, for files. A sentence gives the same answer in
+    any batch. ``jit_compile=True`` compiles ``translate`` (without prefixes)
+    by the static-shape decoders with XLA instead: each source length is
+    padded to a multiple of ``length_bucket`` and each batch to the rows its
+    bucket may hold (``decoding.pad_for_xla``, ``batch_capacity``), so a file costs one
     compilation per length bucket and then decodes faster; translations are
     the same. ``Translator.from_saved_model(path)`` gives a translator with
     the same methods over an export's signatures.
@@ -334,6 +382,25 @@ class Translator(tf.Module):
     def beam_size(self) -> int:
         """The beam size: 1 for greedy decoding."""
         return self.options.beam_size
+
+    def _identity(self) -> dict:
+        """What makes this translator's answers, as JSON values: ``model`` (a digest of the
+        weights and tokenizers, the compute dtype, the source cut) and ``search`` (the
+        ``DecodeOptions``). ``translate_corpus`` resumes a file only under the same."""
+        digest = hashlib.blake2b(digest_size=16)
+        for weight in self.model.weights:
+            value = np.ascontiguousarray(weight.numpy())
+            digest.update(f"{weight.path}:{value.dtype}:{value.shape};".encode())
+            digest.update(value.tobytes())
+        for tokenizer in (self.src_tokenizer, self.tgt_tokenizer):
+            digest.update(bytes(tokenizer.model_bytes))
+            digest.update(repr(getattr(tokenizer, "vocabulary", None)).encode())
+        model = {
+            "weights_and_tokenizers": digest.hexdigest(),
+            "compute_dtype": str(self.model.compute_dtype),
+            "max_src_length": self.max_src_length,
+        }
+        return {"model": model, "search": dataclasses.asdict(self.options)}
 
     @classmethod
     def from_workdir(
@@ -560,10 +627,11 @@ class Translator(tf.Module):
             ValueError: ``n`` is below 1 or above the beam size, or a batching
                 option is below 1.
         """
-        self._check_n(n)
-        check_batching(batch_tokens, batch_size)
-        run = functools.partial(self._n_best_rows, n=n)
-        return self._run(sentences, None, run, batch_size, progress, batch_tokens, None)
+        return list(
+            self.n_best_iterable(
+                sentences, n, batch_size, progress, batch_tokens=batch_tokens, window=None
+            )
+        )
 
     def score(
         self,
@@ -635,11 +703,19 @@ class Translator(tf.Module):
             ValueError: a parameter is out of range (named), or a batching
                 option is below 1.
         """
-        check_sampling(top_k, top_p, temperature)
-        check_batching(batch_tokens, batch_size)
-        params = (int(top_k), float(top_p), float(temperature), int(seed))
-        run = functools.partial(self._sample_rows, params=params)
-        return self._run(sentences, None, run, batch_size, progress, batch_tokens, None)
+        return list(
+            self.sample_iterable(
+                sentences,
+                top_k=top_k,
+                top_p=top_p,
+                temperature=temperature,
+                seed=seed,
+                batch_size=batch_size,
+                progress=progress,
+                batch_tokens=batch_tokens,
+                window=None,
+            )
+        )
 
     def translate_iterable(
         self,
@@ -650,6 +726,7 @@ class Translator(tf.Module):
         batch_tokens: int | None = BATCH_TOKENS,
         window: int | None = WINDOW,
         total: int | None = None,
+        initial: int = 0,
     ) -> Iterator[str]:
         """The translations of ``lines`` as an iterator, reading ``window`` lines at a time.
 
@@ -669,6 +746,8 @@ class Translator(tf.Module):
             window: the lines read, sorted and batched at a time (``None``: all).
             total: the lines to expect, for the progress bar (default:
                 ``len(lines)`` where ``lines`` has one).
+            initial: where the progress bar starts: the lines of a file translated
+                before ``lines`` (a resumed run; ``total`` counts them too).
 
         Returns:
             An iterator of one translation a line, in input order.
@@ -677,14 +756,94 @@ class Translator(tf.Module):
             ValueError: a batching option is below 1 (when called, not when iterated).
         """
         check_batching(batch_tokens, batch_size, window)
+        return self._iterate(
+            lines, self._best_rows, batch_size, progress, batch_tokens, window, total, initial
+        )
+
+    def n_best_iterable(
+        self,
+        lines: Iterable[str],
+        n: int,
+        batch_size: int | None = None,
+        progress: bool = False,
+        *,
+        batch_tokens: int | None = BATCH_TOKENS,
+        window: int | None = WINDOW,
+        total: int | None = None,
+        initial: int = 0,
+    ) -> Iterator[list[tuple[str, float]]]:
+        """The n-best lists of ``lines`` as an iterator, reading ``window`` lines at a time.
+
+        ``n_best`` a window at a time, as ``translate_iterable`` streams ``translate``.
+
+        Args:
+            lines: the source sentences.
+            n: the most hypotheses a sentence, at most the beam size.
+            batch_size, progress, batch_tokens, window, total, initial: as for
+                ``translate_iterable``.
+
+        Returns:
+            An iterator of one list a line of up to ``n`` ``(text, log_prob)``
+            pairs, best first, in input order (as ``n_best``).
+
+        Raises:
+            ValueError: ``n`` is below 1 or above the beam size, or a batching
+                option is below 1 (when called, not when iterated).
+        """
+        self._check_n(n)
+        check_batching(batch_tokens, batch_size, window)
+        run = functools.partial(self._n_best_rows, n=n)
+        return self._iterate(lines, run, batch_size, progress, batch_tokens, window, total, initial)
+
+    def sample_iterable(
+        self,
+        lines: Iterable[str],
+        *,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        temperature: float = 1.0,
+        seed: int = 0,
+        batch_size: int | None = None,
+        progress: bool = False,
+        batch_tokens: int | None = BATCH_TOKENS,
+        window: int | None = WINDOW,
+        total: int | None = None,
+        initial: int = 0,
+    ) -> Iterator[str]:
+        """Samples of ``lines``' translations as an iterator, reading ``window`` lines at a time.
+
+        ``sample`` a window at a time, as ``translate_iterable`` streams
+        ``translate``: a line's sample depends on the seed and the line alone.
+
+        Args:
+            lines: the source sentences.
+            top_k, top_p, temperature, seed: as for ``sample``.
+            batch_size, progress, batch_tokens, window, total, initial: as for
+                ``translate_iterable``.
+
+        Returns:
+            An iterator of one sample a line, in input order.
+
+        Raises:
+            ValueError: a sampling parameter is out of range (named), or a
+                batching option is below 1 (when called, not when iterated).
+        """
+        check_sampling(top_k, top_p, temperature)
+        check_batching(batch_tokens, batch_size, window)
+        params = (int(top_k), float(top_p), float(temperature), int(seed))
+        run = functools.partial(self._sample_rows, params=params)
+        return self._iterate(lines, run, batch_size, progress, batch_tokens, window, total, initial)
+
+    # --- batching ---------------------------------------------------------------------
+
+    def _iterate(
+        self, lines, run, batch_size, progress, batch_tokens, window, total, initial
+    ) -> Iterator:
+        """``_stream`` over ``lines`` without extras; ``total`` defaults to ``len(lines)``."""
         if total is None and isinstance(lines, Sized):
             total = len(lines)
         items = ((line, None) for line in lines)
-        return self._stream(
-            items, self._best_rows, batch_size, progress, batch_tokens, window, total
-        )
-
-    # --- batching ---------------------------------------------------------------------
+        return self._stream(items, run, batch_size, progress, batch_tokens, window, total, initial)
 
     def _run(self, texts, extras, run, batch_size, progress, batch_tokens, window) -> list:
         """``_stream`` over ``texts`` with their ``extras`` (``None``: none), as a list."""
@@ -693,11 +852,15 @@ class Translator(tf.Module):
             self._stream(items, run, batch_size, progress, batch_tokens, window, len(texts))
         )
 
-    def _stream(self, items, run, batch_size, progress, batch_tokens, window, total) -> Iterator:
+    def _stream(
+        self, items, run, batch_size, progress, batch_tokens, window, total, initial=0
+    ) -> Iterator:
         """``run(prepared, extras, rows, capacity)`` over ``(text, extra)`` items, a window
-        sorted and batched at a time, the answers in input order."""
+        sorted and batched at a time, the answers in input order; the progress bar (if
+        any) starts at ``initial``."""
         items = iter(items)
-        with progress_bar(progress, total=total, desc="translating", unit="sent") as bar:
+        bar = progress_bar(progress, total=total, desc="translating", unit="sent", initial=initial)
+        with bar:
             while chunk := list(itertools.islice(items, window)):
                 lengths, prepared = self._prepare([text for text, _ in chunk])
                 extras = [extra for _, extra in chunk]
@@ -859,6 +1022,17 @@ class _SavedModelTranslator(Translator):
     @property
     def beam_size(self) -> int:
         return self._beam_size
+
+    def _identity(self) -> dict:
+        """The export (its version folder, and its graph's and variables' sizes and times)
+        and the beam size: see ``Translator._identity``."""
+        files = {}
+        for name in ("saved_model.pb", "variables/variables.index"):
+            if (self.path / name).is_file():
+                stat = (self.path / name).stat()
+                files[name] = [stat.st_size, stat.st_mtime_ns]
+        model = {"saved_model": str(self.path.resolve()), "files": files}
+        return {"model": model, "search": {"beam_size": self.beam_size}}
 
     def _signature_of(self, name: str):
         """The export's signature ``name``; an export made before it has none: one line."""

@@ -116,6 +116,57 @@ def existing_path(prog: str, path: Path, what: str, hint: str = "") -> None:
 
 
 WORKDIR_HINT = "train one with python -m training.train --config C --workdir W"
+# Translator.sample's parameters, as --top-k, --top-p, --temperature and --seed.
+SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
+
+
+def add_model_source(parser: argparse.ArgumentParser) -> None:
+    """``--model SAVEDMODEL`` or ``--workdir W``, one of them required (``check_model_source``)."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument(
+        "--model",
+        type=Path,
+        help="an export version folder (exports/demo/1) or the folder above it",
+    )
+    group.add_argument("--workdir", type=Path, help="a training.train workdir")
+
+
+def check_model_source(prog: str, args: argparse.Namespace) -> None:
+    """Fail unless the ``--workdir`` or ``--model`` given exists (``existing_path``)."""
+    if args.workdir is not None:
+        existing_path(prog, args.workdir, "workdir", WORKDIR_HINT)
+    else:
+        existing_path(prog, args.model, "SavedModel")
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--sample`` and its parameters ``--top-k``, ``--top-p``, ``--temperature``, ``--seed``
+    (``None`` when not given: ``sampling_parameters``)."""
+    parser.add_argument(
+        "--sample", action="store_true", help="sample each translation instead of searching"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="--sample among the K likeliest tokens (0: all)"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=None, help="--sample in the nucleus of this probability"
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="--sample at this temperature (1)"
+    )
+    parser.add_argument("--seed", type=int, default=None, help="--sample's seed (0)")
+
+
+def sampling_parameters(parser: ArgumentParser, args: argparse.Namespace) -> dict:
+    """The sampling parameters given, by ``Translator.sample``'s names (the library's
+    defaults stand for the others); a parameter given without ``--sample`` is a usage error."""
+    given = {
+        flag: getattr(args, flag) for flag in SAMPLING_FLAGS if getattr(args, flag) is not None
+    }
+    for flag in given:
+        if not args.sample:
+            parser.error(f"--{flag.replace('_', '-')} needs --sample")
+    return given
 
 
 def run(

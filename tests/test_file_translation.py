@@ -82,15 +82,16 @@ def test_bad_options_are_refused_when_called(translator):
 def test_the_program_defaults_are_the_librarys_and_it_counts_a_files_lines(tmp_path):
     from export import translate as program
     from keras_transformer import translate
+    from keras_transformer.corpus import lines_in
 
     assert (program.BATCH_TOKENS, program.WINDOW) == (translate.BATCH_TOKENS, translate.WINDOW)
     path = tmp_path / "input.txt"
     for text, lines in [("a\n\nb\n", 3), ("a\nb", 2), ("", 0), ("\n", 1)]:
         path.write_text(text)
         with open(path) as stream:
-            assert program.lines_in(stream) == lines
+            assert lines_in(stream) == lines
             assert stream.read() == text  # counted without moving the offset
     read, write = os.pipe()
     with os.fdopen(read) as pipe:
         os.close(write)
-        assert program.lines_in(pipe) is None
+        assert lines_in(pipe) is None

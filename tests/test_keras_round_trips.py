@@ -458,6 +458,8 @@ NOT_KERAS_OBJECTS = {
     "MarianSubwordTokenizer",
     "load_marian_tokenizers",  # a tf.Module and its loader: Marian's own files
     "Translator",  # translates with a model or an export; not saved by Keras
+    "translate_corpus",
+    "CorpusTranslation",  # translates a file with a Translator, and what it did
     "TrainedModel",
     "Workdir",
     "WorkdirError",  # a run's files and a model with its tokenizers

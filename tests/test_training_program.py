@@ -951,6 +951,23 @@ def test_time_budget_counts_the_time_before_a_restart(monkeypatch, tmp_path):
     assert fresh.get_state() == {"seconds": 0, "epoch_seconds": 0}
 
 
+def test_without_a_budget_the_time_is_counted_across_restarts(monkeypatch):
+    """``max_minutes: null``: nothing stops, and ``seconds`` (``metrics.json``'s
+    ``train_seconds``) still goes on from the time a backup recorded."""
+    from training import callbacks
+
+    clock = [1000.0]
+    monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
+    counter = callbacks.TimeBudget(None)
+    counter.set_model(type("FakeModel", (), {"stop_training": False})())
+    counter.set_state({"seconds": 3000.0, "epoch_seconds": 100.0})  # the backup's
+    clock[0] += 40
+    logs = {}
+    counter.on_epoch_end(7, logs)
+    assert logs["epoch_seconds"] == 140 and not counter.model.stop_training
+    assert counter.seconds() == 3040
+
+
 def test_custom_loop_honours_stop_training():
     import keras
     import numpy as np

@@ -579,7 +579,8 @@ class TimeBudget(keras.callbacks.Callback):
     """Stops training at the end of the last epoch that fits in ``minutes`` of
     training time, counted over all the run's processes (a resumed run goes on
     with the time its backup recorded), so a recipe can promise "at most N
-    minutes" on any machine.
+    minutes" on any machine. With ``minutes=None`` it only counts the time
+    (``seconds``), for the run's ``metrics.json``.
 
     The clock starts when the callback is created (just before training);
     ``set_state`` (a backup's, ``TrainingBackup.track``) moves it back by the
@@ -591,14 +592,18 @@ class TimeBudget(keras.callbacks.Callback):
     time is counted.
     """
 
-    def __init__(self, minutes: float):
+    def __init__(self, minutes: float | None):
         super().__init__()
-        if minutes <= 0:
+        if minutes is not None and minutes <= 0:
             raise ValueError(
                 f"training.max_minutes must be > 0 (or null for no limit), got {minutes}."
             )
-        self.budget = 60.0 * minutes
+        self.budget = None if minutes is None else 60.0 * minutes
         self.started = self.last_end = time.time()
+
+    def seconds(self) -> float:
+        """The training time used so far, over all the run's processes."""
+        return time.time() - self.started
 
     def get_state(self) -> dict:
         """The seconds used so far, and those of them in the epoch under way."""
@@ -614,9 +619,12 @@ class TimeBudget(keras.callbacks.Callback):
         used = float(state.get("seconds", 0.0))
         self.started -= used  # this process's seconds so far count too
         self.last_end -= min(used, float(state.get("epoch_seconds", 0.0)))
-        log.info(
-            "time budget: %.1f of %.1f min used before this restart", used / 60, self.budget / 60
-        )
+        if self.budget is not None:
+            log.info(
+                "time budget: %.1f of %.1f min used before this restart",
+                used / 60,
+                self.budget / 60,
+            )
 
     def on_epoch_end(self, epoch, logs=None):
         now = time.time()
@@ -624,7 +632,7 @@ class TimeBudget(keras.callbacks.Callback):
         if logs is not None:
             logs["epoch_seconds"] = round(seconds, 1)
         elapsed = now - self.started
-        if elapsed + seconds > self.budget:
+        if self.budget is not None and elapsed + seconds > self.budget:
             log.info(
                 "time budget: %.1f of %.1f min used, another epoch would not fit; stopping after "
                 "epoch %d",

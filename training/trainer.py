@@ -1054,16 +1054,15 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         backup.track("early_stopping", stopper)
         epoch_callbacks.append(stopper)
     epoch_callbacks.append(keeper)
-    if train_options["max_minutes"]:
-        budget = TimeBudget(train_options["max_minutes"])
-        backup.track("time_budget", budget)  # the time used goes on across restarts
-        epoch_callbacks.append(budget)  # last: counts the others' time
+    # Without max_minutes it only counts: the time used goes on across restarts either way.
+    budget = TimeBudget(train_options["max_minutes"] or None)
+    backup.track("time_budget", budget)
+    epoch_callbacks.append(budget)  # last: counts the others' time
 
-    fit_started = time.time()
     history = train_model(
         model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks, backup
     )
-    train_seconds = time.time() - fit_started
+    train_seconds = budget.seconds()
 
     metrics: dict[str, Any] = {
         **(
