@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
+.PHONY: install demo multi30k tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,69 @@ tatoeba: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(TATOEBA_RUN) \
 	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000
 	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA),valid)
+
+# Sequence-level knowledge distillation (Kim & Rush 2016) into a student for a device
+# (docs/training.md, "Distillation"). The teacher (TEACHER: a finished Multi30k run) translates
+# $(M30K)/train.src with beam M30K_BEAM, α M30K_ALPHA (its SavedModel: exported first if it has
+# none); the student (STUDENT_CONFIG: training/configs/student.yaml, or a YAML path) trains twice
+# with one seed for STUDENT_MINUTES: on the references (student_ref) and on those translations
+# (student_kd; valid and test stay the human references). The students are exported to int8
+# TFLite (student_ref to float as well) and scored greedy in LiteRT, one thread, batch 1, beside
+# the teacher's SavedModel (beam) and float TFLite, on test2016 and on FLICKR2017.src/.tgt where
+# they exist; benchmarks/distill_report.py writes DISTILL_RUN/distill.json and distill.md. Each
+# step is skipped when its output is there: a re-run goes on where the last one stopped.
+TEACHER ?= $(M30K_RUN)
+DISTILL_RUN ?= runs/distill
+STUDENT_CONFIG ?= student
+STUDENT_MINUTES ?= 25
+FLICKR2017 ?= $(M30K)/test2017
+DISTILL_SETS = $(M30K)/test $(if $(wildcard $(FLICKR2017).src),$(FLICKR2017))
+define newline
+
+
+endef
+# $(call distill_score,NAME,MODEL OPTIONS): training.evaluate MODEL OPTIONS on each of
+# DISTILL_SETS, into DISTILL_RUN/scores/NAME.SET.json where that is not there yet.
+distill_score = $(foreach set,$(DISTILL_SETS),test -f $(DISTILL_RUN)/scores/$(1).$(notdir $(set)).json \
+  || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate $(2) --src $(set).src \
+  --ref $(set).tgt --out $(DISTILL_RUN)/scores/$(1).$(notdir $(set)).json$(newline))
+# $(call distill_student,NAME,DATA): train the student on DATA into DISTILL_RUN/NAME, export it
+# to int8 TFLite (DISTILL_RUN/NAME.int8.tflite) and score that.
+define distill_student
+	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
+	  training.train --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
+	  --set training.max_minutes=$(STUDENT_MINUTES)
+	test -f $(DISTILL_RUN)/$(1).int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
+	  export.tflite --workdir $(DISTILL_RUN)/$(1) --out $(DISTILL_RUN)/$(1).int8.tflite \
+	  --quantize dynamic
+	$(call distill_score,$(1).int8,--tflite $(DISTILL_RUN)/$(1).int8.tflite \
+	  --workdir $(DISTILL_RUN)/$(1))
+endef
+distill: $(STAMP)
+	@test -f $(M30K)/train.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
+	@test -f $(TEACHER)/model.keras || { \
+	  echo "$(TEACHER) holds no trained teacher: run make multi30k, or set TEACHER"; exit 1; }
+	mkdir -p $(DISTILL_RUN)/data $(DISTILL_RUN)/scores
+	test -d $(TEACHER)/export/1 || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model \
+	  --workdir $(TEACHER) --out $(TEACHER)/export --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA)
+	$(call distill_score,teacher.saved_model,--saved-model $(TEACHER)/export/1)
+	test -f $(DISTILL_RUN)/teacher.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.tflite \
+	  --workdir $(TEACHER) --out $(DISTILL_RUN)/teacher.tflite
+	$(call distill_score,teacher,--tflite $(DISTILL_RUN)/teacher.tflite --workdir $(TEACHER))
+	$(foreach file,train.src valid.src valid.tgt test.src test.tgt,test -L \
+	  $(DISTILL_RUN)/data/$(file) || ln -s $(abspath $(M30K))/$(file) $(DISTILL_RUN)/data/$(file)$(newline))
+	test "$$(grep -c '' $(DISTILL_RUN)/data/train.tgt 2>/dev/null)" = \
+	  "$$(grep -c '' $(M30K)/train.src)" || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
+	  export.translate_corpus --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
+	  --src $(M30K)/train.src --out $(DISTILL_RUN)/data/train.tgt
+	$(call distill_student,student_ref,$(M30K))
+	test -f $(DISTILL_RUN)/student_ref.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.tflite \
+	  --workdir $(DISTILL_RUN)/student_ref --out $(DISTILL_RUN)/student_ref.tflite
+	$(call distill_score,student_ref,--tflite $(DISTILL_RUN)/student_ref.tflite \
+	  --workdir $(DISTILL_RUN)/student_ref)
+	$(call distill_student,student_kd,$(DISTILL_RUN)/data)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m benchmarks.distill_report --run $(DISTILL_RUN) \
+	  --teacher $(TEACHER)
 
 # Default suite: tiny models, seconds per test (CI runs this), in TEST_WORKERS processes
 # (pytest-xdist), each test module in one of them so that its fixtures are built once; more

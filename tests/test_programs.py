@@ -25,6 +25,7 @@ PROGRAMS = [
     "export.tflite",
     "export.ctranslate2",
     "export.client",
+    "benchmarks.distill_report",
 ]
 # What a user's shell has: no TF_CPP_MIN_LOG_LEVEL, so TensorFlow's start-up notices would show.
 USER_ENV = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
@@ -77,6 +78,47 @@ BAD_INVOCATIONS = {
         f"{MISSING}.src",
         "--ref",
         f"{MISSING}.tgt",
+    ],
+    "evaluate a .tflite without its workdir": [
+        "training.evaluate",
+        "--tflite",
+        f"{MISSING}.tflite",
+        "--src",
+        f"{MISSING}.src",
+        "--ref",
+        f"{MISSING}.tgt",
+    ],
+    "evaluate a .tflite with a beam": [
+        "training.evaluate",
+        "--tflite",
+        f"{MISSING}.tflite",
+        "--workdir",
+        MISSING,
+        "--beam",
+        "4",
+        "--src",
+        f"{MISSING}.src",
+        "--ref",
+        f"{MISSING}.tgt",
+    ],
+    "evaluate a missing .tflite": [
+        "training.evaluate",
+        "--tflite",
+        f"{MISSING}.tflite",
+        "--workdir",
+        MISSING,
+        "--src",
+        f"{MISSING}.src",
+        "--ref",
+        f"{MISSING}.tgt",
+    ],
+    "evaluate with no model": ["training.evaluate", "--src", "s.src", "--ref", "s.tgt"],
+    "report a missing distillation run": [
+        "benchmarks.distill_report",
+        "--run",
+        MISSING,
+        "--teacher",
+        MISSING,
     ],
     "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],
     "translate with a missing model": ["export.translate", "--model", MISSING, "hello"],
@@ -292,7 +334,7 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
 
 def test_errors_name_the_problem():
     assert (
-        "use one of ['base', 'big', 'demo', 'multi30k', 'wmt14_ende']"
+        "use one of ['base', 'big', 'demo', 'multi30k', 'student', 'wmt14_ende']"
         in _program(BAD_INVOCATIONS["unknown config"], None).stderr
     )
     assert "no key 'no_such_key'" in _program(BAD_INVOCATIONS["unknown --set key"], None).stderr

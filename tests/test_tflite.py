@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from tflite_ops import op_names
 
 pytestmark = pytest.mark.programs
 
@@ -39,23 +40,6 @@ def trained(tiny_workdir):
     return path, model, tf.cast(ids, tf.int32).numpy()
 
 
-def _op_names(flatbuffer: bytes) -> tuple[set, set]:
-    from tensorflow.lite.python import schema_py_generated as schema
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    model = flatbuffer_utils.read_model_from_bytearray(bytearray(flatbuffer))
-    builtin_names = {v: k for k, v in vars(schema.BuiltinOperator).items() if not k.startswith("_")}
-    builtins, customs = set(), set()
-    for code in model.operatorCodes:
-        if code.customCode:
-            customs.add(
-                code.customCode.decode() if isinstance(code.customCode, bytes) else code.customCode
-            )
-        else:
-            builtins.add(builtin_names[max(code.builtinCode, code.deprecatedBuiltinCode)])
-    return builtins, customs
-
-
 def _run(flatbuffer: bytes, ids: np.ndarray) -> np.ndarray:
     from ai_edge_litert.interpreter import Interpreter
 
@@ -82,7 +66,7 @@ def float_model(trained):
 
 
 def test_builtin_ops_only(float_model):
-    builtins, customs = _op_names(float_model)
+    builtins, customs = op_names(float_model)
     assert not customs, f"custom/Flex ops: {customs}"
     assert "WHILE" in builtins
 
@@ -107,12 +91,63 @@ def test_litert_interpreter_matches_the_saved_models_greedy_ids(trained, float_m
         np.testing.assert_array_equal(row_lite[:stop], row_served[:stop])
 
 
+def test_litert_translator_reads_text_as_the_translator_and_times_the_model(
+    trained, float_model, tmp_path
+):
+    """``LiteRTTranslator``: the file's ids for the sentences as ``encode_sources`` gives them,
+    detokenized as ``Translator`` does; a blank sentence is ``""``; the interpreter's time."""
+    from keras_transformer import Workdir
+    from keras_transformer.exporters import LiteRTTranslator
+
+    path, model, ids = trained
+    file = tmp_path / "model.tflite"
+    file.write_bytes(float_model)
+    translator = LiteRTTranslator.from_workdir(file, path)
+    assert (translator.max_src_length, translator.num_threads) == (MAX_SRC, 1)
+    assert translator.size_bytes == len(float_model)
+    np.testing.assert_array_equal(translator.encode(SENTENCES), ids)
+    result = translator.run([*SENTENCES, " \t "])
+    want = _reference(model, ids)
+    np.testing.assert_array_equal(result.target_ids[: len(SENTENCES)], want)
+    _, tgt_tokenizer = Workdir(path).load_tokenizers()
+    texts = [text.decode() for text in tgt_tokenizer.detokenize(want).numpy()]
+    assert result.texts == [*texts, ""]
+    assert result.seconds > 0 and result.ms_per_sentence == pytest.approx(1000 * result.seconds / 6)
+    assert translator.translate(SENTENCES[:2]) == texts[:2]
+
+
+def test_litert_translator_refuses_what_it_cannot_run(trained, tmp_path):
+    from keras_transformer import Workdir
+    from keras_transformer.exporters import LiteRTTranslator
+
+    path, _, _ = trained
+    src, tgt = Workdir(path).load_tokenizers()
+    with pytest.raises(ValueError, match="No .tflite file"):
+        LiteRTTranslator(tmp_path / "missing.tflite", src, tgt)
+    (tmp_path / "some.tflite").write_bytes(b"")
+    with pytest.raises(ValueError, match="num_threads must be >= 1"):
+        LiteRTTranslator(tmp_path / "some.tflite", src, tgt, num_threads=0)
+
+    class Doubler(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([1, 4], tf.int32, name="x")])
+        def double(self, x):
+            return {"y": 2 * x}
+
+    module = Doubler()
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [module.double.get_concrete_function()], module
+    )
+    (tmp_path / "other.tflite").write_bytes(converter.convert())
+    with pytest.raises(ValueError, match="not a translator of export_tflite"):
+        LiteRTTranslator(tmp_path / "other.tflite", src, tgt)
+
+
 def test_dynamic_range_quantization_differs_only_at_near_ties(trained, float_model):
     from keras_transformer.exporters.tflite import convert
 
     _, model, ids = trained
     quantized = convert(model, MAX_SRC, MAX_TGT, quantize="dynamic")
-    assert not _op_names(quantized)[1]
+    assert not op_names(quantized)[1]
     assert len(quantized) < 0.5 * len(float_model)
     # The fixture's model is trained for 60 steps: its next-token distributions
     # are flat, so int8 rounding may flip near-ties and whole greedy outputs

@@ -1196,7 +1196,7 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
         trainer.datasets(config, corpus, src_tok, tgt_tok)
 
 
-@pytest.mark.parametrize("name", ["demo", "multi30k", "base", "big", "wmt14_ende"])
+@pytest.mark.parametrize("name", ["demo", "multi30k", "student", "base", "big", "wmt14_ende"])
 def test_shipped_configs_build_valid_models(name):
     import keras_transformer as kt
 

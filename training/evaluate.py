@@ -2,11 +2,18 @@
 
     python -m training.evaluate --workdir DIR --src FILE --ref FILE [--beam 4]
     python -m training.evaluate --saved-model EXPORT_DIR/1 --src FILE --ref FILE
+    python -m training.evaluate --tflite FILE --workdir DIR --src FILE --ref FILE [--threads 1]
 
 Greedy or beam decoding; BLEU and chrF with sacrebleu (cased, 13a,
 detokenized) and exact match, printed and written to ``--out``. A workdir is
 translated by ``keras_transformer.Translator.from_workdir``, a SavedModel by
-``Translator.from_saved_model`` (its signatures, as TF Serving runs them).
+``Translator.from_saved_model`` (its signatures, as TF Serving runs them), a
+``.tflite`` file of ``python -m export.tflite`` by
+``keras_transformer.exporters.LiteRTTranslator`` (LiteRT, ``--threads`` CPU
+threads, one sentence at a time, greedy; ``--workdir`` is the run it was
+exported from, for its tokenizers): its JSON adds the file's size and the
+interpreter's milliseconds a sentence (tokenizing outside the time, after one
+untimed warm-up sentence).
 """
 
 from __future__ import annotations
@@ -30,12 +37,20 @@ PROG = "python -m training.evaluate"
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    model_source = parser.add_mutually_exclusive_group(required=True)
-    model_source.add_argument("--workdir", type=Path, help="a training.train workdir")
+    model_source = parser.add_mutually_exclusive_group()
+    model_source.add_argument(
+        "--workdir", type=Path, help="a training.train workdir (with --tflite: its tokenizers)"
+    )
     model_source.add_argument(
         "--saved-model",
         type=Path,
         help="an export version folder (exports/NAME/1) or the folder above it",
+    )
+    parser.add_argument(
+        "--tflite", type=Path, default=None, help="a .tflite file of python -m export.tflite"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="--tflite: LiteRT's CPU threads (default 1)"
     )
     parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
     parser.add_argument("--ref", required=True, type=Path, help="reference translations, aligned")
@@ -58,7 +73,8 @@ def parse_args(argv=None):
         "--out",
         type=Path,
         default=None,
-        help="JSON output (default WORKDIR/eval.json or SAVED_MODEL/../eval.json)",
+        help="JSON output (default WORKDIR/eval.json, SAVED_MODEL/../eval.json or "
+        "TFLITE without .tflite + .eval.json)",
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
@@ -72,6 +88,18 @@ def parse_args(argv=None):
         parser.error(f"--beam must be >= 1 (1 = greedy), got {args.beam}")
     if args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    if args.tflite is not None:
+        if args.workdir is None:
+            parser.error("--tflite needs --workdir, the run it was exported from (its tokenizers)")
+        if args.beam not in (None, 1):
+            parser.error(
+                f"--tflite decodes greedy (the decoding is inside the file): --beam {args.beam}"
+            )
+        existing_file(PROG, args.tflite, "--tflite")
+    elif args.workdir is None and args.saved_model is None:
+        parser.error("give one of --workdir, --saved-model or --tflite with --workdir")
     if args.workdir is not None:
         existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     else:
@@ -85,17 +113,27 @@ def main(argv=None) -> int:
     setup_logging()
     args = parse_args(argv)
 
-    def evaluate() -> int:
-        from keras_transformer.data import PairSource
-        from keras_transformer.files import write_text_atomically
-        from keras_transformer.hardware import cpu_record
+    def translate(sources: list[str]) -> tuple[list[str], dict, Path]:
+        """The translations, what the JSON says of the model and decoding, the default --out."""
         from keras_transformer.translate import Translator
-        from training.scoring import score_translations
 
-        text = PairSource.from_text_files(args.src, args.ref).read()
+        if args.tflite:
+            from keras_transformer.exporters import LiteRTTranslator
+
+            lite = LiteRTTranslator.from_workdir(args.tflite, args.workdir, args.threads)
+            result = lite.run(sources, progress=True)
+            about = {
+                "decoding": "greedy",
+                "tflite": str(args.tflite),
+                "size_bytes": lite.size_bytes,
+                "threads": lite.num_threads,
+                "seconds": round(result.seconds, 3),
+                "ms_per_sentence": round(result.ms_per_sentence, 3),
+            }
+            return result.texts, about, args.tflite.with_name(args.tflite.stem + ".eval.json")
         if args.saved_model:
             translator = Translator.from_saved_model(args.saved_model, beam_size=args.beam)
-            out = args.out or translator.path.parent / "eval.json"
+            out = translator.path.parent / "eval.json"
         else:
             translator = Translator.from_workdir(
                 args.workdir,
@@ -104,16 +142,22 @@ def main(argv=None) -> int:
                 stopping=args.stopping,
                 precision=args.precision,
             )
-            out = args.out or args.workdir / "eval.json"
-        hypotheses = translator.translate(
-            list(text.sources), batch_size=args.batch_size, progress=True
-        )
-        scores = score_translations(hypotheses, list(text.targets))
+            out = args.workdir / "eval.json"
+        hypotheses = translator.translate(sources, batch_size=args.batch_size, progress=True)
         decoding = "greedy" if translator.beam_size == 1 else f"beam{translator.beam_size}"
-        scores.update(
-            {"src": str(args.src), "ref": str(args.ref), "decoding": decoding, "cpu": cpu_record()}
-        )
-        write_text_atomically(out, json.dumps(scores, indent=2))
+        return hypotheses, {"decoding": decoding}, out
+
+    def evaluate() -> int:
+        from keras_transformer.data import PairSource
+        from keras_transformer.files import write_text_atomically
+        from keras_transformer.hardware import cpu_record
+        from training.scoring import score_translations
+
+        text = PairSource.from_text_files(args.src, args.ref).read()
+        hypotheses, about, out = translate(list(text.sources))
+        scores = score_translations(hypotheses, list(text.targets))
+        scores.update({"src": str(args.src), "ref": str(args.ref), **about, "cpu": cpu_record()})
+        write_text_atomically(args.out or out, json.dumps(scores, indent=2))
         print(json.dumps(scores, indent=2))
         return 0
 

@@ -9,11 +9,17 @@ Each takes a ``TrainedModel``, a ``Workdir`` or a workdir path.
   imported on first use.
 
 ``ExportedTranslator`` and ``TFLiteTranslator`` are the ``tf.Module`` objects the
-first two save; ``keras_transformer.Translator.from_saved_model`` translates with an export.
+first two save; ``keras_transformer.Translator.from_saved_model`` translates with an export,
+``LiteRTTranslator`` with a ``.tflite`` file (LiteRT, the ``[tflite]`` extra).
 """
 
 from keras_transformer.exporters.saved_model import ExportedTranslator, export_saved_model
-from keras_transformer.exporters.tflite import TFLiteTranslator, export_tflite
+from keras_transformer.exporters.tflite import (
+    LiteRTRun,
+    LiteRTTranslator,
+    TFLiteTranslator,
+    export_tflite,
+)
 
 
 def __getattr__(name):
@@ -27,6 +33,8 @@ def __getattr__(name):
 __all__ = [
     "ExportedTranslator",
     "KerasTransformerConverter",
+    "LiteRTRun",
+    "LiteRTTranslator",
     "TFLiteTranslator",
     "export_ctranslate2",
     "export_saved_model",

@@ -8,23 +8,30 @@ The model takes token ids for one sentence, ``source_ids`` int32
 inside a ``tf.while_loop`` over a fixed-size KV cache written in place, and
 stops at EOS: no Flex delegate (SELECT_TF_OPS) is needed, so any stock LiteRT
 runtime runs it (``ai_edge_litert.interpreter.Interpreter``, the ``[tflite]``
-extra). Tokenize on the device with the SentencePiece model of the run.
+extra). Tokenize on the device with the SentencePiece model of the run;
+``LiteRTTranslator`` runs such a file on the host, text in and text out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import tempfile
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import tensorflow as tf
 
+from keras_transformer.data.normalize import normalize_whitespace_tf
+from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
 from keras_transformer.exporters.saved_model import attach_model
 from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
-from keras_transformer.workdir import as_trained_model
+from keras_transformer.workdir import Workdir, as_trained_model
 
 log = logging.getLogger(__name__)
 QUANTIZATIONS = ("dynamic",)
@@ -151,3 +158,177 @@ def export_tflite(
         bar.update()
     log.info("wrote %s (%.1f MB)", out, len(flatbuffer) / 1e6)
     return Path(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class LiteRTRun:
+    """What ``LiteRTTranslator.run`` gives: the translations and the time the model took.
+
+    Args:
+        texts: one translation a sentence, in input order.
+        target_ids: the model's output, ``[sentences, max_tgt_length + 1]`` int32 (the
+            target, EOS, then ``pad_id``).
+        seconds: the time spent in the interpreter, every sentence once, one at a time
+            (tokenizing and detokenizing are outside it, as on a device that runs the
+            SentencePiece library beside the model).
+    """
+
+    texts: list[str]
+    target_ids: np.ndarray
+    seconds: float
+
+    @property
+    def ms_per_sentence(self) -> float:
+        """The interpreter's milliseconds a sentence (0.0 for no sentence)."""
+        return 1000.0 * self.seconds / len(self.texts) if self.texts else 0.0
+
+
+class LiteRTTranslator:
+    """Runs a ``.tflite`` translator from ``export_tflite`` in LiteRT: text in, text out.
+
+    The file's only shape is batch 1, so sentences are translated one at a time,
+    greedy (the decoding inside the file). Text is read as ``Translator`` and the
+    SavedModel read it: whitespace normalised, tokenized with the run's source
+    tokenizer (``encode_sources``, cut to the file's ``max_src_length``), and a
+    sentence with nothing left translates to ``""``. The interpreter is
+    ``ai_edge_litert.interpreter.Interpreter`` (the ``[tflite]`` extra).
+
+    Args:
+        path: the ``.tflite`` file.
+        src_tokenizer: the run's source tokenizer (``Workdir.load_tokenizers``).
+        tgt_tokenizer: its target tokenizer.
+        num_threads: the interpreter's CPU threads (1: one core, as a phone app gets).
+
+    Raises:
+        ValueError: there is no file at ``path``, it is not a translator of
+            ``export_tflite`` (no ``source_ids`` → ``target_ids`` signature),
+            ``num_threads`` is below 1, or ``ai_edge_litert`` is not installed.
+
+    Example::
+
+        translator = LiteRTTranslator.from_workdir("demo.tflite", "runs/demo")
+        translator.translate(["the hungry boy sees 3 red cats"])
+    """
+
+    def __init__(self, path: str | os.PathLike, src_tokenizer, tgt_tokenizer, num_threads: int = 1):
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"No .tflite file at {path}: write one with python -m export.tflite.")
+        if int(num_threads) < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}.")
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError as error:
+            raise ValueError(
+                "Running a .tflite file needs LiteRT: pip install 'keras-transformer-nmt[tflite]'."
+            ) from error
+        self.path = path
+        self.num_threads = int(num_threads)
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        interpreter = Interpreter(model_path=str(path), num_threads=self.num_threads)
+        signatures = interpreter.get_signature_list()
+        inputs = signatures.get("serving_default", {}).get("inputs", [])
+        outputs = signatures.get("serving_default", {}).get("outputs", [])
+        if "source_ids" not in inputs or "target_ids" not in outputs:
+            raise ValueError(
+                f"{path} is not a translator of export_tflite: its signatures are {signatures}, "
+                "not serving_default: source_ids -> target_ids."
+            )
+        self._runner = interpreter.get_signature_runner("serving_default")
+        self.max_src_length = int(self._runner.get_input_details()["source_ids"]["shape"][1])
+
+    @classmethod
+    def from_workdir(
+        cls, path: str | os.PathLike, workdir: str | os.PathLike | Workdir, num_threads: int = 1
+    ) -> LiteRTTranslator:
+        """Loads ``path`` with the tokenizers of the run it was exported from.
+
+        Args:
+            path: the ``.tflite`` file.
+            workdir: that run's ``Workdir`` or its path.
+            num_threads: the interpreter's CPU threads.
+
+        Returns:
+            The ``LiteRTTranslator``.
+
+        Raises:
+            WorkdirError: the workdir has no tokenizers.
+            ValueError: as the constructor.
+        """
+        workdir = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
+        src, tgt = workdir.load_tokenizers()
+        return cls(path, src, tgt, num_threads=num_threads)
+
+    @property
+    def size_bytes(self) -> int:
+        """The size of the ``.tflite`` file."""
+        return self.path.stat().st_size
+
+    def encode(self, sentences: Sequence[str]) -> np.ndarray:
+        """Gives the model's input for each sentence, as the training read its sources.
+
+        Args:
+            sentences: the source sentences.
+
+        Returns:
+            ``[sentences, max_src_length]`` int32: each row the subword ids and EOS,
+            padded with the tokenizer's ``pad_id``.
+        """
+        return self._prepare(sentences)[0]
+
+    def _prepare(self, sentences: Sequence[str]) -> tuple[np.ndarray, list[bool]]:
+        """``encode``'s ids, and which sentences are blank once whitespace is normalised."""
+        texts = normalize_whitespace_tf(tf.constant(list(sentences), tf.string))
+        ids = encode_sources(self.src_tokenizer, texts, self.max_src_length)
+        shape = [len(sentences), self.max_src_length]
+        padded = ids.to_tensor(default_value=self.src_tokenizer.pad_id, shape=shape)
+        blank = (tf.strings.length(texts) == 0).numpy().tolist()
+        return tf.cast(padded, tf.int32).numpy(), blank
+
+    def run(
+        self, sentences: Sequence[str], warm_up: bool = True, progress: bool = False
+    ) -> LiteRTRun:
+        """Translates ``sentences`` one at a time and times the interpreter.
+
+        Args:
+            sentences: the source sentences.
+            warm_up: run the first sentence once, untimed, before the timed pass
+                (the interpreter allocates its tensors on the first call).
+            progress: show a progress bar (needs ``tqdm``).
+
+        Returns:
+            A ``LiteRTRun``: the translations, the output ids and the seconds.
+        """
+        ids, blank = self._prepare(sentences)
+        if warm_up and len(ids):
+            self._runner(source_ids=ids[:1])
+        outputs = []
+        seconds = 0.0
+        with progress_bar(progress, total=len(ids), desc="LiteRT", unit="sentence") as bar:
+            for row in ids:
+                started = time.perf_counter()
+                out = self._runner(source_ids=row[np.newaxis])["target_ids"]
+                seconds += time.perf_counter() - started
+                outputs.append(out[0])
+                bar.update()
+        target_ids = np.stack(outputs) if outputs else np.zeros((0, 0), np.int32)
+        return LiteRTRun(self._texts(blank, target_ids), target_ids, seconds)
+
+    def translate(self, sentences: Sequence[str], progress: bool = False) -> list[str]:
+        """Translates ``sentences`` one at a time, greedy.
+
+        Args:
+            sentences: the source sentences.
+            progress: show a progress bar (needs ``tqdm``).
+
+        Returns:
+            One translation a sentence, in input order.
+        """
+        return self.run(sentences, warm_up=False, progress=progress).texts
+
+    def _texts(self, blank: list[bool], target_ids: np.ndarray) -> list[str]:
+        """Detokenized ``target_ids``, ``""`` for a blank source."""
+        if not len(target_ids):
+            return []
+        texts = self.tgt_tokenizer.detokenize(target_ids).numpy()
+        return ["" if empty else text.decode("utf-8") for empty, text in zip(blank, texts)]
