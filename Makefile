@@ -67,7 +67,7 @@ tatoeba: $(STAMP)
 # (docs/training.md, "Distillation"). The teacher (TEACHER: a finished Multi30k run) translates
 # $(M30K)/train.src with beam M30K_BEAM, α M30K_ALPHA (its SavedModel: exported first if it has
 # none); the student (STUDENT_CONFIG: training/configs/student.yaml, or a YAML path) trains twice
-# with one seed for STUDENT_MINUTES: on the references (student_ref) and on those translations
+# with one seed for STUDENT_STEPS updates: on the references (student_ref) and on those translations
 # (student_kd; valid and test stay the human references). The students are exported to int8
 # TFLite (student_ref to float as well) and scored greedy in LiteRT, one thread, batch 1, beside
 # the teacher's SavedModel (beam) and float TFLite, on test2016 and on FLICKR2017.src/.tgt where
@@ -76,7 +76,7 @@ tatoeba: $(STAMP)
 TEACHER ?= $(M30K_RUN)
 DISTILL_RUN ?= runs/distill
 STUDENT_CONFIG ?= student
-STUDENT_MINUTES ?= 25
+STUDENT_STEPS ?= 4800
 FLICKR2017 ?= $(M30K)/test2017
 DISTILL_SETS = $(M30K)/test $(if $(wildcard $(FLICKR2017).src),$(FLICKR2017))
 define newline
@@ -93,7 +93,7 @@ distill_score = $(foreach set,$(DISTILL_SETS),test -f $(DISTILL_RUN)/scores/$(1)
 define distill_student
 	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
 	  training.train --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
-	  --set training.max_minutes=$(STUDENT_MINUTES)
+	  --set training.max_steps=$(STUDENT_STEPS)
 	test -f $(DISTILL_RUN)/$(1).int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
 	  export.tflite --workdir $(DISTILL_RUN)/$(1) --out $(DISTILL_RUN)/$(1).int8.tflite \
 	  --quantize dynamic

@@ -63,7 +63,8 @@ def test_the_student_is_multi30ks_recipe_with_a_small_model_and_budget():
     differ = {
         key for key in teacher["training"] if student["training"][key] != teacher["training"][key]
     }
-    assert differ == {"max_minutes"} and student["training"]["max_minutes"] == 25
+    assert differ == {"max_steps", "max_minutes"}
+    assert student["training"]["max_steps"] == 4800 and student["training"]["max_minutes"] is None
     model = student["model"]
     assert (model["d_model"], model["num_heads"], model["d_ff"]) == (128, 4, 512)
     assert (model["num_encoder_layers"], model["num_decoder_layers"]) == (6, 2)
@@ -108,7 +109,7 @@ def chain(tiny_workdir, tmp_path_factory):
         f"TEACHER={teacher}",
         f"DISTILL_RUN={root / 'run'}",
         f"STUDENT_CONFIG={student}",
-        "STUDENT_MINUTES=5",
+        "STUDENT_STEPS=2",
         f"FLICKR2017={root / 'none'}",
     ]
     result = _make("distill", *variables)
@@ -172,7 +173,7 @@ def test_the_report_has_every_field(chain):
     assert all(isinstance(goal["met"], bool) for goal in goals.values())
     training = report["training"]
     assert training["student_ref"]["seed"] == training["student_kd"]["seed"] == 0
-    assert training["student_ref"]["max_minutes"] == training["student_kd"]["max_minutes"] == 5
+    assert training["student_ref"]["max_steps"] == training["student_kd"]["max_steps"] == 2
     assert report["cpu"]["kind"] and report["timings_on_one_cpu"]
     table = (paths["run"] / "distill.md").read_text()
     assert "| distilled student | TFLite int8 | greedy |" in table and "not measured" not in table
