@@ -69,6 +69,7 @@ def test_the_student_is_multi30ks_recipe_with_a_small_model_and_budget():
     assert (model["d_model"], model["num_heads"], model["d_ff"]) == (128, 4, 512)
     assert (model["num_encoder_layers"], model["num_decoder_layers"]) == (6, 2)
     assert model["share_embeddings"] and model["tie_embeddings"]
+    assert model["norm_first"] and model["dropout"] == 0.1
 
 
 def _make(*args, timeout=600):
