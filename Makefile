@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
+.PHONY: install demo multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,9 @@ M30K ?= ../shared/corpora/multi30k_de_en
 M30K_RUN ?= runs/multi30k
 M30K_BEAM ?= 4
 M30K_ALPHA ?= 1.4
+# More training options for the recipes below, e.g. a budget in updates instead of minutes:
+# make multi30k TRAIN_ARGS="--set training.max_minutes=null --set training.max_steps=6000"
+TRAIN_ARGS ?=
 # $(call export_and_score,RUN,DATA,SPLIT): export RUN with beam M30K_BEAM / M30K_ALPHA, then
 # score DATA/SPLIT.src against DATA/SPLIT.tgt through the SavedModel, beam and greedy.
 define export_and_score
@@ -49,7 +52,7 @@ define export_and_score
 endef
 multi30k: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN) $(TRAIN_ARGS)
 	$(call export_and_score,$(M30K_RUN),$(M30K),test)
 
 # The same recipe on Tatoeba French → English (160k short pairs, no test split; train is stored
@@ -60,8 +63,26 @@ TATOEBA_RUN ?= runs/tatoeba
 tatoeba: $(STAMP)
 	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(TATOEBA_RUN) \
-	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000
+	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000 \
+	  $(TRAIN_ARGS)
 	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA),valid)
+
+# One many-to-one model, German and French → English, on both corpora with one shared vocabulary
+# (docs/training.md, "Several corpora"): each corpus gives half the sampled pairs, no tags (the
+# source language shows itself), early stopping on Multi30k's validation BLEU. It is scored on
+# test2016 and on Tatoeba's valid, through one SavedModel.
+M30K_TATOEBA_RUN ?= runs/multi30k_tatoeba
+multi30k-tatoeba: $(STAMP)
+	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
+	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_TATOEBA_RUN) \
+	  --set 'data.sources=[{dir: $(M30K), weight: 1}, {dir: $(TATOEBA), weight: 1}]' \
+	  --set training.shuffle_buffer=null --set training.early_stopping=bleu $(TRAIN_ARGS)
+	$(call export_and_score,$(M30K_TATOEBA_RUN),$(M30K),test)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_TATOEBA_RUN)/export/1 \
+	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(M30K_TATOEBA_RUN)/valid_beam.json
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_TATOEBA_RUN)/export/1 --beam 1 \
+	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(M30K_TATOEBA_RUN)/valid_greedy.json
 
 # Sequence-level knowledge distillation (Kim & Rush 2016) into a student for a device
 # (docs/training.md, "Distillation"). The teacher (TEACHER: a finished Multi30k run) translates
