@@ -1,7 +1,9 @@
-"""The training text split between workers (``PairSource.part``): two
-MultiWorkerMirroredStrategy workers on loopback each read their own lines of a text
-corpus, without a preparation, and together the whole corpus once; the training program
-trains so, and resumes each worker at its own data position."""
+"""The training data split between workers: two MultiWorkerMirroredStrategy workers on
+loopback each read their own lines of a text corpus (``PairSource.part``), without a
+preparation, and together the whole corpus once; the training program trains so, and
+resumes each worker at its own data position. On prepared shards the custom loop resumes so
+too, from the input position saved with the backup: one worker of two replicas reading
+global batches, or two workers each reading its own shard files."""
 
 from __future__ import annotations
 
@@ -190,12 +192,16 @@ def _backup_step(workdir: Path) -> int | None:
 
 
 @pytest.mark.slow  # two worker processes, killed, then resumed
-def test_killed_workers_resume_each_at_its_own_data_position(tmp_path):
+@pytest.mark.parametrize("prepared", [False, True], ids=["text", "prepared"])
+def test_killed_workers_resume_each_at_its_own_data_position(tmp_path, prepared):
     """Both workers killed at the same backup, then run again: each restores its own
-    input iterator (its part of the text) and they end with the same weights."""
+    input iterator (its part of the text, or its shard files of the preparation each
+    made on its first run) and they end with the same weights."""
     corpus = text_corpus(tmp_path / "corpus")
     run = tmp_path / "run"
     extra = ("training.epochs=8", "training.steps_per_epoch=4", "training.backup_every_steps=2")
+    if prepared:
+        extra += ("data.prepare=true", "data.examples_per_shard=75")
     ports = free_ports(2)
     workers = []
     for index in range(2):
@@ -240,8 +246,190 @@ def test_killed_workers_resume_each_at_its_own_data_position(tmp_path):
     for output in outputs:
         resumed = [line for line in output.splitlines() if "resumed from" in line]
         assert resumed and f"at step {stopped_at}" in resumed[0], output[-3000:]
-        assert "no input position" not in resumed[0]  # its own iterator, restored
+        assert "the input continues at its saved position" in resumed[0]  # its own iterator
+        assert ("split over the workers by file" in output) == prepared
     chief, other = _metrics(run)
     assert chief["optimizer_steps"] == other["optimizer_steps"] == 32
     assert chief["history"]["loss"] == other["history"]["loss"]
     assert len(chief["history"]["loss"]) == 8 - stopped_at // 4
+
+
+# --------------------------------------------------------------- prepared shards, resumed
+
+RESUME_ON_SHARDS = """
+import hashlib, json, logging, os, sys
+import tensorflow as tf
+mode, directory, out = sys.argv[1:]
+if mode == "mirrored":  # one worker of two replicas
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+import numpy as np
+import keras_transformer as kt
+from keras_transformer.data import PreparedShards
+from training import trainer
+from training.callbacks import TrainingBackup
+from training.loop import (PerWorkerInput, StepPlan, custom_fit, optimizer_step, worker_count,
+                           worker_index)
+from training.strategy import make_strategy
+
+messages = []
+class Messages(logging.Handler):
+    def emit(self, record):
+        messages.append(record.getMessage())
+for name in ("training", "keras_transformer.data"):
+    logging.getLogger(name).addHandler(Messages())
+    logging.getLogger(name).setLevel(logging.INFO)
+
+strategy = make_strategy(mode)
+workers = worker_count(strategy)
+part = (worker_index(strategy), workers) if workers > 1 else None  # as the trainer decides
+index = 0 if part is None else part[0]
+config = {"training": {"max_src_length": 16, "max_tgt_length": 16, "batch_tokens": 128,
+                       "shuffle_buffer": 64, "seed": 3}}
+prepared = PreparedShards.load(directory)
+# Epochs of 2 updates of 2 micro-batches, backups every 3 updates: killed at the end of step 4,
+# resumed at step 3, mid-epoch.
+plan = StepPlan(steps_per_epoch=2, max_steps=8, accumulate_steps=2, backup_every_steps=3)
+
+class Killed(keras.callbacks.Callback):  # on every worker at the same step
+    def on_epoch_end(self, epoch, logs=None):
+        if optimizer_step(self.model) == 4:
+            raise RuntimeError("killed")
+
+def train(name, kill=False):
+    seen = {}
+    def record(replica, src):
+        array = src.numpy()
+        digest = hashlib.sha256(array.tobytes() + str(array.shape).encode()).hexdigest()[:16]
+        seen.setdefault(int(replica), []).append(digest)
+
+    class Fingerprinting(kt.Transformer):
+        def train_step(self, data):
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            tf.py_function(record, [replica, data[0][0]], [])
+            return super().train_step(data)
+
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = Fingerprinting(kt.TransformerConfig.from_preset(
+            "tiny", vocab_size=300, d_model=16, d_ff=32, num_layers=1, dropout=0.0))
+        model.build()
+        model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(16, 5), epsilon=1.0,
+                                              gradient_accumulation_steps=2),
+                      loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), steps_per_execution=2)
+    train_input, _ = trainer.datasets(config, {"train": None, "valid": []}, None, None, prepared,
+                                      part=part)
+    assert isinstance(train_input, PerWorkerInput) == (part is not None), type(train_input)
+    backup = TrainingBackup(os.path.join(os.path.dirname(out), f"worker{index}", name))
+    try:
+        custom_fit(model, strategy, train_input, plan, backup=backup,
+                   callbacks=[Killed()] if kill else [])
+    except RuntimeError as error:
+        assert kill and "killed" in str(error), error
+    saved = (backup.directory / "iterator" / "state.index").is_file()
+    return model, {str(key): value for key, value in sorted(seen.items())}, saved
+
+full, full_seen, _ = train("uninterrupted")
+_, killed_seen, saved = train("killed", kill=True)
+resumed, resumed_seen, _ = train("killed")
+with open(out, "w") as handle:
+    json.dump({
+        "workers": workers, "replicas": strategy.num_replicas_in_sync,
+        "full": full_seen, "killed": killed_seen, "resumed": resumed_seen, "saved": saved,
+        "steps": [optimizer_step(full), optimizer_step(resumed)],
+        "weight_gap": max(float(np.abs(a - b).max())
+                          for a, b in zip(full.get_weights(), resumed.get_weights())),
+        "resumes": [m for m in messages if m.startswith("resumed from")],
+        "files": [m.split(": ")[-1].split(", ") for m in messages if "shard files: " in m],
+    }, handle)
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared_shards(tmp_path_factory):
+    """A prepared demo corpus of 5 shard files (tokenizers of 300 pieces, lengths up to 16)."""
+    from keras_transformer.data import prepare_shards
+    from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
+
+    pairs = demo_splits(train=300, valid=0, test=0, seed=3)["train"]
+    folder = tmp_path_factory.mktemp("shards")
+    paths = train_tokenizers(
+        [s for s, _ in pairs], [t for _, t in pairs], tmp_path_factory.mktemp("spm"), vocab_size=300
+    )
+    return prepare_shards(
+        PairSource.from_pairs(pairs).dataset(),
+        *(SubwordTokenizer.from_file(path) for path in paths),
+        folder / "prepared",
+        max_src_length=16,
+        max_tgt_length=16,
+        examples_per_shard=60,
+        seed=5,
+        source={"corpus": "demo"},
+    )
+
+
+def test_too_few_shard_files_for_the_workers_is_an_error(prepared_shards):
+    from training.trainer import prepared_batches
+
+    options = {"max_src_length": 16, "max_tgt_length": 16, "batch_tokens": 128}
+    files = len(prepared_shards.files)
+    with pytest.raises(ValueError, match=f"fewer than the {files + 1} input pipelines"):
+        prepared_batches(prepared_shards, options, part=(0, files + 1))
+
+
+@pytest.mark.slow  # three short trainings (two processes of them with multi_worker)
+@pytest.mark.parametrize("mode", ["mirrored", "multi_worker"])
+def test_a_run_on_prepared_shards_resumes_at_its_saved_data_position(
+    prepared_shards, tmp_path, mode
+):
+    """The custom loop on prepared shards with two replicas: one worker reading global
+    batches of all the files (``mirrored`` over two logical CPUs), or two workers on
+    loopback each reading its own files (split by file) into batches of half the size.
+    Killed after step 4, its backup from step 3: the resumed run restores the input
+    iterator (its log says so; no batch read and dropped) and each replica trains on
+    exactly the micro-batches it would have without the kill, to the same weights."""
+    argv = [sys.executable, "-c", RESUME_ON_SHARDS, str(prepared_shards.directory)]
+    if mode == "mirrored":
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        result = subprocess.run(
+            [*argv[:3], mode, *argv[3:], str(tmp_path / "worker0.json")],
+            cwd=CHECKOUT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+        count = 1
+    else:
+        run_workers(
+            lambda index: [*argv[:3], mode, *argv[3:], str(tmp_path / f"worker{index}.json")],
+            CHECKOUT,
+        )
+        count = 2
+    seen = [json.loads((tmp_path / f"worker{index}.json").read_text()) for index in range(count)]
+    for worker in seen:
+        assert (worker["workers"], worker["replicas"]) == (count, 2)
+        assert worker["saved"] and worker["steps"] == [8, 8]
+        assert len(worker["resumes"]) == 1, worker["resumes"]
+        assert worker["resumes"][0].endswith(
+            "at step 3: the input continues at its saved position"
+        ), worker["resumes"][0]
+        # This worker's replicas: 8 updates of 2 micro-batches each, uninterrupted; 4 before
+        # the kill; from step 3 on after it.
+        assert len(worker["full"]) == 2 // count
+        for replica, full in worker["full"].items():
+            assert len(full) == 16 and len(set(full)) > 8
+            assert worker["killed"][replica] == full[:8]
+            assert worker["resumed"][replica] == full[6:]
+        assert worker["weight_gap"] < 1e-6, worker["weight_gap"]
+    files = list(prepared_shards.files)
+    if count == 1:
+        assert all(worker["files"] == [] for worker in seen)  # one pipeline: every file
+    else:  # each worker read its own files, all three runs: disjoint, the corpus together
+        read = [worker["files"] for worker in seen]
+        assert all(len(runs) == 3 and runs[0] == runs[1] == runs[2] for runs in read)
+        first, second = read[0][0], read[1][0]
+        assert not set(first) & set(second) and sorted(first + second) == sorted(files)
+        assert first == files[0::2] and second == files[1::2]

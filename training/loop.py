@@ -52,13 +52,11 @@ multi-device iterators are not checkpointable), so a resumed run reads no
 batch twice and skips none, at no extra cost. Every worker then reads the
 whole input stream (the batches are split between replicas, not the data
 between workers) and keeps its own backup. Given a ``PerWorkerInput``
-(the text split between workers: ``PairSource.part``), each worker reads
-its own part of the data into batches for its own replicas, through a plain
-iterator saved with its own backup as above. Given a ``PerPipelineInput``
-instead (prepared shards: ``sharded_dataset_fn``), each input pipeline (one
-per worker) reads its own shard files into per-replica batches through
-``strategy.distribute_datasets_from_function``; a resumed run skips, in each
-pipeline, the batches its replicas consumed.
+(the data split between workers: the text by ``PairSource.part``, prepared
+shards by file through ``sharded_dataset``'s input pipelines), each worker
+reads its own part of the data into batches for its own replicas, through a
+plain iterator saved with its own backup as above: a resumed run continues at
+each worker's own position, whatever the input.
 
 Both split batches between replicas evenly: a batch whose rows are not a
 multiple of the replica count gets rows of padding (all ``pad_id``, which the
@@ -558,38 +556,16 @@ def evaluator(
 
 
 @dataclasses.dataclass(frozen=True)
-class PerPipelineInput:
-    """Training input that each input pipeline reads for itself.
-
-    ``dataset_fn(input_context)`` returns that pipeline's per-replica
-    micro-batches, repeating (``keras_transformer.data.sharded_dataset_fn``:
-    its own shard files). ``custom_fit`` distributes it with
-    ``strategy.distribute_datasets_from_function``.
-    """
-
-    dataset_fn: Callable[[tf.distribute.InputContext], tf.data.Dataset]
-
-    def distribute(self, strategy: tf.distribute.Strategy, skip: int = 0):
-        """The distributed dataset, each replica past its first ``skip`` micro-batches."""
-        if not skip:
-            return strategy.distribute_datasets_from_function(self.dataset_fn)
-
-        def skipped(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-            # A pipeline's batches go to its replicas in turn.
-            replicas = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-            return self.dataset_fn(input_context).skip(skip * replicas)
-
-        return strategy.distribute_datasets_from_function(skipped)
-
-
-@dataclasses.dataclass(frozen=True)
 class PerWorkerInput:
     """Training input that each worker reads for itself through a plain iterator.
 
     ``dataset`` is this worker's micro-batches, repeating (its part of the
-    text: ``PairSource.part``); ``custom_fit`` gives each of the worker's
-    replicas its rows of every batch, and saves the iterator with the
-    worker's backup (a resumed run continues where the worker was).
+    text, ``PairSource.part``, or its shard files of each preparation,
+    ``sharded_dataset(..., num_input_pipelines=workers,
+    input_pipeline_index=worker_index(strategy))``); ``custom_fit`` gives
+    each of the worker's replicas its rows of every batch, and saves the
+    iterator with the worker's backup (a resumed run continues where the
+    worker was).
     """
 
     dataset: tf.data.Dataset
@@ -629,7 +605,7 @@ def same_on_every_worker(strategy: tf.distribute.Strategy, value: str, problem: 
 def custom_fit(
     model: keras.Model,
     strategy: tf.distribute.Strategy,
-    dataset: tf.data.Dataset | PerWorkerInput | PerPipelineInput,
+    dataset: tf.data.Dataset | PerWorkerInput,
     plan: StepPlan,
     *,
     validation_data: tf.data.Dataset | None = None,
@@ -643,16 +619,17 @@ def custom_fit(
     an optimizer whose ``gradient_accumulation_steps`` is
     ``plan.accumulate_steps``). ``dataset`` yields global batches (repeating
     forever), and each replica trains on its slice of each (``replica_rows``);
-    or it is a ``PerWorkerInput``, each worker's own batches, of which each
-    of its replicas takes its slice; or a ``PerPipelineInput``, whose
-    pipelines give each replica batches of its own (a resumed run skips those
-    already used: its iterator is not saved). At
-    each epoch end ``validation_data`` (finite) is evaluated with
-    ``model.test_step`` into ``val_*`` metrics, then the ``callbacks``'
-    ``on_epoch_end`` run. With a ``backup`` (``TrainingBackup``) that exists,
-    the weights, optimizer state and input position are restored and training
-    continues at the saved step; backups are written as the plan says, each
-    with the input iterator's state, and left in place at the end.
+    or it is a ``PerWorkerInput``, each worker's own batches (its part of the
+    text or its shard files), of which each of its replicas takes its slice.
+    Either way each worker reads through one plain iterator. At each epoch end
+    ``validation_data`` (finite) is evaluated with ``model.test_step`` into
+    ``val_*`` metrics, then the ``callbacks``' ``on_epoch_end`` run. With a
+    ``backup`` (``TrainingBackup``) that exists, the weights, optimizer state
+    and input position are restored and training continues at the saved step,
+    the iterator where it was (reading none of the batches before; from a
+    backup without the position, by reading and dropping them); backups are
+    written as the plan says, each with the input iterator's state, and left
+    in place at the end.
     """
     with strategy.scope():
         # Optimizer slots must exist before the first step: creating them
@@ -674,39 +651,30 @@ def custom_fit(
     if stopped:
         log.info(_STOPPED, backup.restored_from, done)
         return {}
-    per_pipeline = isinstance(dataset, PerPipelineInput)
     workers = 1
     if isinstance(dataset, PerWorkerInput):
         dataset, workers = dataset.dataset, worker_count(strategy)
-    if per_pipeline:  # per-replica batches, each pipeline its own files
-        iterator = iter(dataset.distribute(strategy, skip=done * plan.accumulate_steps))
-        if done:
-            log.info(
-                "resumed from %s at step %d: each replica skips the %d batches it used",
-                backup.restored_from,
-                done,
-                done * plan.accumulate_steps,
-            )
-    else:
-        iterator = iter(dataset)
-        if done and backup.restore_iterator(iterator):
-            log.info("resumed from %s at step %d", backup.restored_from, done)
-        elif done:
-            log.info(
-                "resumed from %s at step %d: the backup has no input position; reading and "
-                "dropping the %d batches already used",
-                backup.restored_from,
-                done,
-                done * plan.accumulate_steps,
-            )
-            skip_batches(iterator, done * plan.accumulate_steps)
+    iterator = iter(dataset)
+    if done and backup.restore_iterator(iterator):
+        log.info(
+            "resumed from %s at step %d: the input continues at its saved position",
+            backup.restored_from,
+            done,
+        )
+    elif done:
+        log.info(
+            "resumed from %s at step %d: the backup has no input position; reading and "
+            "dropping the %d batches already used",
+            backup.restored_from,
+            done,
+            done * plan.accumulate_steps,
+        )
+        skip_batches(iterator, done * plan.accumulate_steps)
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
     pad_id = _pad_id(model)
-    train_step = (
-        model.train_step
-        if per_pipeline
-        else (lambda batch: model.train_step(_own_rows(batch, pad_id, workers)))
-    )
+
+    def train_step(batch):  # this replica's rows of a global or of its worker's batch
+        return model.train_step(_own_rows(batch, pad_id, workers))
 
     @tf.function
     def run_steps(iterator):
@@ -767,7 +735,7 @@ def custom_fit(
                 step=done,
                 epoch=done // plan.steps_per_epoch,
                 accumulate_steps=plan.accumulate_steps,
-                iterator=None if per_pipeline else iterator,
+                iterator=iterator,
                 stopped=stop,
             )
         if stop:

@@ -46,7 +46,6 @@ from keras_transformer.data import (
     pad_id_of,
     prepare_shards,
     sharded_dataset,
-    sharded_dataset_fn,
     tokenize_pairs,
 )
 from keras_transformer.files import (
@@ -89,7 +88,6 @@ from training.config import (
 from training.corpus import SourceMix, load_corpus
 from training.curves import plot_learning_curves
 from training.loop import (
-    PerPipelineInput,
     PerWorkerInput,
     StepPlan,
     custom_fit,
@@ -424,18 +422,28 @@ def prepared_batches(
     prepared: Prepared,
     options: dict[str, Any],
     *,
-    per_pipeline: bool = False,
+    part: tuple[int, int] | None = None,
     weights: list[float] | None = None,
-):
-    """Training batches of ``prepared`` (repeating): one dataset of global batches,
-    or with ``per_pipeline`` a ``PerPipelineInput`` whose input pipelines (one
-    per worker) each read their own shard files into per-replica batches.
+) -> tf.data.Dataset:
+    """Training batches of ``prepared`` (repeating), one plain dataset: global
+    batches, or with ``part=(index, count)`` worker ``index``'s own, of its
+    shard files (``sharded_dataset``'s input pipeline ``index`` of ``count``:
+    files ``index``, ``index + count``, ... of each preparation, so the
+    workers' parts are disjoint and together the corpus once per pass) in
+    batches of ``1 / count`` of the configured size (``worker_batching``).
     Several preparations (``data.sources``) are sampled by ``weights``."""
     options = with_defaults("training", options)
     shuffle_buffer = options["shuffle_buffer"]
-    kwargs = dict(
-        batch_tokens=options["batch_tokens"],
-        batch_size=options["batch_size"],
+    if part is None:
+        batching = {"batch_tokens": options["batch_tokens"], "batch_size": options["batch_size"]}
+        pipelines = {}
+    else:
+        batching = worker_batching(options, part[1])
+        pipelines = {"num_input_pipelines": part[1], "input_pipeline_index": part[0]}
+    return sharded_dataset(
+        prepared,
+        **batching,
+        **pipelines,
         **({} if shuffle_buffer is None else {"shuffle_buffer": shuffle_buffer}),
         seed=options["seed"],
         repeat=True,
@@ -443,9 +451,6 @@ def prepared_batches(
         static_shapes=bool(options["static_shapes"]),
         **({} if isinstance(prepared, PreparedShards) else {"weights": weights}),
     )
-    if per_pipeline:
-        return PerPipelineInput(sharded_dataset_fn(prepared, **kwargs))
-    return sharded_dataset(prepared, **kwargs)
 
 
 def training_input_identity(prepared: Prepared | None, corpus=None) -> str:
@@ -606,16 +611,16 @@ def datasets(
     tgt_tok,
     prepared: Prepared | None = None,
     *,
-    per_pipeline: bool = False,
     part: tuple[int, int] | None = None,
 ):
     """The training input (repeating) and the validation dataset (``None``
     without a valid split). The training batches come from ``prepared``
-    (``find_prepared``; with ``per_pipeline``, split over the workers by file,
-    ``prepared_batches``) or are streamed from ``corpus["train"]``: the whole
-    text, or with ``part=(index, count)`` a ``PerWorkerInput`` of worker
-    ``index``'s part of each training corpus (``PairSource.part``) in batches
-    of ``1 / count`` of the configured size (``worker_batching``)."""
+    (``find_prepared``, ``prepared_batches``) or are streamed from
+    ``corpus["train"]``: all of it in global batches, or with
+    ``part=(index, count)`` a ``PerWorkerInput`` of worker ``index``'s part
+    (its shard files of each preparation, or its lines of each training
+    corpus: ``PairSource.part``) in batches of ``1 / count`` of the
+    configured size (``worker_batching``)."""
     train_options = with_defaults("training", config["training"])
     common = dict(
         max_src_length=train_options["max_src_length"],
@@ -626,9 +631,7 @@ def datasets(
     train_common = common if part is None else {**common, **worker_batching(train_options, part[1])}
     if prepared is not None:
         weights = corpus["train"].shares if isinstance(corpus["train"], SourceMix) else None
-        train = prepared_batches(
-            prepared, train_options, per_pipeline=per_pipeline, weights=weights
-        )
+        train = prepared_batches(prepared, train_options, part=part, weights=weights)
     elif isinstance(corpus["train"], SourceMix):
         train = mixed_batches(
             corpus["train"], src_tok, tgt_tok, train_options, part, **train_common
@@ -646,7 +649,7 @@ def datasets(
             training=True,
             static_shapes=bool(train_options["static_shapes"]),
         )
-    if part is not None and prepared is None:
+    if part is not None:
         train = PerWorkerInput(train)
     valid = None
     if corpus["valid"]:
@@ -925,23 +928,24 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         data_config, workdir, corpus, src_tok, tgt_tok, run_workdir=None if chief else run_workdir
     )
     loop = training_loop(train_options, strategy)
-    # Under the custom loop with several replicas, each worker reads its own shard files;
-    # with several workers and no shards, its own part of the text.
-    per_pipeline = prepared is not None and strategy.num_replicas_in_sync > 1 and loop == "custom"
+    # Under the custom loop with several workers, each reads its own part of the training data
+    # (its shard files, or its lines of the text) through a plain iterator that its backup saves;
+    # one worker reads global batches, which its replicas split.
     workers = worker_count(strategy)
     part = None
-    if prepared is not None:
-        log.info(
-            "training on %s%s",
-            describe_prepared(prepared),
-            ", split over the workers by file" if per_pipeline else "",
-        )
-    elif (
+    if (
         workers > 1
         and loop == "custom"
         and isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     ):  # one process per worker (a TPU pod's one client reads for all its hosts)
         part = (worker_index(strategy), workers)
+    if prepared is not None:
+        log.info(
+            "training on %s%s",
+            describe_prepared(prepared),
+            ", split over the workers by file" if part is not None else "",
+        )
+    elif part is not None:
         for text in _train_texts(corpus):
             log.info(
                 "worker %d of %d reads its part of the training text: %s",
@@ -957,9 +961,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         "and W/prepared (python -m training.prepare on each machine, or a shared workdir), or "
         "--set data.prepare=false on all of them",
     )
-    train_ds, valid_ds = datasets(
-        data_config, corpus, src_tok, tgt_tok, prepared, per_pipeline=per_pipeline, part=part
-    )
+    train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, prepared, part=part)
     unread = [train_ds]  # not iterated yet: the first call may use it
 
     def train_data():  # from the start, as a new dataset (see train_model)
@@ -972,7 +974,6 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
                 src_tok,
                 tgt_tok,
                 prepared,
-                per_pipeline=per_pipeline,
                 part=part,
             )[0]
         )
