@@ -4,14 +4,12 @@ beam translations, both students are trained and exported, the int8 student runs
 LiteRT, the report has every field, and a re-run does nothing again."""
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from make_targets import make, python_bin
 from tflite_ops import op_names
 
 from keras_transformer.data import demo_splits, write_parallel_files
@@ -19,7 +17,6 @@ from training.config import load_config
 
 pytestmark = pytest.mark.programs
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 # student.yaml shrunk: the model, the budget (2 updates, one epoch, no averaging) and the
 # evaluation during training (none); the rest is the recipe's.
 TINY_STUDENT = {
@@ -72,19 +69,6 @@ def test_the_student_is_multi30ks_recipe_with_a_small_model_and_budget():
     assert model["norm_first"] and model["dropout"] == 0.1
 
 
-def _make(*args, timeout=600):
-    """``make`` in the checkout with this interpreter as ``$(BIN)/python`` and the virtual
-    environment's install step taken as done (``-o``)."""
-    return subprocess.run(
-        ["make", "--no-print-directory", "-o", ".venv/.installed", *args],
-        cwd=CHECKOUT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def chain(tiny_workdir, tmp_path_factory):
     """The variables of a tiny ``make distill``, and what its first run printed."""
@@ -100,10 +84,7 @@ def chain(tiny_workdir, tmp_path_factory):
         config[section].update(values)
     student = root / "student.yaml"
     student.write_text(yaml.safe_dump(config))
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (bin_dir / "python").chmod(0o755)
+    bin_dir = python_bin(root / "bin")
     variables = [
         f"BIN={bin_dir}",
         f"M30K={corpus}",
@@ -113,7 +94,7 @@ def chain(tiny_workdir, tmp_path_factory):
         "STUDENT_STEPS=2",
         f"FLICKR2017={root / 'none'}",
     ]
-    result = _make("distill", *variables)
+    result = make("distill", *variables)
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-4000:])
     return {"root": root, "run": root / "run", "teacher": teacher, "corpus": corpus}, variables
 
@@ -193,7 +174,7 @@ def _outputs(*folders: Path) -> dict[Path, int]:
 def test_a_rerun_does_no_work_again(chain):
     paths, variables = chain
     before = _outputs(paths["run"], paths["teacher"])
-    result = _make("distill", *variables)
+    result = make("distill", *variables)
     assert result.returncode == 0, result.stderr[-4000:]
     assert _outputs(paths["run"], paths["teacher"]) == before
     assert "| distilled student |" in result.stdout  # the report, written again
@@ -204,8 +185,8 @@ def test_a_flickr2017_set_is_scored_where_its_files_are(chain, tmp_path):
     flickr = tmp_path / "flickr"
     for suffix in (".src", ".tgt"):
         shutil.copy(paths["corpus"] / f"test{suffix}", flickr.with_suffix(suffix))
-    plan = _make("-n", "distill", *variables[:-1], f"FLICKR2017={flickr}").stdout
+    plan = make("-n", "distill", *variables[:-1], f"FLICKR2017={flickr}").stdout
     for name in ("teacher.saved_model", "teacher", "student_ref", "student_ref.int8"):
         assert f"--out {paths['run']}/scores/{name}.flickr.json" in plan, name
     assert f"--out {paths['run']}/scores/student_kd.int8.flickr.json" in plan
-    assert ".flickr.json" not in _make("-n", "distill", *variables).stdout
+    assert ".flickr.json" not in make("-n", "distill", *variables).stdout

@@ -4,19 +4,15 @@ say, and both scores come from its one SavedModel), and ``TRAIN_ARGS`` in every 
 command."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
+from make_targets import make, python_bin
 
 from keras_transformer.data import demo_splits, write_parallel_files
 
 pytestmark = pytest.mark.programs
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 # The multi30k config shrunk to a tiny model and budget: 4 epochs of 2 updates at most, and an
 # improvement has to beat the first validation BLEU by 100, so patience 1 ends the run after
 # epoch 2.
@@ -44,18 +40,6 @@ TINY = {
 }
 
 
-def _make(*args, timeout=900):
-    """``make`` in the checkout, the virtual environment's install step taken as done."""
-    return subprocess.run(
-        ["make", "--no-print-directory", "-o", ".venv/.installed", *args],
-        cwd=CHECKOUT,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.fixture(scope="module")
 def two_corpus_run(tmp_path_factory):
     """A tiny ``make multi30k-tatoeba``: the first corpus with valid and test, the second (like
@@ -68,19 +52,17 @@ def two_corpus_run(tmp_path_factory):
     ):
         for split in ("train", "valid", "test") if folder == first else ("train", "valid"):
             write_parallel_files(splits[split], folder, split)
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (bin_dir / "python").chmod(0o755)
+    bin_dir = python_bin(root / "bin")
     run = root / "run"
     train_args = " ".join(f"--set {key}={value}" for key, value in TINY.items())
-    result = _make(
+    result = make(
         "multi30k-tatoeba",
         f"BIN={bin_dir}",
         f"M30K={first}",
         f"TATOEBA={second}",
         f"M30K_TATOEBA_RUN={run}",
         f"TRAIN_ARGS={train_args}",
+        timeout=900,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-4000:])
     return {"run": run, "first": first, "second": second, "log": result.stdout + result.stderr}
@@ -127,7 +109,7 @@ def test_one_saved_model_is_scored_on_both_corpora(two_corpus_run):
 
 @pytest.mark.parametrize("target", ["multi30k", "tatoeba", "multi30k-tatoeba"])
 def test_train_args_reach_every_recipes_training_command(target):
-    result = _make("-n", target, "TRAIN_ARGS=--set training.max_steps=6000")
+    result = make("-n", target, "TRAIN_ARGS=--set training.max_steps=6000")
     assert result.returncode == 0, result.stderr
     commands = result.stdout.replace("\\\n", " ").splitlines()
     train = [command for command in commands if "-m training.train" in command]
