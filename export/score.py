@@ -20,10 +20,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from export.translate import BATCH_TOKENS
+from export.translate import add_batch_tokens_argument
 from programs import (
     ArgumentParser,
     add_model_source,
+    check_at_least_one,
     check_model_source,
     existing_file,
     run,
@@ -48,18 +49,9 @@ def parse_args(argv=None):
         metavar="N",
         help="at most N pairs a batch (default: as many as --batch-tokens allows)",
     )
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=BATCH_TOKENS,
-        metavar="N",
-        help=f"padded source tokens a batch (default: {BATCH_TOKENS})",
-    )
+    add_batch_tokens_argument(parser)
     args = parser.parse_args(argv)
-    for flag in ("batch_size", "batch_tokens"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    check_at_least_one(parser, args, "batch_size", "batch_tokens")
     check_model_source(PROG, args)
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.tgt, "--tgt")

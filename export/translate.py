@@ -43,6 +43,7 @@ from pathlib import Path
 from programs import (
     ArgumentParser,
     add_sampling_arguments,
+    check_at_least_one,
     existing_file,
     existing_path,
     fail,
@@ -56,6 +57,18 @@ PROG = "python -m export.translate"
 # (tests/test_file_translation.py keeps them equal).
 BATCH_TOKENS = 2048
 WINDOW = 10_000
+
+
+def add_batch_tokens_argument(parser: ArgumentParser) -> None:
+    """``--batch-tokens N``: the translator's token budget a batch (default ``BATCH_TOKENS``)."""
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=BATCH_TOKENS,
+        metavar="N",
+        help="padded source tokens a batch: sentences x longest source, the sentences sorted by "
+        f"length (default: {BATCH_TOKENS})",
+    )
 
 
 def plot_attention(translator, sentence: str, path: Path) -> str:
@@ -126,14 +139,7 @@ def parse_args(argv=None):
         metavar="N",
         help="at most N sentences a batch (default: as many as --batch-tokens allows)",
     )
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=BATCH_TOKENS,
-        metavar="N",
-        help="padded source tokens a batch: sentences x longest source, the sentences sorted by "
-        f"length (default: {BATCH_TOKENS})",
-    )
+    add_batch_tokens_argument(parser)
     parser.add_argument(
         "--window",
         type=int,
@@ -187,10 +193,7 @@ def parse_args(argv=None):
     if args.n_best is not None and args.n_best < 1:
         parser.error(f"--n-best must be >= 1, got {args.n_best}")
     existing_file(PROG, args.prefix, "--prefix")
-    for flag in ("batch_size", "batch_tokens", "window"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    check_at_least_one(parser, args, "batch_size", "batch_tokens", "window")
     existing_path(PROG, args.model, "SavedModel")
     return args
 

@@ -44,7 +44,7 @@ import logging
 import sys
 from pathlib import Path
 
-from export.translate import BATCH_TOKENS, WINDOW
+from export.translate import WINDOW, add_batch_tokens_argument
 from programs import (
     ArgumentParser,
     add_model_source,
@@ -89,13 +89,7 @@ def parse_args(argv=None):
         help="write the N best translations a line, INDEX ||| TEXT ||| LOG_PROB a line",
     )
     add_sampling_arguments(parser)
-    parser.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=BATCH_TOKENS,
-        metavar="N",
-        help=f"padded source tokens a batch (default: {BATCH_TOKENS})",
-    )
+    add_batch_tokens_argument(parser)
     parser.add_argument(
         "--window",
         type=int,

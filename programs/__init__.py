@@ -139,6 +139,14 @@ def check_model_source(prog: str, args: argparse.Namespace) -> None:
         existing_path(prog, args.model, "SavedModel")
 
 
+def check_at_least_one(parser: ArgumentParser, args: argparse.Namespace, *flags: str) -> None:
+    """A usage error unless each of ``flags`` (``args`` names) given is at least 1."""
+    for flag in flags:
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     """``--sample`` and its parameters ``--top-k``, ``--top-p``, ``--temperature``, ``--seed``
     (``None`` when not given: ``sampling_parameters``)."""
