@@ -40,15 +40,19 @@ M30K_ALPHA ?= 1.4
 # More training options for the recipes below, e.g. a budget in updates instead of minutes:
 # make multi30k TRAIN_ARGS="--set training.max_minutes=null --set training.max_steps=6000"
 TRAIN_ARGS ?=
-# $(call export_and_score,RUN,DATA,SPLIT): export RUN with beam M30K_BEAM / M30K_ALPHA, then
-# score DATA/SPLIT.src against DATA/SPLIT.tgt through the SavedModel, beam and greedy.
-define export_and_score
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(1) --out $(1)/export \
-	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
+# $(call score,RUN,DATA,SPLIT): score DATA/SPLIT.src against DATA/SPLIT.tgt through RUN's
+# SavedModel (RUN/export/1), beam and greedy, into RUN/SPLIT_beam.json and RUN/SPLIT_greedy.json.
+define score
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 \
 	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_beam.json
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 --beam 1 \
 	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_greedy.json
+endef
+# $(call export_and_score,RUN,DATA,SPLIT): export RUN with beam M30K_BEAM / M30K_ALPHA, then score.
+define export_and_score
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(1) --out $(1)/export \
+	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
+	$(call score,$(1),$(2),$(3))
 endef
 multi30k: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
@@ -79,10 +83,7 @@ multi30k-tatoeba: $(STAMP)
 	  --set 'data.sources=[{dir: $(M30K), weight: 1}, {dir: $(TATOEBA), weight: 1}]' \
 	  --set training.shuffle_buffer=null --set training.early_stopping=bleu $(TRAIN_ARGS)
 	$(call export_and_score,$(M30K_TATOEBA_RUN),$(M30K),test)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_TATOEBA_RUN)/export/1 \
-	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(M30K_TATOEBA_RUN)/valid_beam.json
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(M30K_TATOEBA_RUN)/export/1 --beam 1 \
-	  --src $(TATOEBA)/valid.src --ref $(TATOEBA)/valid.tgt --out $(M30K_TATOEBA_RUN)/valid_greedy.json
+	$(call score,$(M30K_TATOEBA_RUN),$(TATOEBA),valid)
 
 # Sequence-level knowledge distillation (Kim & Rush 2016) into a student for a device
 # (docs/training.md, "Distillation"). The teacher (TEACHER: a finished Multi30k run) translates
