@@ -1,5 +1,7 @@
 import os
 
+from hang_guard import HANG_TIMEOUT
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
@@ -76,7 +78,7 @@ def tiny_workdir(tmp_path_factory) -> Path:
                 env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
                 capture_output=True,
                 text=True,
-                timeout=600,
+                timeout=HANG_TIMEOUT,
             )
             assert result.returncode == 0, result.stderr[-4000:]
             done.touch()

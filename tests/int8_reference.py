@@ -33,6 +33,7 @@ from unittest import mock
 import keras
 import numpy as np
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 
 from keras_transformer import hardware, kernels
 
@@ -130,7 +131,7 @@ def ctranslate2_arithmetic(model_dir: Path) -> tuple[str, str]:
         capture_output=True,
         text=True,
         env={**os.environ, "CT2_VERBOSE": "1"},
-        timeout=120,
+        timeout=HANG_TIMEOUT,
     )
     found = re.search(r"GEMM_S8 backend: (\w+)", result.stderr)
     if result.returncode != 0 or not found:

@@ -5,6 +5,8 @@ import os
 import socket
 import subprocess
 
+from hang_guard import HANG_TIMEOUT
+
 
 def free_ports(count: int) -> list[int]:
     """``count`` TCP ports free on 127.0.0.1 right now (for a local TF_CONFIG cluster)."""
@@ -17,7 +19,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def run_workers(argv_of, cwd, count: int = 2, timeout: int = 600) -> list[str]:
+def run_workers(argv_of, cwd, count: int = 2, timeout: float = HANG_TIMEOUT) -> list[str]:
     """Run ``count`` worker processes of one local TF_CONFIG cluster to the end.
 
     Args:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hang_guard import HANG_TIMEOUT
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 
@@ -18,7 +20,7 @@ def python_bin(folder: Path) -> Path:
     return folder
 
 
-def make(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def make(*args: str, timeout: float = HANG_TIMEOUT) -> subprocess.CompletedProcess:
     """``make ARGS`` in the checkout (``-o .venv/.installed``: no install step), its output
     captured as text."""
     return subprocess.run(

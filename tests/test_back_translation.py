@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
@@ -37,7 +38,7 @@ def _run(module: str, *args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, (module, result.stdout[-2000:], result.stderr[-4000:])
     return result

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 from training.config import check_data, corpus_sources, load_config
 
@@ -120,7 +121,7 @@ def test_a_single_corpus_config_is_unchanged():
     assert set(_preparation(config)["source"]) == {"kind", "dir", "synthetic", "tsv", "tfds"}
 
 
-def _program(args, timeout=300):
+def _program(args, timeout=HANG_TIMEOUT):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.run(
         [sys.executable, "-m", "training.train", *args],
@@ -376,7 +377,7 @@ def test_two_tagged_corpora_train_and_the_tags_survive_export(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     metrics = json.loads((workdir / "metrics.json").read_text())
@@ -442,7 +443,7 @@ def test_a_killed_run_on_two_weighted_corpora_resumes(tmp_path, loop):
     process = subprocess.Popen(
         command, cwd=CHECKOUT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.time() + 300
+    deadline = time.time() + HANG_TIMEOUT
     while not backup.exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
     assert backup.exists(), "no backup written before the deadline"
@@ -451,7 +452,7 @@ def test_a_killed_run_on_two_weighted_corpora_resumes(tmp_path, loop):
     assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
     resumed_at = json.loads(backup.read_text())["step"]
     result = subprocess.run(
-        command, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=600
+        command, cwd=CHECKOUT, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert f"at step {resumed_at}" in result.stderr

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 import keras_transformer as kt
 from keras_transformer.corpus import text_lines
@@ -347,7 +348,7 @@ def test_the_program_translates_resumes_and_refuses_in_one_line(
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 0, result.stderr[-3000:]

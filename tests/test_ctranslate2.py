@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import yaml
+from hang_guard import HANG_TIMEOUT
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -143,7 +144,7 @@ def case(request, workdir, test_pairs, tmp_path_factory):
             env=ENV,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_TIMEOUT,
         )
         assert result.returncode == 0, result.stderr[-4000:]
         assert result.stdout.strip() == str(out)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
@@ -32,7 +33,7 @@ SENTENCES = [
 ]
 
 
-def _python(code, timeout=300):
+def _python(code, timeout=HANG_TIMEOUT):
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         cwd=CHECKOUT,
@@ -164,7 +165,7 @@ def test_saved_model_cli_show_and_run(export_dir):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "signature_def['serving_default']" in shown.stdout
@@ -240,7 +241,7 @@ def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_TIMEOUT,
         )
 
     lines = SENTENCES + [""]
@@ -275,7 +276,7 @@ def test_translate_cli_on_a_file_batches_by_tokens_in_windows(export_dir, tmp_pa
             stdin=stdin,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=HANG_TIMEOUT,
         )
     assert result.returncode == 0, result.stderr[-3000:]
     translator = Translator.from_saved_model(export_dir)
@@ -323,7 +324,7 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
         if beam:
             command += ["--beam", beam]
         result = subprocess.run(
-            command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=300
+            command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT
         )
         assert result.returncode == 0, result.stderr[-3000:]
         scores = json.loads(out.read_text())

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 pytestmark = [pytest.mark.install, pytest.mark.programs]
 
@@ -33,7 +34,7 @@ NOT_IN_CORE = {
 SENTENCES = ["the big dog sees 3 red cats", "a boy sleeps", ""]
 
 
-def _run(command, cwd, timeout=1200):
+def _run(command, cwd, timeout=HANG_TIMEOUT):
     result = subprocess.run(
         command, cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout
     )

@@ -18,6 +18,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 
 import keras_transformer as kt
 
@@ -234,7 +235,7 @@ def round_trips(tmp_path_factory):
         cwd=CHECKOUT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_TIMEOUT,
         env={
             **os.environ,
             "TF_CPP_MIN_LOG_LEVEL": "3",

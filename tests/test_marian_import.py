@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -39,7 +40,7 @@ def _program(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=HANG_TIMEOUT,
     )
     if check:
         assert result.returncode == 0, result.stderr[-4000:]
@@ -193,7 +194,7 @@ def test_the_saved_models_greedy_signature_gives_transformers_text(saved_model, 
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "keras_transformer" not in result.stderr

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 from marian_fixtures import EXTRA_SENTENCES, random_text, write_marian_tokenizer
 
 from keras_transformer.data import (
@@ -256,7 +257,7 @@ def test_saved_model_in_a_fresh_process_with_only_tf_and_tf_text(tokenizers, tmp
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])

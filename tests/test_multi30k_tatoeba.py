@@ -62,7 +62,6 @@ def two_corpus_run(tmp_path_factory):
         f"TATOEBA={second}",
         f"M30K_TATOEBA_RUN={run}",
         f"TRAIN_ARGS={train_args}",
-        timeout=900,
     )
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-4000:])
     return {"run": run, "first": first, "second": second, "log": result.stdout + result.stderr}

@@ -17,6 +17,7 @@ from pathlib import Path
 import nbclient
 import nbformat
 import pytest
+from hang_guard import HANG_TIMEOUT
 from record_check import verify_record
 
 pytestmark = pytest.mark.programs
@@ -24,7 +25,6 @@ pytestmark = pytest.mark.programs
 CHECKOUT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = CHECKOUT / "colab"
 NOTEBOOKS = ["train_translate_export.ipynb", "layers_walkthrough.ipynb"]
-CELL_TIMEOUT = 240  # seconds; a whole smoke run takes about a minute on 2 CPU cores
 KERNEL_CHECK = "import sys\nprint('KERNEL_PREFIX=' + sys.prefix)"
 
 
@@ -73,7 +73,7 @@ def execute(notebook):
     }
     client = nbclient.NotebookClient(
         notebook,
-        timeout=CELL_TIMEOUT,
+        timeout=HANG_TIMEOUT,
         kernel_name="python3",
         extra_arguments=["--InteractiveShell.colors=nocolor"],  # plain tracebacks
         resources={"metadata": {"path": str(CHECKOUT)}},

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 from keras_transformer import Workdir
 from keras_transformer.data import PreparedShards, StalePreparationError
@@ -91,7 +92,7 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
@@ -285,7 +286,7 @@ BAD_INVOCATIONS = {
 }
 
 
-def _program(args, cwd, timeout=120):
+def _program(args, cwd, timeout=HANG_TIMEOUT):
     return subprocess.run(
         [sys.executable, "-m", *args],
         cwd=CHECKOUT if cwd is None else cwd,
@@ -321,12 +322,12 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
     result = _program(
         ["export.saved_model", "--workdir", str(unfinished), "--out", str(tmp_path / "O")],
         cwd=None,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     _assert_one_line_error(result, "export.saved_model")
     assert "holds no finished training run" in result.stderr and not (tmp_path / "O").exists()
     result = _program(
-        ["export.translate", "--model", str(tmp_path), "hello"], cwd=None, timeout=300
+        ["export.translate", "--model", str(tmp_path), "hello"], cwd=None, timeout=HANG_TIMEOUT
     )
     _assert_one_line_error(result, "export.translate")
     assert "No SavedModel at" in result.stderr
@@ -360,7 +361,7 @@ def test_strategy_tpu_without_tpu_support_is_one_line(tmp_path):
             "tpu",
         ],
         cwd=None,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     _assert_one_line_error(result, "training.train")
     assert "has no TPU support" in result.stderr
@@ -385,7 +386,7 @@ def test_help_answers_before_tensorflow_is_imported(program):
         env=USER_ENV,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: python -m " + program in result.stdout

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 from keras_transformer import Workdir
 from training.config import load_config
@@ -86,7 +87,7 @@ def test_wmt14_recipe_end_to_end_on_tfds_mock_data(tmp_path):
         cwd=CHECKOUT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_TIMEOUT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
     )
     assert result.returncode == 0, result.stderr[-4000:]

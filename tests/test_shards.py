@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 from loopback import run_workers
 
 from keras_transformer.config import BOS_ID, PAD_ID
@@ -414,7 +415,7 @@ def test_two_workers_on_loopback_see_disjoint_parts_that_make_the_corpus(prepare
             str(tmp_path / f"worker{index}.json"),
         ],
         CHECKOUT,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     seen = [json.loads((tmp_path / f"worker{index}.json").read_text()) for index in range(2)]
 

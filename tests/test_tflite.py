@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from hang_guard import HANG_TIMEOUT
 from tflite_ops import op_names
 
 pytestmark = pytest.mark.programs
@@ -199,7 +200,7 @@ def test_cli_writes_the_file(trained, tmp_path):
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hang_guard import HANG_TIMEOUT
 from loopback import run_workers
 
 from keras_transformer import Workdir
@@ -145,7 +146,7 @@ def test_strategy_names_are_checked(monkeypatch):
     assert make_strategy("default").num_replicas_in_sync == 1
 
 
-def _run(args, timeout=600):
+def _run(args, timeout=HANG_TIMEOUT):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     result = subprocess.run(
         [sys.executable, *args],
@@ -545,7 +546,7 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     process = subprocess.Popen(
         command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    deadline = time.time() + 300
+    deadline = time.time() + HANG_TIMEOUT
     while not backup.exists() and time.time() < deadline and process.poll() is None:
         time.sleep(0.2)
     assert backup.exists(), "no backup written before the deadline"

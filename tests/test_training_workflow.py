@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
@@ -302,7 +303,7 @@ def test_an_incomplete_backup_folder_never_replaces_the_previous_one(tmp_path):
     assert not backup.exists() and sorted(tmp_path.iterdir()) == []
 
 
-def _program(*args, timeout=300):
+def _program(*args, timeout=HANG_TIMEOUT):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     return subprocess.run(
         [sys.executable, "-m", "training.train", "--config", "demo", *args],

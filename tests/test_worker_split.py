@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hang_guard import HANG_TIMEOUT
 from loopback import free_ports, run_workers
 
 from keras_transformer.data import PairSource, demo_splits, write_parallel_files
@@ -100,7 +101,7 @@ def test_two_workers_on_loopback_read_disjoint_parts_that_make_the_corpus(tmp_pa
             str(tmp_path / f"worker{index}.json"),
         ],
         CHECKOUT,
-        timeout=300,
+        timeout=HANG_TIMEOUT,
     )
     seen = [json.loads((tmp_path / f"worker{index}.json").read_text()) for index in range(2)]
     assert [worker["index"] for worker in seen] == [0, 1]
@@ -220,7 +221,7 @@ def test_killed_workers_resume_each_at_its_own_data_position(tmp_path, prepared)
             )
         )
     workdirs = (run, run / "worker_1")
-    deadline = time.time() + 400
+    deadline = time.time() + HANG_TIMEOUT
     stopped_at = None
     try:
         while time.time() < deadline and all(worker.poll() is None for worker in workers):
@@ -398,7 +399,7 @@ def test_a_run_on_prepared_shards_resumes_at_its_saved_data_position(
             env=env,
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=HANG_TIMEOUT,
         )
         assert result.returncode == 0, result.stderr[-4000:]
         count = 1
