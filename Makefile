@@ -155,10 +155,13 @@ TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 # The tiers are pytest markers (pyproject.toml): `install` and `colab_runtime` build or change
 # virtual environments and run in their own jobs; `programs` marks what needs the checkout's
-# programs or the extras (the library suite is the rest); `quick` the edit-run loop's tier.
+# programs or the extras (the library suite is the rest); `quick` the edit-run loop's tier;
+# `runtime` what moves with the TensorFlow/Keras versions (the Colab-runtime job's tier).
+# --durations=15: the slowest tests close the run's output (.ci/run's summary repeats them).
 OWN_JOBS := not install and not colab_runtime
 test: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and $(OWN_JOBS)" -q $(PARALLEL)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and $(OWN_JOBS)" -q $(PARALLEL) \
+	  --durations=15
 
 # The quick tier for the edit-run loop (under ~2 min on 2 cores).
 test-quick: $(STAMP)
@@ -174,7 +177,8 @@ test-oldest:
 	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/tpu_path
 
 # Colab's runtime (TensorFlow 2.19.0, Keras 3.10.0, TF Text 2.19.0) in a fresh temp venv: the
-# notebook's own install cell, the runtime kept (RECORD), the notebook and the library suite.
+# notebook's own install cell, the runtime kept (RECORD), the notebook, and the library's runtime
+# tier.
 test-colab:
 	PYTHON=$(PYTHON) TEST_WORKERS=$(TEST_WORKERS) .ci/colab_runtime
 

@@ -24,6 +24,8 @@ from keras_transformer.data import (
 )
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
 
+pytestmark = pytest.mark.runtime
+
 PAIRS = generate_pairs(240, seed=0)
 SOURCES = [source for source, _ in PAIRS]
 TARGETS = [target for _, target in PAIRS]

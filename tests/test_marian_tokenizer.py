@@ -31,6 +31,8 @@ from keras_transformer.data import (
 from keras_transformer.tokenization import MarianSubwordTokenizer, load_marian_tokenizers
 from keras_transformer.workdir import TrainedModel, Workdir, WorkdirError
 
+pytestmark = pytest.mark.runtime
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 LANGUAGE_CODES = (">>fra<<", ">>deu<<")
 TF_TEXT_OPS = {

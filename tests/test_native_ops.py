@@ -20,6 +20,8 @@ from reference import layer_norm as reference_layer_norm
 from keras_transformer.kernels import layer_norm, native
 from keras_transformer.layers import LayerNormalization
 
+pytestmark = pytest.mark.runtime
+
 NATIVE_OPS = {"KerasTransformerLayerNorm", "KerasTransformerLayerNormGrad"}
 
 

@@ -201,7 +201,8 @@ def test_every_mark_is_declared():
     declared = {
         line.split(":")[0] for line in PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]
     }
-    assert {"slow", "install", "programs", "xla_cpu", "quick", "colab_runtime"} <= declared
+    tiers = {"slow", "install", "programs", "xla_cpu", "quick", "colab_runtime", "runtime"}
+    assert tiers <= declared
     for path in TEST_FILES:
         assert module_marks(path) <= declared, path.name
 
@@ -236,6 +237,18 @@ def test_the_quick_tier_is_library_tests():
     assert len(quick) >= 10
     for path in quick:
         assert "programs" not in module_marks(path), path.name
+
+
+def test_the_runtime_tier_is_library_tests():
+    """The Colab-runtime job (.ci/colab_runtime) runs the ``runtime`` tier with ``not programs``:
+    a module of the ``runtime`` tier must be a library module, or the job would leave it out
+    unseen."""
+    runtime = [path for path in TEST_FILES if "runtime" in module_marks(path)]
+    assert len(runtime) >= 5
+    for path in runtime:
+        assert "programs" not in module_marks(path), path.name
+    job = (CHECKOUT / ".ci" / "colab_runtime").read_text()
+    assert '-m "runtime and not slow and not install and not programs' in job
 
 
 # --------------------------------------------------------------------------- import circles

@@ -31,6 +31,8 @@ from keras_transformer.data import (
 from keras_transformer.data import shards as shards_module
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
 
+pytestmark = pytest.mark.runtime
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 PAIRS = demo_splits(train=300, valid=0, test=0, seed=3)["train"]  # no two sources alike
 LIMITS = dict(max_src_length=16, max_tgt_length=16)  # drops the longest pairs

@@ -19,6 +19,8 @@ from keras_transformer.tokenization import (
 )
 from keras_transformer.tokenization.sentencepiece_trainer import _sample_batches
 
+pytestmark = pytest.mark.runtime
+
 PAIRS = generate_pairs(200, seed=0)
 SOURCES = [source for source, _ in PAIRS]
 TARGETS = [target for _, target in PAIRS]
