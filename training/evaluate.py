@@ -118,8 +118,14 @@ def parse_args(argv=None):
             parser.error(f"give one {flag} a --src: {sets} --src, {len(files)} {flag}")
     if args.out is None and sets > 1:
         parser.error(f"{sets} --src files need as many --out files")
-    if args.greedy_out is not None and (args.tflite is not None or args.beam == 1):
-        parser.error("--greedy-out goes with a beam search (--tflite and --beam 1 are greedy)")
+    greedy = (
+        args.tflite is not None or args.beam == 1 or (args.saved_model, args.beam) == (None, None)
+    )
+    if args.greedy_out is not None and greedy:
+        parser.error(
+            "--greedy-out goes with a beam search (--tflite, --beam 1 and a workdir without "
+            "--beam decode greedy)"
+        )
     if args.tflite is not None:
         if args.workdir is None:
             parser.error("--tflite needs --workdir, the run it was exported from (its tokenizers)")
