@@ -40,24 +40,26 @@ M30K_ALPHA ?= 1.4
 # More training options for the recipes below, e.g. a budget in updates instead of minutes:
 # make multi30k TRAIN_ARGS="--set training.max_minutes=null --set training.max_steps=6000"
 TRAIN_ARGS ?=
-# $(call score,RUN,DATA,SPLIT): score DATA/SPLIT.src against DATA/SPLIT.tgt through RUN's
-# SavedModel (RUN/export/1), beam and greedy, into RUN/SPLIT_beam.json and RUN/SPLIT_greedy.json.
+# $(call score,RUN,DATA/SPLIT ...): score each DATA/SPLIT.src against DATA/SPLIT.tgt through
+# RUN's SavedModel (RUN/export/1), beam and greedy, into RUN/SPLIT_beam.json and
+# RUN/SPLIT_greedy.json: one training.evaluate, which loads the SavedModel once for all of them.
 define score
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 \
-	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_beam.json
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 --beam 1 \
-	  --src $(2)/$(3).src --ref $(2)/$(3).tgt --out $(1)/$(3)_greedy.json
+	  --src $(addsuffix .src,$(2)) --ref $(addsuffix .tgt,$(2)) \
+	  --out $(foreach set,$(2),$(1)/$(notdir $(set))_beam.json) \
+	  --greedy-out $(foreach set,$(2),$(1)/$(notdir $(set))_greedy.json)
 endef
-# $(call export_and_score,RUN,DATA,SPLIT): export RUN with beam M30K_BEAM / M30K_ALPHA, then score.
+# $(call export_and_score,RUN,DATA/SPLIT ...): export RUN with beam M30K_BEAM / M30K_ALPHA, then
+# score.
 define export_and_score
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(1) --out $(1)/export \
 	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
-	$(call score,$(1),$(2),$(3))
+	$(call score,$(1),$(2))
 endef
 multi30k: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN) $(TRAIN_ARGS)
-	$(call export_and_score,$(M30K_RUN),$(M30K),test)
+	$(call export_and_score,$(M30K_RUN),$(M30K)/test)
 
 # The same recipe on Tatoeba French → English (160k short pairs, no test split; train is stored
 # sorted by length, so the whole split is shuffled, not a 10k window): valid is
@@ -69,12 +71,12 @@ tatoeba: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(TATOEBA_RUN) \
 	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000 \
 	  $(TRAIN_ARGS)
-	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA),valid)
+	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA)/valid)
 
 # One many-to-one model, German and French → English, on both corpora with one shared vocabulary
 # (docs/training.md, "Several corpora"): each corpus gives half the sampled pairs, no tags (the
 # source language shows itself), early stopping on Multi30k's validation BLEU. It is scored on
-# test2016 and on Tatoeba's valid, through one SavedModel.
+# test2016 and on Tatoeba's valid, through one SavedModel, in one training.evaluate.
 M30K_TATOEBA_RUN ?= runs/multi30k_tatoeba
 multi30k-tatoeba: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
@@ -82,8 +84,7 @@ multi30k-tatoeba: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_TATOEBA_RUN) \
 	  --set 'data.sources=[{dir: $(M30K), weight: 1}, {dir: $(TATOEBA), weight: 1}]' \
 	  --set training.shuffle_buffer=null --set training.early_stopping=bleu $(TRAIN_ARGS)
-	$(call export_and_score,$(M30K_TATOEBA_RUN),$(M30K),test)
-	$(call score,$(M30K_TATOEBA_RUN),$(TATOEBA),valid)
+	$(call export_and_score,$(M30K_TATOEBA_RUN),$(M30K)/test $(TATOEBA)/valid)
 
 # Sequence-level knowledge distillation (Kim & Rush 2016) into a student for a device
 # (docs/training.md, "Distillation"). The teacher (TEACHER: a finished Multi30k run) translates

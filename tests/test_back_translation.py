@@ -4,18 +4,15 @@ source for each sentence of target-language text (``python -m export.translate_c
 --sample``), and the forward model trains on the real pairs and the tagged synthetic ones
 (``data.sources`` with weights), then translates tagged and untagged sentences."""
 
+import importlib
 import json
-import os
-import subprocess
-import sys
+import logging
 from pathlib import Path
 
 import pytest
-from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 # Both models: 4 updates of a d_model-32 model on a 120-piece shared vocabulary.
 TINY = [
     "tokenizer.vocab_size=120",
@@ -30,26 +27,29 @@ TINY = [
 REAL_PAIRS, MONOLINGUAL = 240, 90
 
 
-def _run(module: str, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    result = subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=CHECKOUT,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=HANG_TIMEOUT,
-    )
-    assert result.returncode == 0, (module, result.stdout[-2000:], result.stderr[-4000:])
-    return result
+@pytest.fixture
+def program(capfd):
+    """``python -m MODULE ARGS`` as the docs give it, in this process (TensorFlow is imported
+    already; ``make distill`` and the tests of each program run them as processes): its
+    stderr, the status asserted 0. The logging the program sets up is undone."""
+    root = logging.getLogger()
+
+    def run(module: str, *args: str) -> str:
+        handlers, level = root.handlers[:], root.level
+        capfd.readouterr()
+        try:
+            status = importlib.import_module(module).main(list(args))
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
+        stderr = capfd.readouterr().err
+        assert status == 0, (module, stderr[-4000:])
+        return stderr
+
+    return run
 
 
-def _train(workdir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    sets = [arg for override in (*TINY, *overrides) for arg in ("--set", override)]
-    return _run("training.train", "--config", "demo", "--workdir", str(workdir), *sets)
-
-
-def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
+def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path, program):
     import numpy as np
     import tensorflow as tf
 
@@ -78,11 +78,15 @@ def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
     synthetic.mkdir()
     (synthetic / "train.tgt").write_text("\n".join(monolingual) + "\n", encoding="utf-8")
 
+    def train(workdir: Path, *overrides: str) -> str:
+        sets = [arg for override in (*TINY, *overrides) for arg in ("--set", override)]
+        return program("training.train", "--config", "demo", "--workdir", str(workdir), *sets)
+
     # 1. The reverse model, target → source.
-    _train(tmp_path / "reverse", "data.kind=text", f"data.dir={reverse}")
+    train(tmp_path / "reverse", "data.kind=text", f"data.dir={reverse}")
 
     # 2. Sampled back-translations of the monolingual text, line i the sample of line i.
-    _run(
+    program(
         "export.translate_corpus",
         "--workdir",
         str(tmp_path / "reverse"),
@@ -109,14 +113,13 @@ def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
         {"kind": "text", "dir": str(real), "weight": 1, "name": "real"},
         {"kind": "text", "dir": str(synthetic), "weight": 2, "tag": "<bt>", "name": "bt"},
     ]
-    trained = _train(tmp_path / "forward", f"data.sources={json.dumps(corpora)}")
+    log = train(tmp_path / "forward", f"data.sources={json.dumps(corpora)}")
     metrics = json.loads((tmp_path / "forward" / "metrics.json").read_text())
     assert metrics["sources"] == [
         {"name": "real", "pairs": REAL_PAIRS, "weight": 1, "share": 0.333333, "tag": None},
         {"name": "bt", "pairs": kept, "weight": 2, "share": 0.666667, "tag": "<bt>"},
     ]
     assert metrics["optimizer_steps"] == 4 and metrics["test"]["sentences"] == 5
-    log = trained.stderr
     assert f"training corpus real: {REAL_PAIRS} pairs, weight 1: 33.3% of the sampled pairs" in log
     assert (
         f"training corpus bt: {kept} pairs, weight 2: 66.7% of the sampled pairs, tagged <bt>"
@@ -133,10 +136,11 @@ def test_back_translated_pairs_train_the_forward_model_with_their_tag(tmp_path):
     # 4. The exported forward model translates a tagged and an untagged sentence.
     version = export_saved_model(tmp_path / "forward", tmp_path / "export", beam_size=1)
     both = [f"<bt> {sentence}", sentence]
-    translations = Translator.from_saved_model(version).translate(both)
+    exported = Translator.from_saved_model(version)
+    translations = exported.translate(both)
     assert len(translations) == 2
     assert translations == Translator.from_workdir(tmp_path / "forward").translate(both)
-    loaded = tf.saved_model.load(str(version))
-    pieces = loaded.signatures["cross_attention"](sentence=tf.constant(f"<bt> {sentence}"))
+    signature = exported.saved_model.signatures["cross_attention"]  # the export, loaded once
+    pieces = signature(sentence=tf.constant(f"<bt> {sentence}"))
     source_pieces = [piece.decode() for piece in np.asarray(pieces["source_pieces"])]
     assert source_pieces[0] == "\u2581<bt>" and source_pieces[-1] == "</s>", source_pieces

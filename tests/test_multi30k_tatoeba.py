@@ -95,6 +95,8 @@ def test_early_stopping_on_validation_bleu_ends_the_run(two_corpus_run):
 
 
 def test_one_saved_model_is_scored_on_both_corpora(two_corpus_run):
+    """Both splits, beam (the exported M30K_BEAM) and greedy, each in its own file, from the
+    recipe's one ``training.evaluate``."""
     run = two_corpus_run["run"]
     assert (run / "export" / "1" / "saved_model.pb").is_file()
     expected = {"test_beam": 12, "test_greedy": 12, "valid_beam": 16, "valid_greedy": 16}
@@ -102,6 +104,10 @@ def test_one_saved_model_is_scored_on_both_corpora(two_corpus_run):
         scores = json.loads((run / f"{name}.json").read_text())
         assert scores["sentences"] == sentences, name
         assert 0 <= scores["bleu"] <= 100, name
+        assert scores["decoding"] == ("beam4" if name.endswith("beam") else "greedy"), name
+        split = name.partition("_")[0]
+        assert scores["ref"].endswith(f"{split}.tgt"), name
+    assert two_corpus_run["log"].count("-m training.evaluate") == 1
     beam = json.loads((run / "valid_beam.json").read_text())
     assert beam["src"] == str(two_corpus_run["second"] / "valid.src")
 

@@ -1,8 +1,10 @@
-"""Score a model on a test file:
+"""Score a model on a test file, or on several:
 
     python -m training.evaluate --workdir DIR --src FILE --ref FILE [--beam 4]
     python -m training.evaluate --saved-model EXPORT_DIR/1 --src FILE --ref FILE
     python -m training.evaluate --tflite FILE --workdir DIR --src FILE --ref FILE [--threads 1]
+    python -m training.evaluate --saved-model EXPORT_DIR/1 --src A.src B.src --ref A.tgt B.tgt \\
+        --out A_beam.json B_beam.json --greedy-out A_greedy.json B_greedy.json
 
 Greedy or beam decoding; BLEU and chrF with sacrebleu (cased, 13a,
 detokenized) and exact match, printed and written to ``--out``. A workdir is
@@ -14,6 +16,12 @@ threads, one sentence at a time, greedy; ``--workdir`` is the run it was
 exported from, for its tokenizers): its JSON adds the file's size and the
 interpreter's milliseconds a sentence (tokenizing outside the time, after one
 untimed warm-up sentence).
+
+Several ``--src`` files go with as many ``--ref`` and ``--out`` files, in
+order, and are scored by the one model this process loads (its graphs traced
+once). ``--greedy-out`` (as many files as ``--src``) scores greedy decoding
+too, of a beam-search workdir or SavedModel (its ``translate_greedy``
+signature), as ``--beam 1`` would: one process for both decodings.
 """
 
 from __future__ import annotations
@@ -52,8 +60,12 @@ def parse_args(argv=None):
     parser.add_argument(
         "--threads", type=int, default=1, help="--tflite: LiteRT's CPU threads (default 1)"
     )
-    parser.add_argument("--src", required=True, type=Path, help="source sentences, one per line")
-    parser.add_argument("--ref", required=True, type=Path, help="reference translations, aligned")
+    parser.add_argument(
+        "--src", required=True, type=Path, nargs="+", help="source sentences, one per line"
+    )
+    parser.add_argument(
+        "--ref", required=True, type=Path, nargs="+", help="reference translations, aligned"
+    )
     parser.add_argument(
         "--beam",
         type=int,
@@ -72,9 +84,17 @@ def parse_args(argv=None):
     parser.add_argument(
         "--out",
         type=Path,
+        nargs="+",
         default=None,
-        help="JSON output (default WORKDIR/eval.json, SAVED_MODEL/../eval.json or "
-        "TFLITE without .tflite + .eval.json)",
+        help="JSON output, one a --src (default, for one --src: WORKDIR/eval.json, "
+        "SAVED_MODEL/../eval.json or TFLITE without .tflite + .eval.json)",
+    )
+    parser.add_argument(
+        "--greedy-out",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="also score greedy decoding (as --beam 1) into these JSON files, one a --src",
     )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument(
@@ -90,6 +110,22 @@ def parse_args(argv=None):
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    sets = len(args.src)
+    if len(args.ref) != sets:
+        parser.error(f"give one --ref a --src: {sets} --src, {len(args.ref)} --ref")
+    for flag, files in (("--out", args.out), ("--greedy-out", args.greedy_out)):
+        if files is not None and len(files) != sets:
+            parser.error(f"give one {flag} a --src: {sets} --src, {len(files)} {flag}")
+    if args.out is None and sets > 1:
+        parser.error(f"{sets} --src files need as many --out files")
+    greedy = (
+        args.tflite is not None or args.beam == 1 or (args.saved_model, args.beam) == (None, None)
+    )
+    if args.greedy_out is not None and greedy:
+        parser.error(
+            "--greedy-out goes with a beam search (--tflite, --beam 1 and a workdir without "
+            "--beam decode greedy)"
+        )
     if args.tflite is not None:
         if args.workdir is None:
             parser.error("--tflite needs --workdir, the run it was exported from (its tokenizers)")
@@ -104,8 +140,9 @@ def parse_args(argv=None):
         existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     else:
         existing_path(PROG, args.saved_model, "SavedModel")
-    existing_file(PROG, args.src, "--src")
-    existing_file(PROG, args.ref, "--ref")
+    for src, ref in zip(args.src, args.ref):
+        existing_file(PROG, src, "--src")
+        existing_file(PROG, ref, "--ref")
     return args
 
 
@@ -113,39 +150,49 @@ def main(argv=None) -> int:
     setup_logging()
     args = parse_args(argv)
 
-    def translate(sources: list[str]) -> tuple[list[str], dict, Path]:
-        """The translations, what the JSON says of the model and decoding, the default --out."""
+    def translator(beam: int | None):
+        """The model, loaded once, decoding with ``beam``: a function ``sources →
+        (translations, what the JSON says of the model and decoding)``, and the default
+        --out."""
         from keras_transformer.translate import Translator
 
         if args.tflite:
             from keras_transformer.exporters import LiteRTTranslator
 
             lite = LiteRTTranslator.from_workdir(args.tflite, args.workdir, args.threads)
-            result = lite.run(sources, progress=True)
-            about = {
-                "decoding": "greedy",
-                "tflite": str(args.tflite),
-                "size_bytes": lite.size_bytes,
-                "threads": lite.num_threads,
-                "seconds": round(result.seconds, 3),
-                "ms_per_sentence": round(result.ms_per_sentence, 3),
-            }
-            return result.texts, about, args.tflite.with_name(args.tflite.stem + ".eval.json")
+
+            def run_lite(sources: list[str]) -> tuple[list[str], dict]:
+                result = lite.run(sources, progress=True)
+                about = {
+                    "decoding": "greedy",
+                    "tflite": str(args.tflite),
+                    "size_bytes": lite.size_bytes,
+                    "threads": lite.num_threads,
+                    "seconds": round(result.seconds, 3),
+                    "ms_per_sentence": round(result.ms_per_sentence, 3),
+                }
+                return result.texts, about
+
+            return run_lite, args.tflite.with_name(args.tflite.stem + ".eval.json")
         if args.saved_model:
-            translator = Translator.from_saved_model(args.saved_model, beam_size=args.beam)
-            out = translator.path.parent / "eval.json"
+            model = Translator.from_saved_model(args.saved_model, beam_size=beam)
+            out = model.path.parent / "eval.json"
         else:
-            translator = Translator.from_workdir(
+            model = Translator.from_workdir(
                 args.workdir,
-                beam_size=args.beam or 1,
+                beam_size=beam or 1,
                 alpha=args.alpha,
                 stopping=args.stopping,
                 precision=args.precision,
             )
             out = args.workdir / "eval.json"
-        hypotheses = translator.translate(sources, batch_size=args.batch_size, progress=True)
-        decoding = "greedy" if translator.beam_size == 1 else f"beam{translator.beam_size}"
-        return hypotheses, {"decoding": decoding}, out
+        decoding = "greedy" if model.beam_size == 1 else f"beam{model.beam_size}"
+
+        def run_model(sources: list[str]) -> tuple[list[str], dict]:
+            hypotheses = model.translate(sources, batch_size=args.batch_size, progress=True)
+            return hypotheses, {"decoding": decoding}
+
+        return run_model, out
 
     def evaluate() -> int:
         from keras_transformer.data import PairSource
@@ -153,12 +200,18 @@ def main(argv=None) -> int:
         from keras_transformer.hardware import cpu_record
         from training.scoring import score_translations
 
-        text = PairSource.from_text_files(args.src, args.ref).read()
-        hypotheses, about, out = translate(list(text.sources))
-        scores = score_translations(hypotheses, list(text.targets))
-        scores.update({"src": str(args.src), "ref": str(args.ref), **about, "cpu": cpu_record()})
-        write_text_atomically(args.out or out, json.dumps(scores, indent=2))
-        print(json.dumps(scores, indent=2))
+        decodings = [(translator(args.beam), args.out)]
+        if args.greedy_out is not None:
+            decodings.append((translator(1), args.greedy_out))
+        for (translate, default_out), outs in decodings:
+            for index, (src, ref) in enumerate(zip(args.src, args.ref)):
+                text = PairSource.from_text_files(src, ref).read()
+                hypotheses, about = translate(list(text.sources))
+                scores = score_translations(hypotheses, list(text.targets))
+                scores.update({"src": str(src), "ref": str(ref), **about, "cpu": cpu_record()})
+                out = default_out if outs is None else outs[index]
+                write_text_atomically(out, json.dumps(scores, indent=2))
+                print(json.dumps(scores, indent=2))
         return 0
 
     return run(PROG, evaluate, expected=(ValueError,))
