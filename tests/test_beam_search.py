@@ -90,7 +90,10 @@ def varied_sources(count: int, seed: int = 3) -> np.ndarray:
 def test_sentence_alone_equals_sentence_in_batch(model, stopping):
     """Done sentences are removed from the batch in rounds; no one else's beams change."""
     sources = varied_sources(9)
-    run = tf.function(lambda s: all_beams(model, s, beam_size=3, alpha=1.0, stopping=stopping))
+    run = tf.function(  # traced once, for the batch and each sentence alone
+        lambda s: all_beams(model, s, beam_size=3, alpha=1.0, stopping=stopping),
+        input_signature=[tf.TensorSpec([None, None], tf.int32)],
+    )
     batch = run(sources)
     for b in range(len(sources)):
         length = int((sources[b] != 0).sum())
@@ -124,10 +127,16 @@ def test_heuristic_stopping_stops_sooner_and_the_exact_rule_scores_no_lower(mode
             saved + 5.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
         )  # hypotheses end early and late
         exact_steps, heuristic_steps = [], []
+        exact_search, heuristic_search = (  # each rule traced once, for sources of any length
+            tf.function(
+                lambda s, rule=rule: all_beams(model, s, beam_size=3, alpha=1.4, stopping=rule),
+                input_signature=[tf.TensorSpec([None, None], tf.int32)],
+            )
+            for rule in ("exact", "heuristic")
+        )
         for source in varied_sources(6):
             source = source[np.newaxis, : int((source != 0).sum())]
-            exact = all_beams(model, source, beam_size=3, alpha=1.4, stopping="exact")
-            heuristic = all_beams(model, source, beam_size=3, alpha=1.4, stopping="heuristic")
+            exact, heuristic = exact_search(source), heuristic_search(source)
             exact_steps.append(int(exact.steps))
             heuristic_steps.append(int(heuristic.steps))
             assert float(exact.scores[0, 0]) >= float(heuristic.scores[0, 0]) - 1e-5

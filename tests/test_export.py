@@ -2,6 +2,7 @@
 tensorflow + tensorflow_text, the session loader (TF Serving, saved_model_cli),
 op allow-list, bad inputs, warm-up requests and client request formats."""
 
+import io
 import json
 import os
 import subprocess
@@ -33,9 +34,9 @@ SENTENCES = [
 ]
 
 
-def _python(code, timeout=HANG_TIMEOUT):
+def _python(code, *args, timeout=HANG_TIMEOUT):
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(code), *args],
         cwd=CHECKOUT,
         env=ENV,
         capture_output=True,
@@ -59,8 +60,66 @@ def export_dir(workdir, tmp_path_factory):
     return export_saved_model(workdir, out, beam_size=3)
 
 
-def test_layout_and_atomic_versions(workdir, export_dir):
+@pytest.fixture(scope="module")
+def trained(workdir):
+    from keras_transformer import Workdir
+
+    return Workdir(workdir).load()
+
+
+@pytest.fixture(scope="module")
+def keras_translator(trained):
+    """The Keras model the export was made from, beam 3 as the export."""
+    from keras_transformer.translate import Translator
+
+    return Translator.from_trained_model(trained, beam_size=3)
+
+
+@pytest.fixture(scope="module")
+def saved_translator(export_dir):
+    """The export, loaded once for the module: its ``saved_model`` serves the tests that call
+    the signatures themselves."""
+    from keras_transformer.translate import Translator
+
+    return Translator.from_saved_model(export_dir)
+
+
+@pytest.fixture(scope="module")
+def greedy_saved(export_dir):
+    """The export's greedy signatures (``beam_size=1``), loaded once for the module."""
+    from keras_transformer.translate import Translator
+
+    return Translator.from_saved_model(export_dir, beam_size=1)
+
+
+@pytest.fixture
+def loaded_once(monkeypatch, saved_translator, greedy_saved):
+    """The programs run in this process (``main(argv)``) get the module's loaded export for
+    ``--model`` (its own beam, or ``--beam 1``) instead of reading the same SavedModel again at
+    each call; any other path or beam still loads (a wrong beam is still refused by the load).
+    The real load of a program: the subprocess runs, and the fixtures themselves."""
+    from keras_transformer.translate import Translator, saved_model_version
+
+    real = Translator.from_saved_model
+    loaded = {(saved_translator.path, None): saved_translator, (greedy_saved.path, 1): greedy_saved}
+
+    def from_saved_model(path, beam_size=None):
+        key = (saved_model_version(path), beam_size)
+        return loaded[key] if key in loaded else real(path, beam_size=beam_size)
+
+    monkeypatch.setattr(Translator, "from_saved_model", staticmethod(from_saved_model))
+
+
+def test_layout_versions_xla_signatures_and_variable_steps(
+    workdir, export_dir, saved_translator, monkeypatch
+):
+    """The layout and atomic versions; an export's next version, here one with the XLA
+    signatures, which translate as the plain ones; an overwrite of that version with the
+    decoding steps above the constant size limit, which reads the variables and translates as
+    the constant steps of the first version. (Two exports beside the module's: each claim of
+    versions rides on an export another claim needs.)"""
     from keras_transformer.exporters import export_saved_model
+    from keras_transformer.exporters import saved_model as exporter
 
     assert export_dir.name == "1"
     for name in (
@@ -78,87 +137,177 @@ def test_layout_and_atomic_versions(workdir, export_dir):
     assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".tmp")]
     with pytest.raises(FileExistsError, match="overwrite"):
         export_saved_model(workdir, export_dir.parent, version=1)
-    second = export_saved_model(workdir, export_dir.parent, beam_size=1)
+
+    # The next version: the XLA signatures beside the plain ones, the same translations.
+    constant = saved_translator.saved_model
+    assert not {"translate_xla", "translate_greedy_xla"} & set(constant.signatures)
+    second = export_saved_model(workdir, export_dir.parent, beam_size=3, xla=True)
     assert second.name == "2"
-    assert (
-        export_saved_model(workdir, export_dir.parent, version=2, overwrite=True, beam_size=1)
-        == second
+    signatures = tf.saved_model.load(str(second)).signatures
+    # 3 sentences (padded to 4 rows), then 5 (padded to 8) with one longer than the 16-token bucket.
+    for batch in (SENTENCES, SENTENCES + ["the farmer sleeps", " ".join(SENTENCES * 2)]):
+        inputs = tf.constant(batch)
+        for plain, compiled in (
+            ("serving_default", "translate_xla"),
+            ("translate_greedy", "translate_greedy_xla"),
+        ):
+            expected, got = signatures[plain](inputs=inputs), signatures[compiled](inputs=inputs)
+            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+            np.testing.assert_allclose(
+                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4
+            )
+    del signatures
+
+    # A small model's export decodes a few rows by a step with the weights as constants, one
+    # copy for all its signatures; above the size limit it reads the variables, with the same
+    # translations. That export overwrites version 2, atomically, in its place.
+    names = _function_names(export_dir)
+    assert sum("_constant_small_batch_step_" in name for name in names) == 1, names
+    # Each decoder once, whichever signatures and parts of a batch call it.
+    assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [
+        1,
+        1,
+    ], names
+    monkeypatch.setattr(exporter, "CONSTANT_STEPS_MAX_BYTES", 0)
+    plain = export_saved_model(workdir, export_dir.parent, version=2, overwrite=True, beam_size=3)
+    assert plain == second
+    assert not [p for p in export_dir.parent.iterdir() if p.name.startswith(".tmp")]
+    assert not [name for name in _function_names(plain) if "constant_" in name]
+    variables = tf.saved_model.load(str(plain))
+    for batch in (
+        SENTENCES,
+        SENTENCES[2:],
+        SENTENCES * 7,
+    ):  # a sentence or a few, and more rows than SMALL_BATCH_ROWS
+        inputs = tf.constant(batch)
+        for name in ("serving_default", "translate_greedy"):
+            expected, got = (
+                variables.signatures[name](inputs=inputs),
+                constant.signatures[name](inputs=inputs),
+            )
+            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
+            np.testing.assert_allclose(
+                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5
+            )
+
+
+# One fresh process (``python -c``) for all the claims only a fresh process shows: the graph's
+# ops before TF Text registers its own, the export served with only tensorflow and
+# tensorflow_text imported, TF Serving's TF1 session loader, and saved_model_cli's ``run``
+# (its absl main ends the process, so it comes last, after the JSON line).
+FRESH_PROCESS = """
+    import json, sys
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+    from tensorflow.python.framework import op_def_registry
+
+    export_dir, sentences = sys.argv[1], json.loads(sys.argv[2])
+    out = {}
+
+    # The ops of the graph and its functions that core TensorFlow does not register.
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString(open(export_dir + "/saved_model.pb", "rb").read())
+    graph = saved.meta_graphs[0].graph_def
+    functions = {f.signature.name for f in graph.library.function}
+    ops = {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+    out["not_in_core"] = sorted(op for op in ops - functions if op_def_registry.get(op) is None)
+
+    # serving_default with only tensorflow and tensorflow_text imported.
+    import numpy as np, tensorflow_text  # noqa: F401
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+    batch = [t.decode() for t in serve(inputs=tf.constant(sentences))["translations"].numpy()]
+    alone = [serve(inputs=tf.constant([s]))["translations"].numpy()[0].decode() for s in sentences]
+    odd = ["", "   ", b"caf\\xc3 \\xff\\xfe dog", " ".join(["cat"] * 2000)]
+    odd = serve(inputs=tf.constant(odd))
+    out.update(
+        batch=batch,
+        alone=alone,
+        odd=[t.decode("utf-8", "replace") for t in odd["translations"].numpy()],
+        odd_scores=odd["scores"].numpy().tolist(),
     )
 
+    # How TF Serving loads: the TF1 session loader runs every signature.
+    with tf.compat.v1.Session(graph=tf.Graph()) as session:
+        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], export_dir)
 
-def test_fresh_process_with_only_tensorflow_and_tf_text(workdir, export_dir):
-    from keras_transformer import Workdir
-    from keras_transformer.exporters import ExportedTranslator
+        def run(name, **feed):
+            signature = meta.signature_def[name]
+            return session.run(
+                {k: v.name for k, v in signature.outputs.items()},
+                {signature.inputs[k].name: v for k, v in feed.items()},
+            )
 
-    trained = Workdir(workdir).load()
-    module = ExportedTranslator(
-        trained.model,
-        trained.src_tokenizer,
-        trained.tgt_tokenizer,
-        beam_size=3,
-        max_src_length=trained.max_src_length,
+        ids = run("translate_ids", source_ids=np.array([[5, 6, 7, 3]], np.int32))
+        out["ids"] = [
+            list(ids["target_ids"].shape), str(ids["target_ids"].dtype), list(ids["scores"].shape)
+        ]
+        inputs = np.array([b"a boy sleeps", b""])
+        session_out = {
+            "n_best": run("n_best", inputs=inputs, n=np.int32(2))["translations"].shape,
+            "score": run("score", inputs=inputs, targets=np.array([b"ran", b""]))[
+                "log_probs"].shape,
+            "sample": run("sample", inputs=inputs, top_k=np.int32(3), top_p=np.float32(0.9),
+                          temperature=np.float32(1.0), seed=np.int64(1))["translations"].shape,
+            "prefix": run("translate_prefix", inputs=inputs,
+                          prefixes=np.array([b"ran", b""]))["translations"].shape,
+        }
+        try:
+            run("n_best", inputs=inputs, n=np.int32(9))
+        except tf.errors.InvalidArgumentError as error:
+            session_out["error"] = "beam size" in error.message
+        out["session"] = session_out
+    out["library_modules"] = sorted(
+        name for name in sys.modules if name.startswith(("keras_transformer", "training", "export"))
     )
-    expected = [
-        t.decode() for t in module.translate(tf.constant(SENTENCES))["translations"].numpy()
-    ]
+    print("RESULT " + json.dumps(out), flush=True)
 
-    stdout = _python(f"""
-        import json, sys, tensorflow as tf, tensorflow_text  # noqa: F401
-        assert not any(name.startswith(("keras_transformer", "training", "export")) for name in
-        sys.modules)
-        serve = tf.saved_model.load({str(export_dir)!r}).signatures["serving_default"]
-        sentences = {SENTENCES!r}
-        batch = [t.decode() for t in serve(inputs=tf.constant(sentences))["translations"].numpy()]
-        alone = [serve(inputs=tf.constant([s]))["translations"].numpy()[0].decode() for s in
-        sentences]
-        odd = serve(inputs=tf.constant(["", "   ", b"caf\\xc3 \\xff\\xfe dog", " ".join(["cat"] *
-        2000)]))
-        print(json.dumps({{"batch": batch, "alone": alone,
-                          "odd": [t.decode("utf-8", "replace") for t in
-                          odd["translations"].numpy()],
-                          "odd_scores": odd["scores"].numpy().tolist()}}))
-    """)
-    result = json.loads(stdout.strip().splitlines()[-1])
+    # `run` needs TF Text's ops registered: saved_model_cli's own main, with tensorflow_text
+    # imported.
+    from tensorflow.python.tools import saved_model_cli
+    sys.argv = ["saved_model_cli", "run", "--dir", export_dir, "--tag_set", "serve",
+                "--signature_def", "serving_default",
+                "--input_exprs", 'inputs=["a boy sleeps", ""]']
+    saved_model_cli.main()
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh_process(export_dir):
+    """What ``FRESH_PROCESS`` found (a dict), and what saved_model_cli ``run`` wrote after it."""
+    stdout = _python(FRESH_PROCESS, str(export_dir), json.dumps(SENTENCES))
+    (line,) = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT ")), stdout.split(line, 1)[1]
+
+
+def test_fresh_process_with_only_tensorflow_and_tf_text(fresh_process, keras_translator):
+    """A process that imports only tensorflow and tensorflow_text translates as the Keras
+    model, a batch as each sentence alone; blank, invalid UTF-8 and overlong input answer."""
+    result, _ = fresh_process
+    expected = keras_translator.translate(SENTENCES)
+    assert result["library_modules"] == []
     assert result["batch"] == expected
     assert result["alone"] == expected  # a batch mixing lengths changes nothing
     assert result["odd"][:2] == ["", ""] and result["odd_scores"][:2] == [0.0, 0.0]
     assert isinstance(result["odd"][2], str) and isinstance(result["odd"][3], str)
 
 
-def test_ids_signature_and_session_loader(export_dir):
-    stdout = _python(f"""
-        import numpy as np, tensorflow as tf, tensorflow_text  # noqa: F401
-        with tf.compat.v1.Session(graph=tf.Graph()) as session:  # how TF Serving loads
-            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], {str(export_dir)!r})
-            signature = meta.signature_def["translate_ids"]
-            out = session.run({{k: v.name for k, v in signature.outputs.items()}},
-                              {{signature.inputs["source_ids"].name: np.array([[5, 6, 7, 3]],
-                              np.int32)}})
-        print(out["target_ids"].shape, out["target_ids"].dtype, out["scores"].shape)
-    """)
-    shape_line = stdout.strip().splitlines()[-1]
-    assert shape_line.startswith("(1, ") and "int32 (1,)" in shape_line
+def test_ids_signature_and_session_loader(fresh_process):
+    """TF Serving's TF1 session loader runs ``translate_ids``: int32 ids in and out."""
+    batch_and_length, dtype, scores = fresh_process[0]["ids"]
+    assert batch_and_length[0] == 1 and len(batch_and_length) == 2
+    assert (dtype, scores) == ("int32", [1])
 
 
-def test_graph_uses_only_core_tf_and_tf_text_ops(export_dir):
-    stdout = _python(f"""
-        import json, tensorflow as tf
-        from tensorflow.core.protobuf import saved_model_pb2
-        from tensorflow.python.framework import op_def_registry
-        saved = saved_model_pb2.SavedModel()
-        saved.ParseFromString(open({str(export_dir / "saved_model.pb")!r}, "rb").read())
-        graph = saved.meta_graphs[0].graph_def
-        functions = {{f.signature.name for f in graph.library.function}}
-        ops = {{n.op for n in graph.node}} | {{n.op for f in graph.library.function for n in
-        f.node_def}}
-        print(json.dumps(sorted(op for op in ops - functions if op_def_registry.get(op) is None)))
-    """)
-    not_in_core = set(json.loads(stdout.strip().splitlines()[-1]))
+def test_graph_uses_only_core_tf_and_tf_text_ops(fresh_process):
+    """Every op of the graph is core TensorFlow's or TF Text's SentencePiece ops."""
+    not_in_core = set(fresh_process[0]["not_in_core"])
     assert not_in_core <= TF_TEXT_OPS, not_in_core - TF_TEXT_OPS
     assert "SentencepieceTokenizeOp" in not_in_core
 
 
-def test_saved_model_cli_show_and_run(export_dir):
+def test_saved_model_cli_show_and_run(export_dir, fresh_process):
+    """The saved_model_cli program shows both signatures; its ``run`` translates (in the
+    fresh process, where TF Text's ops are registered)."""
     cli = Path(sys.executable).parent / "saved_model_cli"
     shown = subprocess.run(
         [str(cli), "show", "--dir", str(export_dir), "--all"],
@@ -170,20 +319,10 @@ def test_saved_model_cli_show_and_run(export_dir):
     assert shown.returncode == 0, shown.stderr[-3000:]
     assert "signature_def['serving_default']" in shown.stdout
     assert "signature_def['translate_ids']" in shown.stdout
-    # `run` needs TF Text's ops registered: saved_model_cli's own main, with tensorflow_text
-    # imported.
-    stdout = _python(f"""
-        import sys, tensorflow_text  # noqa: F401
-        from tensorflow.python.tools import saved_model_cli
-        sys.argv = ["saved_model_cli", "run", "--dir", {str(export_dir)!r}, "--tag_set", "serve",
-                    "--signature_def", "serving_default",
-                    "--input_exprs", 'inputs=["a boy sleeps", ""]']
-        saved_model_cli.main()
-    """)
-    assert "Result for output key translations" in stdout
+    assert "Result for output key translations" in fresh_process[1]
 
 
-def test_warmup_request_and_client_formats_match_the_signature(export_dir):
+def test_warmup_request_and_client_formats_match_the_signature(export_dir, saved_translator):
     from tensorflow_serving.apis import prediction_log_pb2
 
     from export.client import predict_request, rest_payload
@@ -193,7 +332,7 @@ def test_warmup_request_and_client_formats_match_the_signature(export_dir):
     )
     log_entry = prediction_log_pb2.PredictionLog.FromString(records[0].numpy())
     warmup = log_entry.predict_log.request
-    signature = tf.saved_model.load(str(export_dir)).signatures["serving_default"]
+    signature = saved_translator.saved_model.signatures["serving_default"]
     (input_name,) = signature.structured_input_signature[1].keys()
     assert warmup.model_spec.signature_name == "serving_default"
     assert set(warmup.inputs) == {input_name}
@@ -232,37 +371,43 @@ def test_hand_encoded_warmup_record_equals_tensorflow_serving_apis():
     assert ours == expected.SerializeToString(deterministic=True)
 
 
-def test_translate_cli_files_beam_choice_and_attention_plot(export_dir, tmp_path):
-    def run(*args, stdin=None):
-        return subprocess.run(
-            [sys.executable, "-m", "export.translate", "--model", str(export_dir), *args],
-            cwd=CHECKOUT,
-            env=ENV,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=HANG_TIMEOUT,
-        )
+def _stdin(monkeypatch, lines: list[str]) -> None:
+    """``lines`` on standard input, for a program run in this process."""
+    data = "".join(line + "\n" for line in lines).encode()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
 
+
+def test_translate_cli_files_beam_choice_and_attention_plot(
+    export_dir, tmp_path, capsys, monkeypatch, loaded_once
+):
+    """``python -m export.translate`` (its ``main``; the real process runs in the next test):
+    a line out a line in, beam or ``--beam 1``; another beam is refused, asking for a
+    re-export; ``--plot-attention`` writes a PNG."""
+    from export import translate as translate_program
+
+    model = ["--model", str(export_dir)]
     lines = SENTENCES + [""]
-    beam = run(stdin="\n".join(lines) + "\n")
-    assert beam.returncode == 0, beam.stderr[-3000:]
-    assert len(beam.stdout.splitlines()) == len(lines) and beam.stdout.splitlines()[-1] == ""
-    greedy = run("--beam", "1", stdin="\n".join(lines) + "\n")
-    assert greedy.returncode == 0 and len(greedy.stdout.splitlines()) == len(lines)
-    wrong = run("--beam", "5", "a boy sleeps")
-    assert wrong.returncode != 0 and "re-export" in wrong.stderr
+    for beam in ([], ["--beam", "1"]):
+        _stdin(monkeypatch, lines)
+        assert translate_program.main([*model, *beam]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == len(lines) and out[-1] == ""
+    with pytest.raises(SystemExit) as exit_:
+        translate_program.main([*model, "--beam", "5", "a boy sleeps"])
+    assert exit_.value.code != 0 and "re-export" in capsys.readouterr().err
     png = tmp_path / "attention.png"
-    plotted = run("--plot-attention", str(png), SENTENCES[0])
-    assert plotted.returncode == 0, plotted.stderr[-3000:]
+    assert translate_program.main([*model, "--plot-attention", str(png), SENTENCES[0]]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_translate_cli_on_a_file_batches_by_tokens_in_windows(export_dir, tmp_path):
+def test_translate_cli_on_a_file_batches_by_tokens_in_windows(
+    export_dir, saved_translator, tmp_path
+):
     """A file with empty lines, read three lines at a time and batched by a small token
     budget: one output line a line, the empty ones empty, as the SavedModel translates
-    each sentence alone; the library's translator batches the same way."""
-    from keras_transformer.translate import Translator, token_batches
+    each sentence alone; the library's translator batches the same way. The program runs as
+    ``python -m``: exit status 0, nothing but the translations on stdout."""
+    from keras_transformer.translate import token_batches
 
     lines = [SENTENCES[2], "", SENTENCES[0], "a dog", "", SENTENCES[1], SENTENCES[2], "cats"]
     source = tmp_path / "input.txt"
@@ -279,7 +424,7 @@ def test_translate_cli_on_a_file_batches_by_tokens_in_windows(export_dir, tmp_pa
             timeout=HANG_TIMEOUT,
         )
     assert result.returncode == 0, result.stderr[-3000:]
-    translator = Translator.from_saved_model(export_dir)
+    translator = saved_translator
     alone = translator.translate(lines, batch_size=1, batch_tokens=None)
     assert result.stdout.splitlines() == alone
     assert all(out == "" for out, line in zip(alone, lines) if line == "")
@@ -288,8 +433,8 @@ def test_translate_cli_on_a_file_batches_by_tokens_in_windows(export_dir, tmp_pa
     assert translator.translate(lines, batch_tokens=20, window=5) == alone
 
 
-def test_cross_attention_signature_rows_are_distributions(export_dir):
-    out = tf.saved_model.load(str(export_dir)).signatures["cross_attention"](
+def test_cross_attention_signature_rows_are_distributions(saved_translator):
+    out = saved_translator.saved_model.signatures["cross_attention"](
         sentence=tf.constant(SENTENCES[1])
     )
     weights = out["weights"].numpy()
@@ -298,20 +443,20 @@ def test_cross_attention_signature_rows_are_distributions(export_dir):
     assert out["source_pieces"].numpy()[-1] == b"</s>"
 
 
-def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
+def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path, capsys, loaded_once):
+    """``python -m training.evaluate --saved-model``: the export's beam, as a process (exit
+    status 0), and greedy by its ``main``; a JSON of 8 sentences' scores each."""
     import yaml
 
     from keras_transformer.data import write_parallel_files
+    from training import evaluate as evaluate_program
     from training.corpus import load_corpus
 
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     write_parallel_files(load_corpus(config["data"])["test"][:8], tmp_path, "test")
     for beam, decoding in ((None, "beam3"), ("1", "greedy")):
         out = tmp_path / f"eval_{decoding}.json"
-        command = [
-            sys.executable,
-            "-m",
-            "training.evaluate",
+        args = [
             "--saved-model",
             str(export_dir),
             "--src",
@@ -322,35 +467,20 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path):
             str(out),
         ]
         if beam:
-            command += ["--beam", beam]
-        result = subprocess.run(
-            command, cwd=CHECKOUT, env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
+            assert evaluate_program.main([*args, "--beam", beam]) == 0
+            assert json.loads(capsys.readouterr().out) == json.loads(out.read_text())
+        else:
+            result = subprocess.run(
+                [sys.executable, "-m", "training.evaluate", *args],
+                cwd=CHECKOUT,
+                env=ENV,
+                capture_output=True,
+                text=True,
+                timeout=HANG_TIMEOUT,
+            )
+            assert result.returncode == 0, result.stderr[-3000:]
         scores = json.loads(out.read_text())
         assert scores["decoding"] == decoding and scores["sentences"] == 8
-
-
-def test_xla_signatures_translate_as_the_plain_ones(workdir, export_dir, tmp_path):
-    from keras_transformer.exporters import export_saved_model
-
-    assert not {"translate_xla", "translate_greedy_xla"} & set(
-        tf.saved_model.load(str(export_dir)).signatures
-    )
-    path = export_saved_model(workdir, tmp_path / "xla", beam_size=3, xla=True)
-    signatures = tf.saved_model.load(str(path)).signatures
-    # 3 sentences (padded to 4 rows), then 5 (padded to 8) with one longer than the 16-token bucket.
-    for batch in (SENTENCES, SENTENCES + ["the farmer sleeps", " ".join(SENTENCES * 2)]):
-        inputs = tf.constant(batch)
-        for plain, compiled in (
-            ("serving_default", "translate_xla"),
-            ("translate_greedy", "translate_greedy_xla"),
-        ):
-            expected, got = signatures[plain](inputs=inputs), signatures[compiled](inputs=inputs)
-            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
-            np.testing.assert_allclose(
-                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-4, atol=1e-4
-            )
 
 
 def _functions(export_dir) -> list:
@@ -363,43 +493,6 @@ def _functions(export_dir) -> list:
 
 def _function_names(export_dir) -> list[str]:
     return [f.signature.name for f in _functions(export_dir)]
-
-
-def test_constant_steps_are_held_once_and_translate_as_the_variables(
-    workdir, export_dir, tmp_path, monkeypatch
-):
-    """A small model's export decodes a few rows by a step with the weights
-    as constants, one copy for all its signatures; above the size limit it
-    reads the variables, with the same translations."""
-    from keras_transformer.exporters import export_saved_model
-    from keras_transformer.exporters import saved_model as exporter
-
-    names = _function_names(export_dir)
-    assert sum("_constant_small_batch_step_" in name for name in names) == 1, names
-    # Each decoder once, whichever signatures and parts of a batch call it.
-    assert [sum(f"__inference_{name}_" in n for n in names) for name in ("greedy", "beam_3")] == [
-        1,
-        1,
-    ], names
-    monkeypatch.setattr(exporter, "CONSTANT_STEPS_MAX_BYTES", 0)
-    plain = export_saved_model(workdir, tmp_path / "plain", beam_size=3)
-    assert not [name for name in _function_names(plain) if "constant_" in name]
-    constant, variables = tf.saved_model.load(str(export_dir)), tf.saved_model.load(str(plain))
-    for batch in (
-        SENTENCES,
-        SENTENCES[2:],
-        SENTENCES * 7,
-    ):  # a sentence or a few, and more rows than SMALL_BATCH_ROWS
-        inputs = tf.constant(batch)
-        for name in ("serving_default", "translate_greedy"):
-            expected, got = (
-                variables.signatures[name](inputs=inputs),
-                constant.signatures[name](inputs=inputs),
-            )
-            assert got["translations"].numpy().tolist() == expected["translations"].numpy().tolist()
-            np.testing.assert_allclose(
-                got["scores"].numpy(), expected["scores"].numpy(), rtol=1e-5, atol=1e-5
-            )
 
 
 @pytest.mark.slow  # a second export; splits against one split: test_decoding_step.py
@@ -509,20 +602,6 @@ TARGETS_FREE = ["", "ran", "hieru", "", "x y"]  # target-side prefixes: "" leave
 MORE = SENTENCES + ["", "a dog"]
 
 
-@pytest.fixture(scope="module")
-def keras_translator(workdir):
-    from keras_transformer.translate import Translator
-
-    return Translator.from_workdir(workdir, beam_size=3)
-
-
-@pytest.fixture(scope="module")
-def saved_translator(export_dir):
-    from keras_transformer.translate import Translator
-
-    return Translator.from_saved_model(export_dir)
-
-
 def _same_lists(got, expected):
     assert [[text for text, _ in row] for row in got] == [
         [text for text, _ in row] for row in expected
@@ -534,7 +613,7 @@ def _same_lists(got, expected):
 
 
 def test_saved_model_translator_answers_as_the_keras_translator(
-    workdir, keras_translator, saved_translator
+    trained, keras_translator, saved_translator, greedy_saved
 ):
     """translate (with prefixes), n_best, score and sample (a fixed seed) over the export's
     signatures give the Keras Translator's answers on the same model, beam 3 and greedy."""
@@ -569,8 +648,7 @@ def test_saved_model_translator_answers_as_the_keras_translator(
     assert samples == keras.sample(MORE, **sampling)
     assert samples == [saved.sample([s], **sampling)[0] for s in MORE]  # the same in any batch
     assert samples[MORE.index("")] == ""
-    greedy_saved = Translator.from_saved_model(saved.path, beam_size=1)
-    greedy_keras = Translator.from_workdir(workdir)
+    greedy_keras = Translator.from_trained_model(trained)
     assert saved.sample(MORE, top_k=1, seed=3) == greedy_keras.translate(MORE)  # top-k 1: greedy
     prefixes = TARGETS_FREE[::-1]
     assert greedy_saved.translate(MORE, prefixes=prefixes) == greedy_keras.translate(
@@ -579,10 +657,10 @@ def test_saved_model_translator_answers_as_the_keras_translator(
     _same_lists(greedy_saved.n_best(MORE, 1), greedy_keras.n_best(MORE, 1))
 
 
-def test_new_signatures_shapes_blanks_and_bad_requests(export_dir):
+def test_new_signatures_shapes_blanks_and_bad_requests(saved_translator):
     """Batched strings in and out; a blank sentence answers ""; a bad request is an
     InvalidArgument answer naming the problem, never a crash or a hang."""
-    signatures = tf.saved_model.load(str(export_dir)).signatures
+    signatures = saved_translator.saved_model.signatures
     inputs = tf.constant(["a boy sleeps", "  ", SENTENCES[0]])
     seed = tf.constant(5, tf.int64)
 
@@ -686,39 +764,10 @@ def test_saved_model_translator_refuses_before_any_request(saved_translator, mon
         assert "\n" not in str(error.value)
 
 
-def test_new_signatures_under_the_session_loader(export_dir):
+def test_new_signatures_under_the_session_loader(fresh_process):
     """TF Serving's loader runs n_best, score, sample and translate_prefix; a bad n is an
     InvalidArgument error there too."""
-    stdout = _python(f"""
-        import json, numpy as np, tensorflow as tf, tensorflow_text  # noqa: F401
-        with tf.compat.v1.Session(graph=tf.Graph()) as session:
-            meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], {str(export_dir)!r})
-
-            def run(name, **feed):
-                signature = meta.signature_def[name]
-                return session.run(
-                    {{k: v.name for k, v in signature.outputs.items()}},
-                    {{signature.inputs[k].name: v for k, v in feed.items()}},
-                )
-
-            inputs = np.array([b"a boy sleeps", b""])
-            out = {{
-                "n_best": run("n_best", inputs=inputs, n=np.int32(2))["translations"].shape,
-                "score": run("score", inputs=inputs, targets=np.array([b"ran", b""]))[
-                    "log_probs"].shape,
-                "sample": run("sample", inputs=inputs, top_k=np.int32(3), top_p=np.float32(0.9),
-                              temperature=np.float32(1.0), seed=np.int64(1))["translations"].shape,
-                "prefix": run("translate_prefix", inputs=inputs,
-                              prefixes=np.array([b"ran", b""]))["translations"].shape,
-            }}
-            try:
-                run("n_best", inputs=inputs, n=np.int32(9))
-            except tf.errors.InvalidArgumentError as error:
-                out["error"] = "beam size" in error.message
-        print(json.dumps(out))
-    """)
-    result = json.loads(stdout.strip().splitlines()[-1])
-    assert result == {
+    assert fresh_process[0]["session"] == {
         "n_best": [2, 2],
         "score": [2],
         "sample": [2],
@@ -728,11 +777,12 @@ def test_new_signatures_under_the_session_loader(export_dir):
 
 
 def test_translate_program_n_best_prefix_sample_and_the_score_program(
-    export_dir, workdir, saved_translator, tmp_path, capsys
+    export_dir, workdir, saved_translator, tmp_path, capsys, loaded_once
 ):
     """--n-best writes ``INDEX ||| TEXT ||| LOG_PROB`` lines, --prefix a translation a line,
     --sample the same samples for the same seed; python -m export.score one log-probability a
-    line pair, from the SavedModel or the workdir, to --out atomically; bad input: exit 2."""
+    line pair, from the SavedModel or the workdir, to --out atomically; bad input: exit 2.
+    (The programs' ``main``, over the module's loaded export: ``loaded_once``.)"""
     from export import score as score_program
     from export import translate as translate_program
 

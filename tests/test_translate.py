@@ -5,14 +5,20 @@ import pytest
 pytestmark = pytest.mark.programs
 
 
+@pytest.fixture(scope="module")
+def trained(tiny_workdir):
+    """The trained tiny workdir's model and tokenizers, loaded once for the module."""
+    from keras_transformer import Workdir
+
+    return Workdir(tiny_workdir).load()
+
+
 @pytest.mark.parametrize(
     "beam_size", [1, pytest.param(3, marks=pytest.mark.slow)]
 )  # XLA compiles are slow
-def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
-    from keras_transformer import Workdir
+def test_xla_translator_gives_the_same_translations(trained, beam_size):
     from keras_transformer.translate import Translator
 
-    trained = Workdir(tiny_workdir).load()
     model, src_tok, tgt_tok = trained.model, trained.src_tokenizer, trained.tgt_tokenizer
     sentences = [
         "the hungry boy sees 3 red cats",
@@ -36,12 +42,10 @@ def test_xla_translator_gives_the_same_translations(tiny_workdir, beam_size):
         Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=0)
 
 
-def test_beam_stopping_rules_and_a_bad_rule(tiny_workdir):
-    from keras_transformer import Workdir
+def test_beam_stopping_rules_and_a_bad_rule(trained):
     from keras_transformer.exporters.saved_model import ExportedTranslator
     from keras_transformer.translate import Translator
 
-    trained = Workdir(tiny_workdir).load()
     sentences = ["the hungry boy sees 3 red cats", "a dog sleeps", ""]
     exact = Translator.from_trained_model(trained, beam_size=3, alpha=0.0, stopping="exact")
     heuristic = Translator.from_trained_model(trained, beam_size=3, alpha=0.0)
@@ -59,15 +63,13 @@ def test_beam_stopping_rules_and_a_bad_rule(tiny_workdir):
         )
 
 
-def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
+def test_a_batch_in_parts_translates_as_the_batch_whole(trained):
     """``decode_parts``: a batch of many sentences decodes in two parts by
     default, in one with ``decode_parts=1``; the same translations, and each
     as the sentence alone. Fewer than one part is refused."""
-    from keras_transformer import Workdir
     from keras_transformer.decoding import PARTS_MIN_ROWS
     from keras_transformer.translate import Translator
 
-    trained = Workdir(tiny_workdir).load()
     sentences = [
         "the hungry boy sees 3 red cats",
         "a dog sleeps",
@@ -76,8 +78,9 @@ def test_a_batch_in_parts_translates_as_the_batch_whole(tiny_workdir):
         "yesterday a sad teacher gave an old book to the farmer because the farmer was happy",
     ] * 2
     assert len(sentences) >= PARTS_MIN_ROWS
-    parts = Translator.from_trained_model(trained).translate(sentences)
+    in_parts = Translator.from_trained_model(trained)  # one translator, batches of any size
+    parts = in_parts.translate(sentences)
     assert parts == Translator.from_trained_model(trained, decode_parts=1).translate(sentences)
-    assert parts == Translator.from_trained_model(trained).translate(sentences, batch_size=1)
+    assert parts == in_parts.translate(sentences, batch_size=1)
     with pytest.raises(ValueError, match="decode_parts must be >= 1"):
         Translator.from_trained_model(trained, decode_parts=0)
