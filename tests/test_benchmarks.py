@@ -230,11 +230,21 @@ def test_scale_check_measures_a_process_and_compares_runs(tmp_path):
     assert f"data.dir={tmp_path / 'big'}" in command and "training.steps_per_epoch=60" in command
 
 
+@pytest.fixture(scope="module")
+def ct2_model(tiny_workdir, tmp_path_factory):
+    """The tiny workdir's CTranslate2 conversion, made once for the serving benchmark's
+    tests (each only reads it)."""
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.exporters.ctranslate2 import export_ctranslate2
+
+    return export_ctranslate2(tiny_workdir, tmp_path_factory.mktemp("serving_ct2") / "ct2")
+
+
 @pytest.mark.parametrize(
     "xla", [False, pytest.param(True, marks=pytest.mark.slow)]
 )  # XLA exports are slow
 def test_serving_vs_ct2_times_both_engines_on_the_same_model(
-    tiny_workdir, tmp_path, xla, monkeypatch
+    tiny_workdir, ct2_model, tmp_path, xla, monkeypatch
 ):
     """Both engines, the SavedModel through the TF1 session loader, a baseline export
     and (``xla``) the SavedModel's XLA signatures translate the same sentences, strings
@@ -247,13 +257,10 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     pytest.importorskip("ctranslate2")
     from benchmarks import serving_vs_ct2
     from keras_transformer.data.synthetic import generate_pairs
-    from keras_transformer.exporters.ctranslate2 import export_ctranslate2
     from keras_transformer.exporters.saved_model import export_saved_model
 
     baseline = export_saved_model(tiny_workdir, tmp_path / "baseline", beam_size=2)
-    monkeypatch.setenv(
-        serving_vs_ct2._MODEL_ENV, str(export_ctranslate2(tiny_workdir, tmp_path / "probed"))
-    )
+    monkeypatch.setenv(serving_vs_ct2._MODEL_ENV, str(ct2_model))
     monkeypatch.setattr(
         serving_vs_ct2, "export_ctranslate2", None
     )  # a second conversion would fail
@@ -276,7 +283,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
                 "--alpha",
                 "0.6",
                 "--batch-1-sentences",
-                "3",
+                "2",  # one at a time: 2 take every path that 3 do
                 "--repeats",
                 "2",
                 *(["--xla"] if xla else []),
@@ -296,7 +303,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     report = json.loads(out.read_text())
     rows = {(row["decoder"], row["batch"]): row for row in report["results"]}
     assert sorted(rows) == [("beam2", 1), ("beam2", 64), ("greedy", 1), ("greedy", 64)]
-    assert rows[("greedy", 64)]["sentences"] == 12 and rows[("greedy", 1)]["sentences"] == 3
+    assert rows[("greedy", 64)]["sentences"] == 12 and rows[("greedy", 1)]["sentences"] == 2
     for row in rows.values():
         assert row["ratio"] > 0 and row["saved_model"]["sentences_per_s"] > 0
         # Each batch counts its fastest time: the sum is at most the fastest pass.
@@ -331,20 +338,20 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     )  # or CT2_USE_MKL's, if set
 
 
-def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, tmp_path, monkeypatch):
+def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, ct2_model, monkeypatch):
     """``--ct2-backend fastest`` times a greedy probe under Intel MKL and
     oneDNN, each in a fresh interpreter, and says to run with the faster
     (its ``CT2_USE_MKL``); a backend asked for needs no probe, CTranslate2's
-    default sets nothing, and a ``CT2_USE_MKL`` already set decides."""
+    default sets nothing, and a ``CT2_USE_MKL`` already set decides. The probe
+    takes what it is given (one sentence at a time, then all at once): a few
+    sentences time both ways as well as the 64 a real run gives it."""
     import json
 
-    pytest.importorskip("ctranslate2")
     from benchmarks import serving_vs_ct2
     from keras_transformer.data.synthetic import generate_pairs
-    from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 
-    ct2 = export_ctranslate2(tiny_workdir, tmp_path / "ct2")
-    sentences = [src for src, _ in generate_pairs(70, seed=6)]
+    ct2 = ct2_model
+    sentences = [src for src, _ in generate_pairs(6, seed=6)]
     max_length = json.loads((tiny_workdir / "model_config.json").read_text())["max_length"]
     monkeypatch.delenv("CT2_USE_MKL", raising=False)  # restored after the test
 

@@ -197,9 +197,11 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_output(
     translator, tmp_path, monkeypatch, mode, options, method
 ):
     """Two windows of four written, the third cut short mid-write: the rerun cuts the
-    partial bytes, translates from line 8 on, and the output is an uninterrupted run's."""
+    partial bytes, translates from line 8 on (the last window), and the output is an
+    uninterrupted run's."""
+    lines = MORE[:12]  # three windows: the crash comes in the last
     source = tmp_path / "more.txt"
-    source.write_text("\n".join(MORE) + "\n", encoding="utf-8")
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     whole, output = tmp_path / "whole.txt", tmp_path / "out.txt"
     kt.translate_corpus(translator, source, whole, window=4, **options)
 
@@ -216,7 +218,7 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_output(
         out.write(b"a partial wri")
 
     done = kt.translate_corpus(translator, source, output, window=4, **options)
-    assert (done.resumed_from, done.translated, done.lines) == (8, len(MORE) - 8, len(MORE))
+    assert (done.resumed_from, done.translated, done.lines) == (8, len(lines) - 8, len(lines))
     assert output.read_bytes() == whole.read_bytes()
     assert _state(output)["complete"]
 

@@ -179,40 +179,14 @@ def test_dynamic_range_quantization_differs_only_at_near_ties(trained, float_mod
         )
 
 
-def test_cli_writes_the_file(trained, tmp_path):
-    path, _, _ = trained
-    out = tmp_path / "model.tflite"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "export.tflite",
-            "--workdir",
-            str(path),
-            "--out",
-            str(out),
-            "--max-src-length",
-            str(MAX_SRC),
-            "--max-tgt-length",
-            str(MAX_TGT),
-        ],
-        cwd=CHECKOUT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=HANG_TIMEOUT,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
-
-
-def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
+def test_bf16_trained_workdir_exports_a_float32_graph_by_the_cli(trained, tmp_path):
     """A workdir trained under mixed_bfloat16 loads as float32 by default (bf16 ops are not
-    TFLite builtins), with the same weights; ``precision=None`` keeps the training policy."""
+    TFLite builtins), with the same weights; ``precision=None`` keeps the training policy.
+    ``python -m export.tflite`` converts that workdir (one conversion serves both claims):
+    the file, written without a staging folder left behind, gives our float32 greedy ids."""
     import shutil
 
     from keras_transformer import Workdir, with_precision
-    from keras_transformer.exporters.tflite import convert
 
     path, model, ids = trained
     bf16_workdir = tmp_path / "bf16"
@@ -229,8 +203,30 @@ def test_bf16_trained_workdir_exports_a_float32_graph(trained, tmp_path):
     assert loaded.dtype_policy.name == "float32"
     for ours, theirs in zip(loaded.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(ours, theirs)
-    np.testing.assert_array_equal(
-        _run(convert(loaded, MAX_SRC, MAX_TGT), ids), _reference(model, ids)
-    )
     with pytest.raises(ValueError, match="precision 'fp8'"):
         with_precision(model, "fp8")
+
+    out = tmp_path / "model.tflite"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "export.tflite",
+            "--workdir",
+            str(bf16_workdir),
+            "--out",
+            str(out),
+            "--max-src-length",
+            str(MAX_SRC),
+            "--max-tgt-length",
+            str(MAX_TGT),
+        ],
+        cwd=CHECKOUT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
+    np.testing.assert_array_equal(_run(out.read_bytes(), ids), _reference(model, ids))
