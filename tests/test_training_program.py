@@ -736,7 +736,7 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
     from training.callbacks import TrainingBackup
     from training.loop import StepPlan, fit_in_steps, optimizer_step
 
-    lines, rows = 40_000, 250  # a pass: 160 batches of 250 sentences
+    lines, rows = 20_000, 125  # a pass: 160 batches of 125 sentences
 
     def sentence(i):
         return " ".join(f"w{(7 * i + k) % 101}" for k in range(3 + i % 9))
@@ -771,7 +771,7 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
             batch_size=rows,
             max_src_length=16,
             max_tgt_length=16,
-            shuffle_buffer=2000,
+            shuffle_buffer=1000,
             seed=1,
             cache=False,
             repeat=True,
