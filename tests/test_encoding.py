@@ -212,12 +212,19 @@ def test_constant_steps_decode_as_the_variables(variant):
         "variables": KernelChoice(precomputed=frozen.as_variables()),
         "constants": KernelChoice(precomputed=frozen.as_variables(), constant_steps=steps),
     }
+    # Traced once for any number of rows, as a SavedModel's signatures are: the few rows and the
+    # many below run the one graph, each through its own branch.
+    any_ids = [tf.TensorSpec([None, None], tf.int32)]
     greedy_by = {
-        name: tf.function(lambda ids, choice=choice: greedy(model, ids, choice))
+        name: tf.function(
+            lambda ids, choice=choice: greedy(model, ids, choice), input_signature=any_ids
+        )
         for name, choice in choices.items()
     }
     beam = {
-        name: tf.function(lambda ids, choice=choice: all_beams(model, ids, 3, choice))
+        name: tf.function(
+            lambda ids, choice=choice: all_beams(model, ids, 3, choice), input_signature=any_ids
+        )
         for name, choice in choices.items()
     }
     assert 3 * 3 <= kernels.SMALL_BATCH_ROWS < 20

@@ -18,6 +18,11 @@ def tiny(**overrides):
     return kt.TransformerConfig.from_preset("tiny", **values)
 
 
+# The tests of a training step: tracing (or compiling) the step is what they cost, and what they
+# check of it is the same for one layer as for two.
+ONE_LAYER = dict(num_layers=1)
+
+
 def batch(seed=0, vocab=40):
     rng = np.random.default_rng(seed)
     src = rng.integers(4, vocab, size=(3, 7)).astype("int32")
@@ -179,13 +184,13 @@ def _fit_once(model, jit_compile):
 
 @pytest.mark.xla_cpu
 def test_fit_with_xla():
-    losses = _fit_once(kt.Transformer(tiny(dropout=0.1)), jit_compile=True)
+    losses = _fit_once(kt.Transformer(tiny(dropout=0.1, **ONE_LAYER)), jit_compile=True)
     assert all(np.isfinite(losses)) and losses[1] < losses[0]
 
 
 def test_mixed_bfloat16_keeps_softmax_layernorm_and_logits_in_float32():
     keras.config.set_dtype_policy("mixed_bfloat16")
-    model = kt.Transformer(tiny())
+    model = kt.Transformer(tiny(**ONE_LAYER))
     src, tgt = batch(8)
     logits = model((src, tgt))
     assert logits.dtype == tf.float32
@@ -202,7 +207,7 @@ def test_mixed_bfloat16_keeps_softmax_layernorm_and_logits_in_float32():
     assert hidden.dtype == tf.bfloat16
     assert weights[0]["cross"].dtype == tf.float32
     keras.config.set_dtype_policy("float32")
-    reference = kt.Transformer(tiny())
+    reference = kt.Transformer(tiny(**ONE_LAYER))
     reference.build()
     reference.set_weights(model.get_weights())
     # bf16 rounds weights and activations (2^-8 relative) and sums in float32 on every CPU, with
@@ -228,7 +233,7 @@ def test_fused_training_step_equals_keras_step(tied):
     src, tgt = batch(9)
     out = np.concatenate([tgt[:, 1:], np.zeros((3, 1), "int32")], 1)
     sample_weight = np.array([1.0, 0.5, 2.0], "float32")
-    config = tiny(tie_embeddings=tied)
+    config = tiny(tie_embeddings=tied, **ONE_LAYER)
     results = []
     for fused in (True, False):
         keras.utils.set_random_seed(0)
@@ -265,7 +270,7 @@ def test_loss_weights_take_keras_training_step():
     unweighted one (dropout 0, learning rate 0: same forward)."""
     src, tgt = batch(10)
     labels = np.roll(tgt, -1, axis=1)
-    model = kt.Transformer(tiny())
+    model = kt.Transformer(tiny(**ONE_LAYER))
     losses = {}
     for weights in (None, 0.5):
         model.compile(
@@ -298,7 +303,7 @@ def test_the_fusion_choice_is_saved_with_the_compile_config(tmp_path):
 
 
 def test_other_losses_take_keras_training_step():
-    model = kt.Transformer(tiny())
+    model = kt.Transformer(tiny(**ONE_LAYER))
     model.compile(
         optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -160,26 +161,18 @@ def _run(args, timeout=HANG_TIMEOUT):
     return result
 
 
-def test_train_then_evaluate_end_to_end(tmp_path):
-    workdir = tmp_path / "run"
-    trained = _run(
-        [
-            "-m",
-            "training.train",
-            "--config",
-            "demo",
-            "--workdir",
-            str(workdir),
-            *MICRO,
-            "--set",
-            "training.average_last=2",
-            "--set",
-            "evaluation.bleu_sentences=5",
-        ]
-    )
+def test_train_then_evaluate_end_to_end(resumed_fit_run, tmp_path):
+    """A finished run (the micro run that ``resumed_fit_run`` trains, kills and resumes) holds
+    everything a user goes on with: the config, model, tokenizer, metrics with validation BLEU
+    after each epoch and the test scores of the average of the last 2 epochs and of the last
+    epoch, the learning curves; then ``training.evaluate`` (greedy, as a program, and beam 3)
+    and ``training.tune_decoding`` score that workdir."""
+    trained_workdir, resumed_at, trained = resumed_fit_run
     assert (
         "ran out of data" not in trained.stderr
     )  # Keras' warning for a validation set of unknown length
+    workdir = tmp_path / "run"  # evaluate and tune_decoding write into the workdir
+    shutil.copytree(trained_workdir, workdir)
     for name in (
         "config.yaml",
         "model_config.json",
@@ -189,10 +182,11 @@ def test_train_then_evaluate_end_to_end(tmp_path):
     ):
         assert (workdir / name).exists(), name
     metrics = json.loads((workdir / "metrics.json").read_text())
-    assert len(metrics["history"]["loss"]) == 2
+    epochs = 10 - resumed_at // 4  # those after the restart: the killed run's are not counted
+    assert len(metrics["history"]["loss"]) == epochs
     assert 0.0 <= metrics["test"]["exact_match"] <= 1.0 and "bleu" in metrics["test"]
-    assert len(metrics["history"]["val_bleu"]) == 2  # validation BLEU after each epoch
-    assert metrics["averaged_checkpoints"] == ["epoch_0001.npz", "epoch_0002.npz"]
+    assert len(metrics["history"]["val_bleu"]) == epochs  # validation BLEU after each epoch
+    assert metrics["averaged_checkpoints"] == ["epoch_0009.npz", "epoch_0010.npz"]
     assert "bleu" in metrics["test_last_checkpoint"]
     assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
     assert (workdir / "learning_curves.png").stat().st_size > 0
@@ -202,48 +196,23 @@ def test_train_then_evaluate_end_to_end(tmp_path):
 
     pairs = demo_splits(train=300, valid=20, test=20, seed=1)["test"]
     write_parallel_files(pairs, tmp_path, "test")
-    _run(
-        [
-            "-m",
-            "training.evaluate",
-            "--workdir",
-            str(workdir),
-            "--src",
-            str(tmp_path / "test.src"),
-            "--ref",
-            str(tmp_path / "test.tgt"),
-        ]
-    )
+    sources = ["--src", str(tmp_path / "test.src"), "--ref", str(tmp_path / "test.tgt")]
+    _run(["-m", "training.evaluate", "--workdir", str(workdir), *sources])
     scores = json.loads((workdir / "eval.json").read_text())
     assert scores["sentences"] == 20 and scores["decoding"] == "greedy" and scores["cpu"]["model"]
-    _run(
-        [
-            "-m",
-            "training.evaluate",
-            "--workdir",
-            str(workdir),
-            "--src",
-            str(tmp_path / "test.src"),
-            "--ref",
-            str(tmp_path / "test.tgt"),
-            "--beam",
-            "3",
-            "--out",
-            str(tmp_path / "beam.json"),
-        ]
-    )
-    assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
 
-    from training import tune_decoding
+    from training import evaluate, tune_decoding
+
+    # In this process (the program's run as a command: above): the beam search's own JSON.
+    beam = ["--beam", "3", "--out", str(tmp_path / "beam.json")]
+    assert evaluate.main(["--workdir", str(workdir), *sources, *beam]) == 0
+    assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
 
     tune_decoding.main(
         [
             "--workdir",
             str(workdir),
-            "--src",
-            str(tmp_path / "test.src"),
-            "--ref",
-            str(tmp_path / "test.tgt"),
+            *sources,
             "--beams",
             "1",
             "2",
@@ -520,14 +489,13 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize(
-    "loop", ["fit", pytest.param("custom", marks=pytest.mark.slow)]
-)  # a training each
-def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
+def _killed_and_resumed(workdir, loop):
+    """The micro run in ``loop`` (10 epochs of 4 steps, a backup every 2 steps, validation
+    BLEU after each epoch, the last 2 epochs averaged), killed (SIGKILL) once its first backup
+    is written, then run again to its end: (the backup's step, the second run's result)."""
     import signal
     import time
 
-    workdir = tmp_path / "run"
     command = _train_command(
         workdir,
         "--set",
@@ -539,7 +507,11 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
         "--set",
         "training.backup_every_steps=2",
         "--set",
+        "training.average_last=2",
+        "--set",
         "evaluation.max_sentences=4",
+        "--set",
+        "evaluation.bleu_sentences=5",
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     backup = workdir / "backup" / "training_metadata.json"
@@ -553,9 +525,31 @@ def test_killed_run_resumes_where_it_stopped(tmp_path, loop):
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
-
     resumed_at = json.loads(backup.read_text())["step"]
-    result = _run(command[1:])
+    return resumed_at, _run(command[1:])
+
+
+@pytest.fixture(scope="module")
+def resumed_fit_run(tmp_path_factory):
+    """``(workdir, the backup's step, the resumed run's result)`` of the micro run with
+    ``fit``, killed and resumed (``_killed_and_resumed``): the kill-and-resume test and the
+    end-to-end test read the one run. Tests must not modify the workdir."""
+    workdir = tmp_path_factory.mktemp("resumed_fit") / "run"
+    return (workdir, *_killed_and_resumed(workdir, "fit"))
+
+
+@pytest.mark.parametrize(
+    "loop", ["fit", pytest.param("custom", marks=pytest.mark.slow)]
+)  # a training each
+def test_killed_run_resumes_where_it_stopped(request, tmp_path, loop):
+    """Killed after its first backup, the run resumes at the backup's step (``fit``: in the
+    epoch of that step, its input at the saved position), trains only the epochs from there
+    and ends as an uninterrupted run would, its backup gone."""
+    if loop == "fit":
+        workdir, resumed_at, result = request.getfixturevalue("resumed_fit_run")
+    else:
+        workdir = tmp_path / "run"
+        resumed_at, result = _killed_and_resumed(workdir, loop)
     assert f"at step {resumed_at}" in result.stderr  # the programs log to stderr
     if loop == "fit":  # the custom loop's own iterator: the exactness test
         assert "the input continues at its saved position" in result.stderr
@@ -734,8 +728,6 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
     update: a few batches' worth, what the pipeline reads ahead. Resumed from the same
     backup without the position (as written before positions were saved), it reads the
     corpus from its first line again."""
-    import shutil
-
     import keras
     import tensorflow as tf
 
@@ -744,7 +736,7 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
     from training.callbacks import TrainingBackup
     from training.loop import StepPlan, fit_in_steps, optimizer_step
 
-    lines, rows = 40_000, 250  # a pass: 160 batches of 250 sentences
+    lines, rows = 20_000, 125  # a pass: 160 batches of 125 sentences
 
     def sentence(i):
         return " ".join(f"w{(7 * i + k) % 101}" for k in range(3 + i % 9))
@@ -779,7 +771,7 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
             batch_size=rows,
             max_src_length=16,
             max_tgt_length=16,
-            shuffle_buffer=2000,
+            shuffle_buffer=1000,
             seed=1,
             cache=False,
             repeat=True,
