@@ -22,6 +22,8 @@ from hang_guard import HANG_TIMEOUT
 
 import keras_transformer as kt
 
+pytestmark = pytest.mark.runtime
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 VOCAB = 50
 SMALL = dict(
