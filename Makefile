@@ -151,10 +151,9 @@ distill: $(STAMP)
 
 # Default suite: tiny models, seconds per test (CI runs this), in TEST_WORKERS processes
 # (pytest-xdist), each test module in one of them so that its fixtures are built once; more
-# workers suit a machine with more cores. The longest modules are handed out first
-# (tests/tiers.py), in conftest.py's order, not xdist's own.
+# workers suit a machine with more cores.
 TEST_WORKERS ?= 2
-PARALLEL := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 # The tiers are pytest markers (pyproject.toml): `install` and `colab_runtime` build or change
 # virtual environments and run in their own jobs; `programs` marks what needs the checkout's
 # programs or the extras (the library suite is the rest); `quick` the edit-run loop's tier;

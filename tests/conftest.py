@@ -13,7 +13,7 @@ from pathlib import Path  # noqa: E402
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
-from tiers import excluded_before_import, longest_first  # noqa: E402
+from tiers import excluded_before_import  # noqa: E402
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -24,12 +24,6 @@ def pytest_ignore_collect(collection_path, config):
     if excluded_before_import(Path(collection_path), config.getoption("markexpr", "")):
         return True
     return None
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The longest modules first (tests/tiers.py): pytest-xdist then spreads them over its
-    workers before the short ones."""
-    items[:] = longest_first(items)
 
 
 @pytest.fixture(autouse=True)

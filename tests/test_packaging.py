@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # Python 3.10
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from record_check import Mismatch, verify_record
-from tiers import LONGEST_FIRST, excluded_before_import, longest_first, module_marks
+from tiers import excluded_before_import, module_marks
 
 pytestmark = pytest.mark.quick
 
@@ -249,23 +249,6 @@ def test_the_runtime_tier_is_library_tests():
         assert "programs" not in module_marks(path), path.name
     job = (CHECKOUT / ".ci" / "colab_runtime").read_text()
     assert '-m "runtime and not slow and not install and not programs' in job
-
-
-def test_the_longest_modules_are_collected_first():
-    """LONGEST_FIRST names existing modules, once each; their tests come first in its order,
-    and every other test keeps its place after them."""
-    names = [path.name for path in TEST_FILES]
-    assert set(LONGEST_FIRST) <= set(names) and len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
-
-    class Item:
-        def __init__(self, name, index):
-            self.path, self.index = Path("tests") / name, index
-
-    items = [Item(name, index) for index, name in enumerate(["test_a.py", *names, "test_z.py"])]
-    ordered = longest_first(items)
-    assert [item.path.name for item in ordered[: len(LONGEST_FIRST)]] == list(LONGEST_FIRST)
-    rest = ordered[len(LONGEST_FIRST) :]
-    assert [item.index for item in rest] == sorted(item.index for item in rest)
 
 
 # --------------------------------------------------------------------------- import circles

@@ -15,37 +15,6 @@ from pathlib import Path
 # module whole.
 SKIPPED_BEFORE_IMPORT = ("programs",)
 
-# The modules that take longest in the default suite, longest first (test time measured on 2
-# cores). conftest.py collects them first and `make test` runs with --no-loadscope-reorder, so
-# pytest-xdist hands out the long modules before the short ones and its workers finish
-# together (its own reorder, by number of tests, left the few-test recipe chains for last, one
-# worker running them alone). Only an order: a module not listed runs after these.
-LONGEST_FIRST = (
-    "test_export.py",
-    "test_training_program.py",
-    "test_distill.py",
-    "test_benchmarks.py",
-    "test_back_translation.py",
-    "test_marian_import.py",
-    "test_library_api.py",
-    "test_corpus_translation.py",
-    "test_ctranslate2.py",
-    "test_translator_features.py",
-    "test_data.py",
-    "test_multi30k_tatoeba.py",
-    "test_encoding.py",
-    "test_decoding.py",
-    "test_model.py",
-    "test_tflite.py",
-)
-
-
-def longest_first(items: list) -> list:
-    """``items`` (pytest's collected tests) with LONGEST_FIRST's modules first, in its order;
-    the order within a module and of the other modules is kept."""
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    return sorted(items, key=lambda item: rank.get(Path(str(item.path)).name, len(rank)))
-
 
 def module_marks(path: Path) -> set[str]:
     """The marks of a test module's ``pytestmark`` (``pytest.mark.NAME`` or a list of them)."""
