@@ -6,6 +6,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import fcntl  # noqa: E402
+import logging  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -28,11 +29,19 @@ def pytest_ignore_collect(collection_path, config):
 
 @pytest.fixture(autouse=True)
 def _seed_and_policy():
-    """Every test starts seeded, in float32, and leaves the global policy alone."""
+    """Every test starts seeded, in float32, and leaves the global policy alone, and the root
+    logger: a program's ``main`` run in process (``setup_logging``) adds a handler writing to
+    that test's captured stderr, closed once the test ends; it goes with the test (pytest's
+    own handlers are its to manage)."""
     keras.utils.set_random_seed(1234)
     policy = keras.config.dtype_policy()
+    handlers, level = set(logging.root.handlers), logging.root.level
     yield
     keras.config.set_dtype_policy(policy)
+    for handler in logging.root.handlers[:]:
+        if type(handler) is logging.StreamHandler and handler not in handlers:
+            logging.root.removeHandler(handler)
+    logging.root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
