@@ -19,6 +19,7 @@ import functools
 import hashlib
 import itertools
 import os
+import weakref
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from pathlib import Path
 
@@ -986,6 +987,31 @@ def saved_model_version(path: str | os.PathLike) -> Path:
     return max(versions, key=lambda p: int(p.name))
 
 
+def _export_files(path: Path) -> dict:
+    """The export's graph and variables index: ``{name: [size, mtime_ns]}``."""
+    files = {}
+    for name in ("saved_model.pb", "variables/variables.index"):
+        if (path / name).is_file():
+            stat = (path / name).stat()
+            files[name] = [stat.st_size, stat.st_mtime_ns]
+    return files
+
+
+# SavedModels loaded in this process, by version folder and files, while a translator holds one.
+_LOADED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _load_saved_model(path: Path):
+    """``tf.saved_model.load(path)``, shared with the translators over the same files (a greedy
+    and a beam translator of one export load it once); an export written again loads anew."""
+    key = (str(path.resolve()), repr(sorted(_export_files(path).items())))
+    loaded = _LOADED.get(key)
+    if loaded is None:
+        loaded = tf.saved_model.load(str(path))
+        _LOADED[key] = loaded
+    return loaded
+
+
 class _SavedModelTranslator(Translator):
     """``Translator.from_saved_model``'s translator: an export's signatures, run in this process.
 
@@ -1005,7 +1031,7 @@ class _SavedModelTranslator(Translator):
         # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF
         # Text.
         self.path = saved_model_version(path)
-        self.saved_model = tf.saved_model.load(str(self.path))
+        self.saved_model = _load_saved_model(self.path)
         self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())
         if beam_size not in (None, 1, self.exported_beam_size):
             raise ValueError(
@@ -1026,12 +1052,7 @@ class _SavedModelTranslator(Translator):
     def _identity(self) -> dict:
         """The export (its version folder, and its graph's and variables' sizes and times)
         and the beam size: see ``Translator._identity``."""
-        files = {}
-        for name in ("saved_model.pb", "variables/variables.index"):
-            if (self.path / name).is_file():
-                stat = (self.path / name).stat()
-                files[name] = [stat.st_size, stat.st_mtime_ns]
-        model = {"saved_model": str(self.path.resolve()), "files": files}
+        model = {"saved_model": str(self.path.resolve()), "files": _export_files(self.path)}
         return {"model": model, "search": {"beam_size": self.beam_size}}
 
     def _signature_of(self, name: str):

@@ -92,22 +92,26 @@ def greedy_saved(export_dir):
     return Translator.from_saved_model(export_dir, beam_size=1)
 
 
-@pytest.fixture
-def loaded_once(monkeypatch, saved_translator, greedy_saved):
-    """The programs run in this process (``main(argv)``) get the module's loaded export for
-    ``--model`` (its own beam, or ``--beam 1``) instead of reading the same SavedModel again at
-    each call; any other path or beam still loads (a wrong beam is still refused by the load).
-    The real load of a program: the subprocess runs, and the fixtures themselves."""
-    from keras_transformer.translate import Translator, saved_model_version
+def test_translators_of_one_export_share_one_load(
+    export_dir, saved_translator, greedy_saved, tmp_path
+):
+    """A greedy and a beam translator of one export, and a program's in this process, share
+    the SavedModel loaded once (the programs run by ``main`` below rely on it); a SavedModel
+    written again at the same path loads anew."""
+    from keras_transformer.translate import Translator, _load_saved_model
 
-    real = Translator.from_saved_model
-    loaded = {(saved_translator.path, None): saved_translator, (greedy_saved.path, 1): greedy_saved}
+    assert greedy_saved.saved_model is saved_translator.saved_model
+    assert Translator.from_saved_model(export_dir).saved_model is saved_translator.saved_model
 
-    def from_saved_model(path, beam_size=None):
-        key = (saved_model_version(path), beam_size)
-        return loaded[key] if key in loaded else real(path, beam_size=beam_size)
-
-    monkeypatch.setattr(Translator, "from_saved_model", staticmethod(from_saved_model))
+    module = tf.Module()
+    module.value = tf.Variable(1.0)
+    tf.saved_model.save(module, str(tmp_path))
+    first = _load_saved_model(tmp_path)
+    assert _load_saved_model(tmp_path) is first
+    module.value.assign(2.0)
+    tf.saved_model.save(module, str(tmp_path))
+    again = _load_saved_model(tmp_path)
+    assert again is not first and float(again.value.numpy()) == 2.0
 
 
 def test_layout_versions_xla_signatures_and_variable_steps(
@@ -378,7 +382,7 @@ def _stdin(monkeypatch, lines: list[str]) -> None:
 
 
 def test_translate_cli_files_beam_choice_and_attention_plot(
-    export_dir, tmp_path, capsys, monkeypatch, loaded_once
+    export_dir, tmp_path, capsys, monkeypatch
 ):
     """``python -m export.translate`` (its ``main``; the real process runs in the next test):
     a line out a line in, beam or ``--beam 1``; another beam is refused, asking for a
@@ -443,7 +447,7 @@ def test_cross_attention_signature_rows_are_distributions(saved_translator):
     assert out["source_pieces"].numpy()[-1] == b"</s>"
 
 
-def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path, capsys, loaded_once):
+def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path, capsys):
     """``python -m training.evaluate --saved-model``: the export's beam, as a process (exit
     status 0), and greedy by its ``main``; a JSON of 8 sentences' scores each."""
     import yaml
@@ -777,12 +781,12 @@ def test_new_signatures_under_the_session_loader(fresh_process):
 
 
 def test_translate_program_n_best_prefix_sample_and_the_score_program(
-    export_dir, workdir, saved_translator, tmp_path, capsys, loaded_once
+    export_dir, workdir, saved_translator, tmp_path, capsys
 ):
     """--n-best writes ``INDEX ||| TEXT ||| LOG_PROB`` lines, --prefix a translation a line,
     --sample the same samples for the same seed; python -m export.score one log-probability a
     line pair, from the SavedModel or the workdir, to --out atomically; bad input: exit 2.
-    (The programs' ``main``, over the module's loaded export: ``loaded_once``.)"""
+    (The programs' ``main``, over the module's loaded export, which they share.)"""
     from export import score as score_program
     from export import translate as translate_program
 
