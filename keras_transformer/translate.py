@@ -512,7 +512,7 @@ class Translator(tf.Module):
             return decode(model, source_ids, options)
 
         signature = [ids, *row_specs, *shared_specs]
-        inner = tf.function(run, input_signature=signature)
+        inner = tf.function(run, input_signature=signature, autograph=False)
         rows = len(row_specs) + 1
 
         def in_parts(source_ids, *inputs):
@@ -526,7 +526,7 @@ class Translator(tf.Module):
                 shared_inputs=inputs[rows - 1 :],
             )
 
-        self._functions[kind] = tf.function(in_parts, input_signature=signature)
+        self._functions[kind] = tf.function(in_parts, input_signature=signature, autograph=False)
         return self._functions[kind]
 
     def _decode(self, ids: tf.Tensor, capacity: int):
@@ -543,7 +543,9 @@ class Translator(tf.Module):
             )
             options = self.options.replace(n_best=1)
             self._compiled[bucket] = tf.function(
-                lambda ids: decode(self.model, ids, options, choice=choice), jit_compile=True
+                lambda ids: decode(self.model, ids, options, choice=choice),
+                jit_compile=True,
+                autograph=False,
             )
         out = self._compiled[bucket](padded)
         return out.tokens[:rows, 0], out.scores[:rows, 0]
@@ -955,6 +957,7 @@ class Translator(tf.Module):
             self._functions["score"] = tf.function(
                 lambda source_ids, target_ids: score_targets(self.model, source_ids, target_ids),
                 input_signature=[ids, ids],
+                autograph=False,
             )
         scores = self._functions["score"](self._source_batch(prepared, rows), self._padded(targets))
         return [float(score) for score in scores.numpy()]

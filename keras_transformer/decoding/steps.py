@@ -194,7 +194,9 @@ class ConstantSteps:
             return small_batch_step(token_ids, position, cache, source_padding)
 
         self.small_batch = tf.function(
-            constant_small_batch_step, input_signature=step_signature(model)
+            constant_small_batch_step,
+            input_signature=step_signature(model),
+            autograph=False,
         )
         self.nbytes = sum(
             leaf.nbytes for leaf in tf.nest.flatten(step_weights) if isinstance(leaf, np.ndarray)
@@ -590,7 +592,7 @@ def decode_in_parts(
     def whole():
         return decode(source_ids, *row_inputs, *shared_inputs)
 
-    in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True})
+    in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True}, autograph=False)
     return tf.cond(
         tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole
     )

@@ -238,11 +238,14 @@ class ExportedTranslator(tf.Module):
         if self.xla:  # only then: the default export holds no XLA function at all
             strings = [tf.TensorSpec([None], tf.string, name="inputs")]
             self.translate_xla = tf.function(
-                lambda inputs: self._translate(inputs, xla=True), input_signature=strings
+                lambda inputs: self._translate(inputs, xla=True),
+                input_signature=strings,
+                autograph=False,
             )
             self.translate_greedy_xla = tf.function(
                 lambda inputs: self._translate(inputs, beam_size=1, xla=True),
                 input_signature=strings,
+                autograph=False,
             )
         # The SentencePiece models also ship as assets, for clients that tokenize themselves.
         if src_model_path is not None:
@@ -304,7 +307,7 @@ class ExportedTranslator(tf.Module):
             else:
                 raise ValueError(f"no decoder of kind {kind!r}.")
             run.__name__ = name  # names the SavedModel's function
-            self.decoders[key] = tf.function(run, input_signature=signature)
+            self.decoders[key] = tf.function(run, input_signature=signature, autograph=False)
         return self.decoders[key]
 
     def options(self, beam_size: int | None = None) -> DecodeOptions:
@@ -359,14 +362,16 @@ class ExportedTranslator(tf.Module):
         options = self.options(beam_size)
         choice = KernelChoice(static_shapes=True, buffer_length=buffer)
 
-        @tf.function(jit_compile=True)
+        @tf.function(jit_compile=True, autograph=False)
         def run(ids):
             return decode(self.model, ids, options, choice=choice)
 
         out = run(ids)
         return out.tokens[:rows, 0], out.scores[:rows, 0]
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")])
+    @tf.function(
+        input_signature=[tf.TensorSpec([None, None], tf.int32, name="source_ids")], autograph=False
+    )
     def translate_ids(self, source_ids):
         target_ids, scores = self._decode(source_ids)
         return {"target_ids": target_ids, "scores": scores}
@@ -432,7 +437,8 @@ class ExportedTranslator(tf.Module):
         input_signature=[
             tf.TensorSpec([None], tf.string, name="inputs"),
             tf.TensorSpec([None], tf.string, name="prefixes"),
-        ]
+        ],
+        autograph=False,
     )
     def translate_prefix(self, inputs, prefixes):
         return self._translate_prefix(inputs, prefixes)
@@ -441,7 +447,8 @@ class ExportedTranslator(tf.Module):
         input_signature=[
             tf.TensorSpec([None], tf.string, name="inputs"),
             tf.TensorSpec([None], tf.string, name="prefixes"),
-        ]
+        ],
+        autograph=False,
     )
     def translate_prefix_greedy(self, inputs, prefixes):
         return self._translate_prefix(inputs, prefixes, beam_size=1)
@@ -450,7 +457,8 @@ class ExportedTranslator(tf.Module):
         input_signature=[
             tf.TensorSpec([None], tf.string, name="inputs"),
             tf.TensorSpec([], tf.int32, name="n"),
-        ]
+        ],
+        autograph=False,
     )
     def n_best(self, inputs, n):
         check = _check(
@@ -475,7 +483,8 @@ class ExportedTranslator(tf.Module):
         input_signature=[
             tf.TensorSpec([None], tf.string, name="inputs"),
             tf.TensorSpec([None], tf.string, name="targets"),
-        ]
+        ],
+        autograph=False,
     )
     def score(self, inputs, targets):
         _, source_ids = self._source_ids(inputs)
@@ -489,7 +498,8 @@ class ExportedTranslator(tf.Module):
             tf.TensorSpec([], tf.float32, name="top_p"),
             tf.TensorSpec([], tf.float32, name="temperature"),
             tf.TensorSpec([], tf.int64, name="seed"),
-        ]
+        ],
+        autograph=False,
     )
     def sample(self, inputs, top_k, top_p, temperature, seed):
         checks = [
@@ -506,15 +516,15 @@ class ExportedTranslator(tf.Module):
         out = self._decode_all(source_ids, 1, "sample", shared=(top_k, top_p, temperature, seed))
         return self._answers(text, out.tokens[:, 0], out.log_probs[:, 0], "log_probs")
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
     def translate(self, inputs):
         return self._translate(inputs)
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")], autograph=False)
     def translate_greedy(self, inputs):
         return self._translate(inputs, beam_size=1)
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="sentence")])
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="sentence")], autograph=False)
     def cross_attention(self, sentence):
         _, source_ids = self._source_ids(sentence[tf.newaxis])
         target_ids, _ = self._decode(source_ids)

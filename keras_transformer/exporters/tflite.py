@@ -60,7 +60,8 @@ class TFLiteTranslator(tf.Module):
         """
 
         @tf.function(
-            input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")]
+            input_signature=[tf.TensorSpec([1, self.max_src_length], tf.int32, name="source_ids")],
+            autograph=False,
         )
         def translate(source_ids):
             out = decode(
