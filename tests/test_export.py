@@ -230,8 +230,12 @@ FRESH_PROCESS = """
         odd_scores=odd["scores"].numpy().tolist(),
     )
 
-    # How TF Serving loads: the TF1 session loader runs every signature.
-    with tf.compat.v1.Session(graph=tf.Graph()) as session:
+    # How TF Serving loads: the TF1 session loader runs every signature. Grappler's graph
+    # rewrites are left out here (seconds a signature, and no op or shape of the graph's
+    # changes with them); saved_model_cli's session below runs them, as TF Serving does.
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    with tf.compat.v1.Session(graph=tf.Graph(), config=config) as session:
         meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], export_dir)
 
         def run(name, **feed):
