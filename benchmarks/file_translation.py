@@ -3,7 +3,7 @@
     python -m benchmarks.file_translation --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src [--ref .../test.tgt] \\
         [--beam 4] [--alpha 0.6] [--batch-tokens N] [--window N] [--repeats 1] \\
-        [--inter-op-threads N] [--intra-op-threads N] [--json out.json]
+        [--decode-parts N] [--inter-op-threads N] [--intra-op-threads N] [--json out.json]
 
 Five ways through the same source file, with the same beam, length penalty and
 thread count, each writing one line a line of input:
@@ -36,6 +36,12 @@ translates the first 64 lines untimed (tracing, caches), then the whole file
 seconds over CTranslate2's. ``agreement`` is the share of lines each engine
 translates as ``sorted`` does (``input_order`` must be 1.0: a sentence
 translates the same in any batch); with ``--ref``, BLEU.
+
+``--decode-parts N``: our engines decode a batch as ``N`` parts side by side
+(``Translator(decode_parts=N)``, ``export_saved_model(decode_parts=N)``;
+default: the library's; 1: whole). One part also makes each decoder's first
+call, where TensorFlow optimises its graph, cheaper: most of what a quick run
+on a few lines costs.
 """
 
 from __future__ import annotations
@@ -52,8 +58,8 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from benchmarks.ct2_translate import spm_processors
 from benchmarks.report import emit
-from benchmarks.serving_speed import spm_processors
 from benchmarks.timing import add_thread_arguments, set_thread_pools
 from keras_transformer import Translator, Workdir
 from keras_transformer.translate import BATCH_TOKENS, INPUT_ORDER_BATCH, WINDOW
@@ -157,13 +163,20 @@ def main(argv=None) -> int:
     parser.add_argument("--window", type=int, default=WINDOW, help="lines sorted at a time")
     parser.add_argument("--repeats", type=int, default=1, help="timed passes; the fastest counts")
     parser.add_argument(
+        "--decode-parts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the parts our engines decode a batch as (default: the library's; 1: whole)",
+    )
+    parser.add_argument(
         "--engines", nargs="+", choices=ENGINES, default=list(ENGINES), help="what to time"
     )
     add_thread_arguments(parser)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    for flag in ("beam", "batch_tokens", "window", "repeats"):
-        if getattr(args, flag) < 1:
+    for flag in ("beam", "batch_tokens", "window", "repeats", "decode_parts"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if "ctranslate2" in args.engines and "ctranslate2" not in sys.modules:
         try:
@@ -178,7 +191,9 @@ def main(argv=None) -> int:
         parser.error(f"{args.src} has {len(sources)} lines and {args.ref} {len(references)}.")
 
     trained = Workdir(args.workdir).check().load("fp32")
-    translator = Translator.from_trained_model(trained, beam_size=args.beam, alpha=args.alpha)
+    translator = Translator.from_trained_model(
+        trained, beam_size=args.beam, alpha=args.alpha, decode_parts=args.decode_parts
+    )
     with tempfile.TemporaryDirectory(prefix="file_translation_") as tmp:
         tmp = Path(tmp)
         engines: dict[str, Callable[[Path, Path], None]] = {}
@@ -193,7 +208,11 @@ def main(argv=None) -> int:
             from keras_transformer.exporters import export_saved_model
 
             saved_model = export_saved_model(
-                trained, tmp / "saved_model", beam_size=args.beam, alpha=args.alpha
+                trained,
+                tmp / "saved_model",
+                beam_size=args.beam,
+                alpha=args.alpha,
+                decode_parts=args.decode_parts,
             )
         if "saved_model" in args.engines:
             engines["saved_model"] = api_engine(
@@ -267,6 +286,7 @@ def main(argv=None) -> int:
         "inter_op_threads": args.inter_op_threads,
         "intra_op_threads": args.intra_op_threads,
         "repeats": args.repeats,
+        "decode_parts": args.decode_parts,
         "tensorflow": tf.__version__,
         "results": results,
     }

@@ -24,32 +24,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import sentencepiece as spm
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
+from benchmarks.ct2_translate import spm_processors
 from benchmarks.report import emit
 from keras_transformer.exporters import LiteRTTranslator
 from keras_transformer.tokenization import SubwordTokenizer
-
-
-def spm_processors(
-    directory: Path,
-) -> tuple[spm.SentencePieceProcessor, spm.SentencePieceProcessor]:
-    """The (source, target) SentencePiece models an export ships in ``directory``
-    (a SavedModel's ``assets``, a CTranslate2 folder): ``spm_shared.model``, or
-    ``spm_src.model`` and ``spm_tgt.model``."""
-    shared = directory / "spm_shared.model"
-    source, target = (
-        (shared, shared)
-        if shared.exists()
-        else (directory / "spm_src.model", directory / "spm_tgt.model")
-    )
-    if not (source.exists() and target.exists()):
-        raise ValueError(f"No SentencePiece model in {directory}: is it an export of ours?")
-    return spm.SentencePieceProcessor(model_file=str(source)), spm.SentencePieceProcessor(
-        model_file=str(target)
-    )
 
 
 def timed(translate: Callable[[list[str]], list[str]], sentences: Sequence[str], batch: int):

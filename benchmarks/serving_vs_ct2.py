@@ -6,7 +6,8 @@
         [--beam 4] [--alpha 1.4] [--batch-1-sentences 200] [--repeats 3] [--json out.json] \\
         [--cold] [--session] [--inter-op-threads N] [--intra-op-threads N] [--xla] [--baseline
         SAVED_MODEL] \\
-        [--step-splits N] [--step-products conv|matmul] [--ct2-backend fastest|library|mkl|dnnl]
+        [--step-splits N] [--step-products conv|matmul] [--decode-parts N] \\
+        [--ct2-backend fastest|library|mkl|dnnl]
 
 Exports the workdir twice into a temporary folder: the SavedModel TF Serving
 runs (``export_saved_model``: strings in and out, SentencePiece in the graph,
@@ -21,7 +22,9 @@ CTranslate2 computes its products with Intel MKL or oneDNN, chosen when it
 loads (``CT2_USE_MKL``; its default, MKL on Intel CPUs, can be
 several times slower than oneDNN there). By default (``--ct2-backend
 fastest``) a short greedy probe times each backend in a fresh interpreter
-(one sentence at a time and a batch of 64, ``PROBE_SENTENCES``) and the
+that loads CTranslate2 and SentencePiece only, no TensorFlow
+(``benchmarks.ct2_translate.probe_ct2``: one sentence at a time and a batch
+of 64, ``PROBE_SENTENCES``) and the
 faster one is set for the comparison; ``library`` keeps CTranslate2's own
 default, ``mkl`` and ``dnnl`` choose; ``CT2_USE_MKL`` in the environment
 decides over all of them. The report says which ran (``"ct2_backend"``).
@@ -72,6 +75,12 @@ splits (``export_saved_model(step_splits=N)``; 1: none), to time that export
 under those pools; ``--step-products conv|matmul`` its products
 (``export_saved_model(step_products=…)``; default: what suits this
 process's TensorFlow, which ``TF_ENABLE_ONEDNN_OPTS`` may set).
+``--decode-parts N`` exports the decoders of a batch of eight rows or more
+as ``N`` parts side by side (``export_saved_model(decode_parts=N)``; 1:
+one, for a server with one inter-op thread). One part also makes each
+signature's first call, where TensorFlow optimises its graph, cheaper
+(about 5x on a tiny model): most of what a quick run on a few sentences
+costs.
 """
 
 from __future__ import annotations
@@ -90,47 +99,22 @@ import sacrebleu
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
-from benchmarks.report import emit
-from benchmarks.serving_speed import (
-    session_translators,
-    signature_translators,
-    spm_processors,
-    timed,
+from benchmarks.ct2_translate import (  # noqa: F401  (probe_ct2, PROBE_SENTENCES: re-exported)
+    EXTRA_LENGTH,
+    PROBE_SENTENCES,
+    ct2_translators,
+    probe_ct2,
 )
+from benchmarks.report import emit
+from benchmarks.serving_speed import session_translators, signature_translators, timed
 from benchmarks.timing import add_thread_arguments, set_thread_pools
 from keras_transformer import Workdir, kernels
 from keras_transformer.exporters.ctranslate2 import export_ctranslate2
 from keras_transformer.exporters.saved_model import export_saved_model
 
 BATCHES = (64, 1)
-EXTRA_LENGTH = 50  # the exported decoders' output limit: source length + this (the paper's)
 # CTranslate2's CPU backends for its products, by the value of CT2_USE_MKL that selects them.
 CT2_BACKENDS = {"mkl": "1", "dnnl": "0"}
-PROBE_SENTENCES = (
-    40  # translated one at a time by each backend's probe (``probe_ct2``), then 64 at once
-)
-
-
-def probe_ct2(path: str, sentences: str, limits: str) -> None:
-    """Prints a JSON list: greedy ms a sentence of the CTranslate2 model at
-    ``path`` by ``ct2_translators``, one sentence at a time over the first
-    ``PROBE_SENTENCES`` of ``sentences`` (JSON) and then all of them at once,
-    the faster of two passes each; ``limits``: JSON of ``ct2_translators``'
-    length limits. ``choose_ct2_backend`` runs it in a fresh interpreter,
-    under each backend."""
-    sentences = json.loads(sentences)
-    translate = ct2_translators(Path(path), beam=1, alpha=0.0, **json.loads(limits))["greedy"]
-    translate(sentences[:8])
-    best = []
-    for batches in ([[sentence] for sentence in sentences[:PROBE_SENTENCES]], [sentences]):
-        times = []
-        for _ in range(2):
-            start = time.perf_counter()
-            for batch in batches:
-                translate(batch)
-            times.append(time.perf_counter() - start)
-        best.append(1000 * min(times) / sum(len(batch) for batch in batches))
-    print(json.dumps(best))
 
 
 def _fresh_env(**values: str) -> dict:
@@ -175,7 +159,7 @@ def choose_ct2_backend(
     probe_ms = None
     if choice == "fastest":
         code = (
-            "import sys; from benchmarks.serving_vs_ct2 import probe_ct2; probe_ct2(*sys.argv[1:])"
+            "import sys; from benchmarks.ct2_translate import probe_ct2; probe_ct2(*sys.argv[1:])"
         )
         limits = json.dumps(
             {
@@ -231,44 +215,6 @@ def rerun_with_backend(
     return subprocess.run(
         [sys.executable, "-m", "benchmarks.serving_vs_ct2", *argv], env=env
     ).returncode
-
-
-def ct2_translators(
-    path: Path,
-    *,
-    beam: int,
-    alpha: float,
-    max_input_length: int,
-    max_length: int,
-    extra_length: int = EXTRA_LENGTH,
-) -> dict[str, Callable[[list[str]], list[str]]]:
-    import ctranslate2
-
-    src_sp, tgt_sp = spm_processors(path)
-    translator = ctranslate2.Translator(
-        str(path), device="cpu", inter_threads=1, intra_threads=os.cpu_count()
-    )
-
-    def call(beam_size: int):
-        def translate(batch: list[str]) -> list[str]:
-            pieces = src_sp.encode(batch, out_type=str)
-            # The SavedModel's limit: each source's ids (EOS included) + extra_length, within the
-            # position table; CTranslate2 takes one limit a batch, the longest source's.
-            longest = min(max(len(p) for p in pieces) + 1, max_input_length)
-            results = translator.translate_batch(
-                pieces,
-                beam_size=beam_size,
-                length_penalty=alpha if beam_size > 1 else 0,
-                max_input_length=max_input_length,
-                max_decoding_length=min(longest + extra_length, max_length),
-                min_decoding_length=0,
-                max_batch_size=len(batch),
-            )
-            return [tgt_sp.decode(result.hypotheses[0]) for result in results]
-
-        return translate
-
-    return {"greedy": call(1), "beam": call(beam)}
 
 
 # The engines timed beside the SavedModel and CTranslate2 on request: their ratio's key and printed
@@ -389,6 +335,14 @@ def main(argv=None) -> int:
         "default: the exporter's choice for this process's TensorFlow)",
     )
     parser.add_argument(
+        "--decode-parts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the parts a batch of 8 rows or more decodes as (export_saved_model(decode_parts=N); "
+        "default: the exporter's; 1: one)",
+    )
+    parser.add_argument(
         "--session",
         action="store_true",
         help="also time the SavedModel loaded by the TF1 session loader, as TF Serving loads it",
@@ -414,6 +368,8 @@ def main(argv=None) -> int:
         parser.error(f"--repeats must be >= 1, got {args.repeats}")
     if args.step_splits is not None and args.step_splits < 1:
         parser.error(f"--step-splits must be >= 1, got {args.step_splits}")
+    if args.decode_parts is not None and args.decode_parts < 1:
+        parser.error(f"--decode-parts must be >= 1, got {args.decode_parts}")
     set_thread_pools(parser, args)
     if args.baseline is not None and not (args.baseline / "saved_model.pb").is_file():
         parser.error(
@@ -460,6 +416,7 @@ def main(argv=None) -> int:
             xla=args.xla,
             step_splits=args.step_splits,
             step_products=args.step_products,
+            decode_parts=args.decode_parts,
         )
         probed = os.environ.get(_MODEL_ENV)  # the conversion a parent run probed, or one of its own
         ct2 = Path(probed) if probed else export_ctranslate2(trained, Path(tmp) / "ct2")
@@ -541,6 +498,7 @@ def main(argv=None) -> int:
         "intra_op_threads": args.intra_op_threads,
         "step_splits": args.step_splits,
         "step_products": args.step_products,
+        "decode_parts": args.decode_parts,
         "onednn_rewrites": kernels.onednn_rewrites(),
         "baseline": None if args.baseline is None else str(args.baseline),
         "ct2_backend": ct2_backend,

@@ -250,8 +250,10 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     and (``xla``) the SavedModel's XLA signatures translate the same sentences, strings
     in and out, greedy and beam at batch 64 and 1; greedy outputs agree (CTranslate2
     reproduces our greedy decoder, and XLA, the session and the baseline the graph's),
-    also with the export's products for a few rows chosen (``--step-products``). As
-    the run a backend probe starts, it times the probe's conversion, converting none."""
+    also with the export's products for a few rows chosen (``--step-products``) and
+    its batches decoded in one part (``--decode-parts 1``: each signature's first
+    call, TensorFlow's graph optimisation, ~5x cheaper). As the run a backend probe
+    starts, it times the probe's conversion, converting none."""
     import json
 
     pytest.importorskip("ctranslate2")
@@ -259,7 +261,9 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     from keras_transformer.data.synthetic import generate_pairs
     from keras_transformer.exporters.saved_model import export_saved_model
 
-    baseline = export_saved_model(tiny_workdir, tmp_path / "baseline", beam_size=2)
+    baseline = export_saved_model(
+        tiny_workdir, tmp_path / "baseline", beam_size=2, decode_parts=1
+    )  # in one part: its first calls are cheaper
     monkeypatch.setenv(serving_vs_ct2._MODEL_ENV, str(ct2_model))
     monkeypatch.setattr(
         serving_vs_ct2, "export_ctranslate2", None
@@ -294,6 +298,8 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
                 "--session",
                 "--step-products",
                 "matmul",
+                "--decode-parts",
+                "1",
                 "--ct2-backend",
                 "library",
             ]
@@ -331,6 +337,9 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
         and report["warm"]
     )
     assert report["step_products"] == "matmul" and isinstance(report["onednn_rewrites"], bool)
+    assert report["decode_parts"] == 1
+    with pytest.raises(SystemExit):  # the parser's error
+        serving_vs_ct2.main(["--workdir", "w", "--src", "s", "--ref", "r", "--decode-parts", "0"])
     assert report["ct2_backend"]["backend"] in (
         "library",
         "mkl",
@@ -340,17 +349,29 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
 
 def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, ct2_model, monkeypatch):
     """``--ct2-backend fastest`` times a greedy probe under Intel MKL and
-    oneDNN, each in a fresh interpreter, and says to run with the faster
-    (its ``CT2_USE_MKL``); a backend asked for needs no probe, CTranslate2's
-    default sets nothing, and a ``CT2_USE_MKL`` already set decides. The probe
+    oneDNN, each in a fresh interpreter that loads no TensorFlow, and says to
+    run with the faster (its ``CT2_USE_MKL``); a backend asked for needs no
+    probe, CTranslate2's default sets nothing, and a ``CT2_USE_MKL`` already set decides. The probe
     takes what it is given (one sentence at a time, then all at once): a few
     sentences time both ways as well as the 64 a real run gives it."""
     import json
+    import subprocess
+    import sys
 
     from benchmarks import serving_vs_ct2
     from keras_transformer.data.synthetic import generate_pairs
 
     ct2 = ct2_model
+    # The probe's fresh interpreter loads CTranslate2 and SentencePiece, not TensorFlow.
+    loads = "import sys, benchmarks.ct2_translate; print('tensorflow' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", loads],
+        capture_output=True,
+        text=True,
+        env=serving_vs_ct2._fresh_env(),
+        check=True,
+    )
+    assert result.stdout.strip() == "False"
     sentences = [src for src, _ in generate_pairs(6, seed=6)]
     max_length = json.loads((tiny_workdir / "model_config.json").read_text())["max_length"]
     monkeypatch.delenv("CT2_USE_MKL", raising=False)  # restored after the test
@@ -591,7 +612,8 @@ def test_row_products_refuses_bad_settings():
 
 
 def _file_translation(tiny_workdir, tmp_path, *options):
-    """``benchmarks.file_translation`` on 13 demo lines, one empty: its report."""
+    """``benchmarks.file_translation`` on 13 demo lines, one empty, each batch decoded
+    whole (``--decode-parts 1``: the decoders' first calls are cheaper): its results."""
     import json
 
     from benchmarks import file_translation
@@ -604,10 +626,12 @@ def _file_translation(tiny_workdir, tmp_path, *options):
     ref.write_text("".join(f"{t}\n" for _, t in pairs))
     out = tmp_path / "file.json"
     argv = ["--workdir", str(tiny_workdir), "--src", str(src), "--ref", str(ref)]
-    argv += ["--batch-tokens", "40", "--window", "5", "--json", str(out), *options]
+    argv += ["--batch-tokens", "40", "--window", "5", "--decode-parts", "1"]
+    argv += ["--json", str(out), *options]
     assert file_translation.main(argv) == 0
     report = json.loads(out.read_text())
     assert report["lines"] == 13 and report["cpu"] and report["threads"] >= 1
+    assert report["decode_parts"] == 1
     return report["results"]
 
 
@@ -623,8 +647,9 @@ def test_file_translation_times_sorted_against_input_order_batches(tiny_workdir,
         assert result["seconds"] > 0 and "ratio" not in result and "bleu" in result
     assert results["input_order"]["agreement"] == 1.0  # a sentence translates alike in any batch
     assert "input_order" in capsys.readouterr().out  # the table
-    with pytest.raises(SystemExit):
-        file_translation.main(["--workdir", str(tiny_workdir), "--src", "s", "--window", "0"])
+    for bad in (["--window", "0"], ["--decode-parts", "0"]):
+        with pytest.raises(SystemExit):
+            file_translation.main(["--workdir", str(tiny_workdir), "--src", "s", *bad])
 
 
 @pytest.mark.slow  # a SavedModel export and a CTranslate2 conversion: ~50 s
