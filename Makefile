@@ -92,36 +92,35 @@ multi30k-tatoeba: $(STAMP)
 # none); the student (STUDENT_CONFIG: training/configs/student.yaml, or a YAML path) trains twice
 # with one seed for STUDENT_STEPS updates: on the references (student_ref) and on those translations
 # (student_kd; valid and test stay the human references). The students are exported to int8
-# TFLite (student_ref to float as well) and scored greedy in LiteRT, one thread, batch 1, beside
-# the teacher's SavedModel (beam) and float TFLite, on test2016 and on FLICKR2017.src/.tgt where
+# TFLite (student_ref to float as well, in the same process); the teacher's SavedModel (beam) is
+# scored, then, in one process one after the other, the four TFLite files (the teacher's float
+# one too) greedy in LiteRT, one thread, batch 1, on test2016 and on FLICKR2017.src/.tgt where
 # they exist; benchmarks/distill_report.py writes DISTILL_RUN/distill.json and distill.md. Each
-# step is skipped when its output is there: a re-run goes on where the last one stopped.
+# step is skipped when its outputs are there: a re-run goes on where the last one stopped.
 TEACHER ?= $(M30K_RUN)
 DISTILL_RUN ?= runs/distill
 STUDENT_CONFIG ?= student
 STUDENT_STEPS ?= 4800
 FLICKR2017 ?= $(M30K)/test2017
 DISTILL_SETS = $(M30K)/test $(if $(wildcard $(FLICKR2017).src),$(FLICKR2017))
+# The TFLite files scored (DISTILL_RUN/NAME.tflite), each with the run it was exported from.
+DISTILL_TFLITE = teacher student_ref student_ref.int8 student_kd.int8
+DISTILL_TFLITE_RUNS = $(TEACHER) $(addprefix $(DISTILL_RUN)/,student_ref student_ref student_kd)
 define newline
 
 
 endef
-# $(call distill_score,NAME,MODEL OPTIONS): training.evaluate MODEL OPTIONS on each of
-# DISTILL_SETS, into DISTILL_RUN/scores/NAME.SET.json where that is not there yet.
-distill_score = $(foreach set,$(DISTILL_SETS),test -f $(DISTILL_RUN)/scores/$(1).$(notdir $(set)).json \
-  || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate $(2) --src $(set).src \
-  --ref $(set).tgt --out $(DISTILL_RUN)/scores/$(1).$(notdir $(set)).json$(newline))
-# $(call distill_student,NAME,DATA): train the student on DATA into DISTILL_RUN/NAME, export it
-# to int8 TFLite (DISTILL_RUN/NAME.int8.tflite) and score that.
+# $(call distill_scores,NAMES): the score files of NAMES, DISTILL_RUN/scores/NAME.SET.json for
+# each of DISTILL_SETS.
+distill_scores = $(foreach name,$(1),$(patsubst %,$(DISTILL_RUN)/scores/$(name).%.json,$(notdir $(DISTILL_SETS))))
+# $(call distill_unless,FILES): a shell command's beginning that runs the rest of the line
+# only where one of FILES is not there yet.
+distill_unless = $(foreach file,$(1),test -f $(file) &&) true || TF_CPP_MIN_LOG_LEVEL=3
+# $(call distill_student,NAME,DATA): train the student on DATA into DISTILL_RUN/NAME.
 define distill_student
 	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
 	  training.train --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
 	  --set training.max_steps=$(STUDENT_STEPS)
-	test -f $(DISTILL_RUN)/$(1).int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
-	  export.tflite --workdir $(DISTILL_RUN)/$(1) --out $(DISTILL_RUN)/$(1).int8.tflite \
-	  --quantize dynamic
-	$(call distill_score,$(1).int8,--tflite $(DISTILL_RUN)/$(1).int8.tflite \
-	  --workdir $(DISTILL_RUN)/$(1))
 endef
 distill: $(STAMP)
 	@test -f $(M30K)/train.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
@@ -130,10 +129,11 @@ distill: $(STAMP)
 	mkdir -p $(DISTILL_RUN)/data $(DISTILL_RUN)/scores
 	test -d $(TEACHER)/export/1 || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model \
 	  --workdir $(TEACHER) --out $(TEACHER)/export --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA)
-	$(call distill_score,teacher.saved_model,--saved-model $(TEACHER)/export/1)
+	$(call distill_unless,$(call distill_scores,teacher.saved_model)) $(BIN)/python -m \
+	  training.evaluate --saved-model $(TEACHER)/export/1 --src $(DISTILL_SETS:=.src) \
+	  --ref $(DISTILL_SETS:=.tgt) --out $(call distill_scores,teacher.saved_model)
 	test -f $(DISTILL_RUN)/teacher.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.tflite \
 	  --workdir $(TEACHER) --out $(DISTILL_RUN)/teacher.tflite
-	$(call distill_score,teacher,--tflite $(DISTILL_RUN)/teacher.tflite --workdir $(TEACHER))
 	$(foreach file,train.src valid.src valid.tgt test.src test.tgt,test -L \
 	  $(DISTILL_RUN)/data/$(file) || ln -s $(abspath $(M30K))/$(file) $(DISTILL_RUN)/data/$(file)$(newline))
 	test "$$(grep -c '' $(DISTILL_RUN)/data/train.tgt 2>/dev/null)" = \
@@ -141,11 +141,17 @@ distill: $(STAMP)
 	  export.translate_corpus --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
 	  --src $(M30K)/train.src --out $(DISTILL_RUN)/data/train.tgt
 	$(call distill_student,student_ref,$(M30K))
-	test -f $(DISTILL_RUN)/student_ref.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.tflite \
-	  --workdir $(DISTILL_RUN)/student_ref --out $(DISTILL_RUN)/student_ref.tflite
-	$(call distill_score,student_ref,--tflite $(DISTILL_RUN)/student_ref.tflite \
-	  --workdir $(DISTILL_RUN)/student_ref)
+	$(call distill_unless,$(addprefix $(DISTILL_RUN)/,student_ref.tflite student_ref.int8.tflite)) \
+	  $(BIN)/python -m export.tflite --workdir $(DISTILL_RUN)/student_ref \
+	  --out $(DISTILL_RUN)/student_ref.tflite --int8-out $(DISTILL_RUN)/student_ref.int8.tflite
 	$(call distill_student,student_kd,$(DISTILL_RUN)/data)
+	test -f $(DISTILL_RUN)/student_kd.int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
+	  export.tflite --workdir $(DISTILL_RUN)/student_kd --out $(DISTILL_RUN)/student_kd.int8.tflite \
+	  --quantize dynamic
+	$(call distill_unless,$(call distill_scores,$(DISTILL_TFLITE))) $(BIN)/python -m \
+	  training.evaluate --tflite $(DISTILL_TFLITE:%=$(DISTILL_RUN)/%.tflite) \
+	  --workdir $(DISTILL_TFLITE_RUNS) --src $(DISTILL_SETS:=.src) --ref $(DISTILL_SETS:=.tgt) \
+	  --out $(call distill_scores,$(DISTILL_TFLITE))
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m benchmarks.distill_report --run $(DISTILL_RUN) \
 	  --teacher $(TEACHER)
 

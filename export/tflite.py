@@ -1,5 +1,7 @@
 """Convert a trained workdir to a TFLite translator with builtin ops only:
-``python -m export.tflite --workdir runs/demo --out demo.tflite [--quantize dynamic]``.
+``python -m export.tflite --workdir runs/demo --out demo.tflite [--quantize dynamic]``;
+``--int8-out demo.int8.tflite`` writes the int8 (``--quantize dynamic``) file as well, of the
+model this process loaded once.
 
 The model takes token ids for one sentence, ``source_ids`` int32
 ``[1, max_src_length]`` (subword ids + EOS, padded with 0), and returns
@@ -35,7 +37,15 @@ def parse_args(argv=None):
         default=None,
         help="output ids (default: training.max_tgt_length + 1, room for EOS)",
     )
+    parser.add_argument(
+        "--int8-out",
+        type=Path,
+        default=None,
+        help="also write the dynamic-range int8 file here (the model loaded once)",
+    )
     args = parser.parse_args(argv)
+    if args.int8_out is not None and args.quantize is not None:
+        parser.error("--int8-out goes with a float32 --out (no --quantize)")
     existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
     return args
 
@@ -45,18 +55,24 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def export() -> int:
+        from keras_transformer import Workdir
         from keras_transformer.exporters import export_tflite
 
-        print(
-            export_tflite(
-                args.workdir,
-                args.out,
-                quantize=args.quantize,
-                max_src_length=args.max_src_length,
-                max_tgt_length=args.max_tgt_length,
-                progress=True,
+        files = [(args.out, args.quantize)]
+        if args.int8_out is not None:
+            files.append((args.int8_out, "dynamic"))
+        trained = Workdir(args.workdir).load("fp32") if len(files) > 1 else args.workdir
+        for out, quantize in files:
+            print(
+                export_tflite(
+                    trained,
+                    out,
+                    quantize=quantize,
+                    max_src_length=args.max_src_length,
+                    max_tgt_length=args.max_tgt_length,
+                    progress=True,
+                )
             )
-        )
         return 0
 
     return run(PROG, export, expected=(ValueError,))

@@ -4,6 +4,7 @@ beam translations, both students are trained and exported, the int8 student runs
 LiteRT, the report has every field, and a re-run does nothing again."""
 
 import json
+import shlex
 import shutil
 from pathlib import Path
 
@@ -146,6 +147,7 @@ def test_the_report_has_every_field(chain):
         assert 0 <= result["bleu"] <= 100 and result["sentences"] == 12, name
         if name != "teacher.saved_model":
             assert model["decoding"] == "greedy" and model["threads"] == 1, name
+            assert model["file"] == str(paths["run"] / f"{name}.tflite"), name
             assert model["size_bytes"] == Path(model["file"]).stat().st_size, name
             assert result["ms_per_sentence"] > 0, name
     assert student["parameters"] < teacher["parameters"]
@@ -180,13 +182,39 @@ def test_a_rerun_does_no_work_again(chain):
     assert "| distilled student |" in result.stdout  # the report, written again
 
 
+def _scored(plan: str) -> dict[str, tuple[str, str]]:
+    """What each ``training.evaluate`` of ``make -n``'s ``plan`` scores: ``{--out file:
+    (its --src, its --ref)}`` (several --tflite: each file's outs, one a --src, in turn)."""
+    scored = {}
+    for line in plan.replace("\\\n", " ").splitlines():
+        words = shlex.split(line)
+        if "training.evaluate" not in words:
+            continue
+        options: dict[str, list[str]] = {}
+        for word in words[words.index("training.evaluate") + 1 :]:
+            if word.startswith("--"):
+                values = options.setdefault(word, [])
+            else:
+                values.append(word)
+        sources, references = options["--src"], options["--ref"]
+        for index, out in enumerate(options["--out"]):
+            scored[out] = (sources[index % len(sources)], references[index % len(sources)])
+    return scored
+
+
 def test_a_flickr2017_set_is_scored_where_its_files_are(chain, tmp_path):
     paths, variables = chain
     flickr = tmp_path / "flickr"
     for suffix in (".src", ".tgt"):
         shutil.copy(paths["corpus"] / f"test{suffix}", flickr.with_suffix(suffix))
-    plan = make("-n", "distill", *variables[:-1], f"FLICKR2017={flickr}").stdout
-    for name in ("teacher.saved_model", "teacher", "student_ref", "student_ref.int8"):
-        assert f"--out {paths['run']}/scores/{name}.flickr.json" in plan, name
-    assert f"--out {paths['run']}/scores/student_kd.int8.flickr.json" in plan
-    assert ".flickr.json" not in make("-n", "distill", *variables).stdout
+    sets = {"test": paths["corpus"] / "test", "flickr": flickr}
+    scored = _scored(make("-n", "distill", *variables[:-1], f"FLICKR2017={flickr}").stdout)
+    assert scored == {
+        str(paths["run"] / "scores" / f"{name}.{test_set}.json"): (f"{path}.src", f"{path}.tgt")
+        for name in REPORT_ROWS
+        for test_set, path in sets.items()
+    }
+    scored = _scored(make("-n", "distill", *variables).stdout)
+    assert set(scored) == {
+        str(paths["run"] / "scores" / f"{name}.test.json") for name in REPORT_ROWS
+    }

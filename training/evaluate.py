@@ -5,6 +5,8 @@
     python -m training.evaluate --tflite FILE --workdir DIR --src FILE --ref FILE [--threads 1]
     python -m training.evaluate --saved-model EXPORT_DIR/1 --src A.src B.src --ref A.tgt B.tgt \\
         --out A_beam.json B_beam.json --greedy-out A_greedy.json B_greedy.json
+    python -m training.evaluate --tflite F.tflite F.int8.tflite G.tflite --workdir F F G \\
+        --src A.src --ref A.tgt --out F.A.json F.int8.A.json G.A.json
 
 Greedy or beam decoding; BLEU and chrF with sacrebleu (cased, 13a,
 detokenized) and exact match, printed and written to ``--out``. A workdir is
@@ -22,12 +24,19 @@ order, and are scored by the one model this process loads (its graphs traced
 once). ``--greedy-out`` (as many files as ``--src``) scores greedy decoding
 too, of a beam-search workdir or SavedModel (its ``translate_greedy``
 signature), as ``--beam 1`` would: one process for both decodings.
+
+Several ``--tflite`` files are scored one after the other by one process, each
+with its ``--workdir`` (one a file, or one for all: a run's float and int8
+files), so that their milliseconds a sentence are measured side by side:
+``--out`` then names one file a ``--tflite`` a ``--src``, the first file's sets
+first.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from programs import (
@@ -47,7 +56,11 @@ def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     model_source = parser.add_mutually_exclusive_group()
     model_source.add_argument(
-        "--workdir", type=Path, help="a training.train workdir (with --tflite: its tokenizers)"
+        "--workdir",
+        type=Path,
+        nargs="+",
+        help="a training.train workdir (with --tflite: its tokenizers; several --tflite: "
+        "one a file, or one for all)",
     )
     model_source.add_argument(
         "--saved-model",
@@ -55,7 +68,11 @@ def parse_args(argv=None):
         help="an export version folder (exports/NAME/1) or the folder above it",
     )
     parser.add_argument(
-        "--tflite", type=Path, default=None, help="a .tflite file of python -m export.tflite"
+        "--tflite",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="a .tflite file of python -m export.tflite, or several (scored in turn)",
     )
     parser.add_argument(
         "--threads", type=int, default=1, help="--tflite: LiteRT's CPU threads (default 1)"
@@ -86,8 +103,9 @@ def parse_args(argv=None):
         type=Path,
         nargs="+",
         default=None,
-        help="JSON output, one a --src (default, for one --src: WORKDIR/eval.json, "
-        "SAVED_MODEL/../eval.json or TFLITE without .tflite + .eval.json)",
+        help="JSON output, one a --src (several --tflite: one a --tflite a --src; default, "
+        "for one --src: WORKDIR/eval.json, SAVED_MODEL/../eval.json or TFLITE without "
+        ".tflite + .eval.json)",
     )
     parser.add_argument(
         "--greedy-out",
@@ -110,12 +128,18 @@ def parse_args(argv=None):
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
-    sets = len(args.src)
+    sets, models = len(args.src), len(args.tflite or [None])
     if len(args.ref) != sets:
         parser.error(f"give one --ref a --src: {sets} --src, {len(args.ref)} --ref")
-    for flag, files in (("--out", args.out), ("--greedy-out", args.greedy_out)):
-        if files is not None and len(files) != sets:
-            parser.error(f"give one {flag} a --src: {sets} --src, {len(files)} {flag}")
+    if args.out is not None and len(args.out) != sets * models:
+        each = "a --src" if models == 1 else f"a --tflite a --src ({sets * models})"
+        parser.error(f"give one --out {each}: {sets} --src, {len(args.out)} --out")
+    if args.greedy_out is not None and len(args.greedy_out) != sets:
+        parser.error(
+            f"give one --greedy-out a --src: {sets} --src, {len(args.greedy_out)} --greedy-out"
+        )
+    if args.out is None and models > 1:
+        parser.error(f"{models} --tflite files need one --out a --tflite a --src")
     if args.out is None and sets > 1:
         parser.error(f"{sets} --src files need as many --out files")
     greedy = (
@@ -129,15 +153,24 @@ def parse_args(argv=None):
     if args.tflite is not None:
         if args.workdir is None:
             parser.error("--tflite needs --workdir, the run it was exported from (its tokenizers)")
+        if len(args.workdir) not in (1, models):
+            parser.error(
+                f"give one --workdir a --tflite, or one for all: {models} --tflite, "
+                f"{len(args.workdir)} --workdir"
+            )
         if args.beam not in (None, 1):
             parser.error(
                 f"--tflite decodes greedy (the decoding is inside the file): --beam {args.beam}"
             )
-        existing_file(PROG, args.tflite, "--tflite")
+        for tflite in args.tflite:
+            existing_file(PROG, tflite, "--tflite")
     elif args.workdir is None and args.saved_model is None:
         parser.error("give one of --workdir, --saved-model or --tflite with --workdir")
+    elif args.workdir is not None and len(args.workdir) > 1:
+        parser.error(f"give one --workdir (several go with as many --tflite): {len(args.workdir)}")
     if args.workdir is not None:
-        existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
+        for workdir in args.workdir:
+            existing_path(PROG, workdir, "workdir", WORKDIR_HINT)
     else:
         existing_path(PROG, args.saved_model, "SavedModel")
     for src, ref in zip(args.src, args.ref):
@@ -150,42 +183,46 @@ def main(argv=None) -> int:
     setup_logging()
     args = parse_args(argv)
 
+    def lite_translator(tflite: Path, workdir: Path):
+        """The ``.tflite`` file ``tflite`` in LiteRT, with ``workdir``'s tokenizers: as
+        ``translator`` gives."""
+        from keras_transformer.exporters import LiteRTTranslator
+
+        lite = LiteRTTranslator.from_workdir(tflite, workdir, args.threads)
+
+        def run_lite(sources: list[str]) -> tuple[list[str], dict]:
+            result = lite.run(sources, progress=True)
+            about = {
+                "decoding": "greedy",
+                "tflite": str(tflite),
+                "size_bytes": lite.size_bytes,
+                "threads": lite.num_threads,
+                "seconds": round(result.seconds, 3),
+                "ms_per_sentence": round(result.ms_per_sentence, 3),
+            }
+            return result.texts, about
+
+        return run_lite, tflite.with_name(tflite.stem + ".eval.json")
+
     def translator(beam: int | None):
         """The model, loaded once, decoding with ``beam``: a function ``sources →
         (translations, what the JSON says of the model and decoding)``, and the default
         --out."""
         from keras_transformer.translate import Translator
 
-        if args.tflite:
-            from keras_transformer.exporters import LiteRTTranslator
-
-            lite = LiteRTTranslator.from_workdir(args.tflite, args.workdir, args.threads)
-
-            def run_lite(sources: list[str]) -> tuple[list[str], dict]:
-                result = lite.run(sources, progress=True)
-                about = {
-                    "decoding": "greedy",
-                    "tflite": str(args.tflite),
-                    "size_bytes": lite.size_bytes,
-                    "threads": lite.num_threads,
-                    "seconds": round(result.seconds, 3),
-                    "ms_per_sentence": round(result.ms_per_sentence, 3),
-                }
-                return result.texts, about
-
-            return run_lite, args.tflite.with_name(args.tflite.stem + ".eval.json")
         if args.saved_model:
             model = Translator.from_saved_model(args.saved_model, beam_size=beam)
             out = model.path.parent / "eval.json"
         else:
+            (workdir,) = args.workdir
             model = Translator.from_workdir(
-                args.workdir,
+                workdir,
                 beam_size=beam or 1,
                 alpha=args.alpha,
                 stopping=args.stopping,
                 precision=args.precision,
             )
-            out = args.workdir / "eval.json"
+            out = workdir / "eval.json"
         decoding = "greedy" if model.beam_size == 1 else f"beam{model.beam_size}"
 
         def run_model(sources: list[str]) -> tuple[list[str], dict]:
@@ -200,10 +237,23 @@ def main(argv=None) -> int:
         from keras_transformer.hardware import cpu_record
         from training.scoring import score_translations
 
-        decodings = [(translator(args.beam), args.out)]
-        if args.greedy_out is not None:
-            decodings.append((translator(1), args.greedy_out))
-        for (translate, default_out), outs in decodings:
+        # (the model's loader, its --out files): each loaded in turn
+        if args.tflite:  # a file's outs: the next len(--src) of --out
+            sets = len(args.src)
+            workdirs = args.workdir * len(args.tflite) if len(args.workdir) == 1 else args.workdir
+            decodings = [
+                (
+                    partial(lite_translator, tflite, workdir),
+                    args.out and args.out[index * sets : (index + 1) * sets],
+                )
+                for index, (tflite, workdir) in enumerate(zip(args.tflite, workdirs))
+            ]
+        else:
+            decodings = [(partial(translator, args.beam), args.out)]
+            if args.greedy_out is not None:
+                decodings.append((partial(translator, 1), args.greedy_out))
+        for load, outs in decodings:
+            translate, default_out = load()
             for index, (src, ref) in enumerate(zip(args.src, args.ref)):
                 text = PairSource.from_text_files(src, ref).read()
                 hypotheses, about = translate(list(text.sources))
