@@ -165,8 +165,8 @@ def test_train_then_evaluate_end_to_end(resumed_fit_run, tmp_path):
     """A finished run (the micro run that ``resumed_fit_run`` trains, kills and resumes) holds
     everything a user goes on with: the config, model, tokenizer, metrics with validation BLEU
     after each epoch and the test scores of the average of the last 2 epochs and of the last
-    epoch, the learning curves; then ``training.evaluate`` (greedy, as a program, and beam 3)
-    and ``training.tune_decoding`` score that workdir."""
+    epoch, the learning curves; then ``training.evaluate`` (greedy and beam 3) and
+    ``training.tune_decoding`` score that workdir."""
     trained_workdir, resumed_at, trained = resumed_fit_run
     assert (
         "ran out of data" not in trained.stderr
@@ -182,11 +182,11 @@ def test_train_then_evaluate_end_to_end(resumed_fit_run, tmp_path):
     ):
         assert (workdir / name).exists(), name
     metrics = json.loads((workdir / "metrics.json").read_text())
-    epochs = 10 - resumed_at // 4  # those after the restart: the killed run's are not counted
+    epochs = 3 - resumed_at // 4  # those after the restart: the killed run's are not counted
     assert len(metrics["history"]["loss"]) == epochs
     assert 0.0 <= metrics["test"]["exact_match"] <= 1.0 and "bleu" in metrics["test"]
     assert len(metrics["history"]["val_bleu"]) == epochs  # validation BLEU after each epoch
-    assert metrics["averaged_checkpoints"] == ["epoch_0009.npz", "epoch_0010.npz"]
+    assert metrics["averaged_checkpoints"] == ["epoch_0002.npz", "epoch_0003.npz"]
     assert "bleu" in metrics["test_last_checkpoint"]
     assert not (workdir / "backup").exists() or not any((workdir / "backup").iterdir())
     assert (workdir / "learning_curves.png").stat().st_size > 0
@@ -197,29 +197,19 @@ def test_train_then_evaluate_end_to_end(resumed_fit_run, tmp_path):
     pairs = demo_splits(train=300, valid=20, test=20, seed=1)["test"]
     write_parallel_files(pairs, tmp_path, "test")
     sources = ["--src", str(tmp_path / "test.src"), "--ref", str(tmp_path / "test.tgt")]
-    _run(["-m", "training.evaluate", "--workdir", str(workdir), *sources])
+    # The programs in this process (training.evaluate as a command: test_export.py's and the
+    # multi30k-tatoeba recipe's runs): greedy into the workdir's eval.json, then the beam
+    # search's own JSON.
+    _in_process("training.evaluate", ["--workdir", str(workdir), *sources])
     scores = json.loads((workdir / "eval.json").read_text())
     assert scores["sentences"] == 20 and scores["decoding"] == "greedy" and scores["cpu"]["model"]
-
-    from training import evaluate, tune_decoding
-
-    # In this process (the program's run as a command: above): the beam search's own JSON.
     beam = ["--beam", "3", "--out", str(tmp_path / "beam.json")]
-    assert evaluate.main(["--workdir", str(workdir), *sources, *beam]) == 0
+    _in_process("training.evaluate", ["--workdir", str(workdir), *sources, *beam])
     assert json.loads((tmp_path / "beam.json").read_text())["decoding"] == "beam3"
 
-    tune_decoding.main(
-        [
-            "--workdir",
-            str(workdir),
-            *sources,
-            "--beams",
-            "1",
-            "2",
-            "--alphas",
-            "0.6",
-            "1.0",
-        ]
+    _in_process(
+        "training.tune_decoding",
+        ["--workdir", str(workdir), *sources, "--beams", "1", "2", "--alphas", "0.6", "1.0"],
     )
     grid = json.loads((workdir / "decoding_grid.json").read_text())
     assert [(row["beam"], row["alpha"]) for row in grid["grid"]].count((1, 0.0)) == 1 and len(
@@ -317,15 +307,13 @@ src, tgt_in, tgt_out = ids(16, 6), ids(16, 5), ids(16, 5)
 train = lambda size: tf.data.Dataset.from_tensor_slices(((src, tgt_in), tgt_out)).batch(size)
 single.fit(train(8), verbose=0)
 out["one_device"] = single.evaluate(valid, return_dict=True, verbose=0)
-by_fit, by_loop = model_under(mirrored, 2), model_under(mirrored, 2)
-out["fit_history"] = fit_in_steps(by_fit, lambda: pad_batches_for_replicas(train(4).repeat(), 2),
-plan,
-                                  validation_data=pad_batches_for_replicas(valid, 2), verbose=0)
+by_loop = model_under(mirrored, 2)
 out["custom_history"] = custom_fit(by_loop, mirrored, train(4).repeat(), plan,
 validation_data=valid)
-# fit killed after its second update (its backup: the first) and resumed: the backup holds the
-# input's position, with the micro-batches Keras read ahead (the iterator it builds the model
-# with included).
+# fit killed after its second update (its backup: the first; its model: the two updates of a run
+# not interrupted) and resumed to validate at the epoch end: the backup holds the input's
+# position, with the micro-batches Keras read ahead (the iterator it builds the model with
+# included).
 import logging, os, tempfile
 from training.callbacks import TrainingBackup
 resumes = []
@@ -340,26 +328,30 @@ class Killed(keras.callbacks.Callback):  # before StepBackup: no backup at the s
             raise RuntimeError("killed")
 backup = TrainingBackup(os.path.join(tempfile.mkdtemp(), "backup"))
 halves = StepPlan(steps_per_epoch=2, epochs=1, accumulate_steps=2, backup_every_steps=1)
+by_halves = []
 for kill in ([Killed()], []):
-    by_halves = model_under(mirrored, 2)
+    by_halves.append(model_under(mirrored, 2))
     try:
-        fit_in_steps(by_halves, lambda: pad_batches_for_replicas(train(4).repeat(), 2), halves,
-                     backup=backup, callbacks=kill, verbose=0)
+        out["fit_history"] = fit_in_steps(
+            by_halves[-1], lambda: pad_batches_for_replicas(train(4).repeat(), 2), halves,
+            validation_data=pad_batches_for_replicas(valid, 2), backup=backup, callbacks=kill,
+            verbose=0)
     except RuntimeError:
-        pass
+        out["killed"] = out.get("killed", 0) + 1
     saved = os.path.isfile(backup.directory / "input" / "position.json")
     out.setdefault("saved_input", []).append(saved)
 out["resumed"] = [message for message in resumes if message.startswith("resumed")]
+killed, by_fit = by_halves
 # A worker's own batches (its part of the text or its shard files), split between its replicas:
 # here the one worker.
 by_worker = model_under(mirrored, 2)
 out["worker_history"] = custom_fit(by_worker, mirrored, PerWorkerInput(train(4).repeat()), plan,
                                    validation_data=valid)
 out["steps"] = [int(model.optimizer.iterations)
-                for model in (single, by_fit, by_loop, by_worker, by_halves)]
+                for model in (single, killed, by_fit, by_loop, by_worker)]
 out["weight_gaps"] = [max(float(np.abs(a - b).max()) for a, b in zip(single.get_weights(),
 model.get_weights()))
-                      for model in (by_fit, by_loop, by_worker, by_halves)]
+                      for model in (killed, by_fit, by_loop, by_worker)]
 out["keras_evaluate"] = by_fit.evaluate(pad_batches_for_replicas(valid, 2), return_dict=True,
 verbose=0)
 out["custom_evaluate"] = evaluator(by_loop, mirrored)(valid)
@@ -374,15 +366,17 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
     the updates of one big batch on one device, and each loop's validation
     on batches of 5, 3 and 1 sentences (padded to split evenly) gives one
     device's exact loss and accuracy, as do Keras' ``evaluate`` and the
-    custom loop's ``evaluator``; ``fit_in_steps`` killed after the first
-    update resumes from its input position to the same weights. (The training
-    program with replicas, custom loop, validation loss and BLEU: the
-    multi-worker test.)"""
+    custom loop's ``evaluator``. The ``fit_in_steps`` run is killed after
+    its second update (its backup: the first) and resumed from its input
+    position: the killed model's weights (two updates uninterrupted) and the
+    resumed one's are the same, and the resumed run validates at the epoch
+    end. (The training program with replicas, custom loop, validation loss
+    and BLEU: the multi-worker test.)"""
     result = _run(["-c", MIRRORED_SCRIPT])
     out = json.loads(result.stdout.split("RESULT", 1)[1])
     assert out["replicas"] == 2 and out["keras_steps_per_execution"] == 1
     assert out["steps"] == [2, 2, 2, 2, 2]
-    assert out["saved_input"] == [True, True]
+    assert out["killed"] == 1 and out["saved_input"] == [True, True]
     assert len(out["resumed"]) == 1 and "continues at its saved position" in out["resumed"][0]
     assert max(out["weight_gaps"]) < 1e-5, out["weight_gaps"]  # float32 sums in other orders
     assert 0.3 < out["untrained_accuracy"] < 0.9
@@ -489,19 +483,70 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
         np.testing.assert_array_equal(a, b)
 
 
+# ``python -m training.train`` with its arguments, killed (SIGKILL) as soon as its first
+# backup is written: no clean-up runs, and no race between the kill and the training.
+KILLED_AFTER_FIRST_BACKUP = """
+import os, signal, sys
+from training import callbacks, train
+save = callbacks.TrainingBackup.save
+def save_then_die(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+callbacks.TrainingBackup.save = save_then_die
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+def _in_process(module, args):
+    """``python -m MODULE ARGS`` run by its ``main`` in this process (TensorFlow is imported
+    already): its ``(stdout, stderr)``, the status asserted 0; its Python warnings, every
+    one, are in its stderr, as a process would print them. The logging it sets up is undone
+    (this also serves module-scoped fixtures, outside the conftest's clean-up)."""
+    import contextlib
+    import importlib
+    import io
+    import logging
+    import warnings
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        with (
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            warnings.catch_warnings(record=True) as caught,
+        ):
+            warnings.simplefilter("always")
+            status = importlib.import_module(module).main(list(args))
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    for warning in caught:
+        stderr.write(
+            warnings.formatwarning(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+        )
+    assert status == 0, (module, stdout.getvalue()[-2000:], stderr.getvalue()[-4000:])
+    return stdout.getvalue(), stderr.getvalue()
+
+
 def _killed_and_resumed(workdir, loop):
-    """The micro run in ``loop`` (10 epochs of 4 steps, a backup every 2 steps, validation
-    BLEU after each epoch, the last 2 epochs averaged), killed (SIGKILL) once its first backup
-    is written, then run again to its end: (the backup's step, the second run's result)."""
+    """The micro run in ``loop`` (3 epochs of 4 steps, a backup every 2 steps, validation
+    BLEU after each epoch, the last 2 epochs averaged), killed (SIGKILL, a process of its own)
+    once its first backup is written, then run again to its end (the same arguments, by the
+    program's ``main`` in this process): (the backup's step, the second run's stdout and
+    stderr)."""
     import signal
-    import time
+    import types
 
     command = _train_command(
         workdir,
         "--set",
         f"training.loop={loop}",
         "--set",
-        "training.epochs=10",
+        "training.epochs=3",
         "--set",
         "training.steps_per_epoch=4",
         "--set",
@@ -515,18 +560,20 @@ def _killed_and_resumed(workdir, loop):
     )
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     backup = workdir / "backup" / "training_metadata.json"
-    process = subprocess.Popen(
-        command, cwd=CHECKOUT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_FIRST_BACKUP, *command[3:]],
+        cwd=CHECKOUT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
     )
-    deadline = time.time() + HANG_TIMEOUT
-    while not backup.exists() and time.time() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    assert backup.exists(), "no backup written before the deadline"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    assert killed.returncode == -signal.SIGKILL, (killed.stdout[-2000:], killed.stderr[-4000:])
+    assert backup.exists(), "no backup written before the kill"
     assert not (workdir / "metrics.json").exists(), "the run finished before it was killed"
     resumed_at = json.loads(backup.read_text())["step"]
-    return resumed_at, _run(command[1:])
+    stdout, stderr = _in_process("training.train", command[3:])
+    return resumed_at, types.SimpleNamespace(stdout=stdout, stderr=stderr)
 
 
 @pytest.fixture(scope="module")
@@ -554,13 +601,13 @@ def test_killed_run_resumes_where_it_stopped(request, tmp_path, loop):
     if loop == "fit":  # the custom loop's own iterator: the exactness test
         assert "the input continues at its saved position" in result.stderr
         first_epoch = next(line for line in result.stdout.splitlines() if line.startswith("Epoch "))
-        assert first_epoch == f"Epoch {resumed_at // 4 + 1}/10", (
+        assert first_epoch == f"Epoch {resumed_at // 4 + 1}/3", (
             first_epoch
         )  # the epoch of the backup's step
     metrics = json.loads((workdir / "metrics.json").read_text())
-    assert metrics["optimizer_steps"] == 40
+    assert metrics["optimizer_steps"] == 12
     # Only the epochs after the restart ran (the interrupted one, if mid-epoch, counted once).
-    assert len(metrics["history"]["loss"]) == 10 - resumed_at // 4
+    assert len(metrics["history"]["loss"]) == 3 - resumed_at // 4
     assert not (workdir / "backup").exists()
 
 
