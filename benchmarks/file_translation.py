@@ -58,7 +58,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from benchmarks.ct2_translate import spm_processors
+from benchmarks.ct2_translate import EXTRA_LENGTH, spm_processors
 from benchmarks.report import emit
 from benchmarks.timing import add_thread_arguments, set_thread_pools
 from keras_transformer import Translator, Workdir
@@ -66,7 +66,6 @@ from keras_transformer.translate import BATCH_TOKENS, INPUT_ORDER_BATCH, WINDOW
 
 ENGINES = ("sorted", "input_order", "saved_model", "program", "ctranslate2")
 WARMUP_LINES = 64
-EXTRA_LENGTH = 50  # our decoders' output limit: source length + this
 
 
 def read_lines(path: Path):

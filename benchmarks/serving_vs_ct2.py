@@ -99,12 +99,7 @@ import sacrebleu
 import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
-from benchmarks.ct2_translate import (  # noqa: F401  (probe_ct2, PROBE_SENTENCES: re-exported)
-    EXTRA_LENGTH,
-    PROBE_SENTENCES,
-    ct2_translators,
-    probe_ct2,
-)
+from benchmarks.ct2_translate import EXTRA_LENGTH, ct2_translators
 from benchmarks.report import emit
 from benchmarks.serving_speed import session_translators, signature_translators, timed
 from benchmarks.timing import add_thread_arguments, set_thread_pools
