@@ -1,6 +1,6 @@
 """Decoding: greedy decoding, beam search and sampling over one loop, and forced scoring.
 
-``decode(model, source_ids, DecodeOptions(...))`` is the one entry point: it
+``decode(model, source_ids, Beam(size=4), Limits(...))`` is the one entry point: it
 chooses the kernels (``KernelChoice``, the only place for speed settings),
 builds the ``DecodingSteps`` and runs the search the options ask for.
 The searches (``greedy_search``, ``beam_search``, ``sample_search``) run over
@@ -17,9 +17,16 @@ from keras_transformer.decoding.greedy import greedy_search, sample_search
 from keras_transformer.decoding.loop import NEG, DecodeOutput, ban_tokens
 from keras_transformer.decoding.options import (
     STOPPING_RULES,
+    Beam,
     DecodeOptions,
+    Greedy,
+    Limits,
+    Sample,
+    SampleParams,
+    Search,
     check_beam_size,
     check_sampling,
+    check_search,
     check_stopping,
 )
 from keras_transformer.decoding.sampling import sentence_keys
@@ -44,16 +51,23 @@ __all__ = [
     "NEG",
     "PARTS_MIN_ROWS",
     "STOPPING_RULES",
+    "Beam",
     "ConstantSteps",
     "DecodeOptions",
     "DecodeOutput",
     "DecodingSteps",
+    "Greedy",
     "KernelChoice",
+    "Limits",
+    "Sample",
+    "SampleParams",
+    "Search",
     "ban_tokens",
     "beam_search",
     "check_beam_size",
     "check_decode_parts",
     "check_sampling",
+    "check_search",
     "check_stopping",
     "decode",
     "decode_in_parts",
@@ -70,15 +84,39 @@ __all__ = [
 ]
 
 
+def _as_options(search, limits, n, sample_params) -> DecodeOptions:
+    """The searches' inputs as one ``DecodeOptions`` (until each search takes its own type)."""
+    check_search(search, n)
+    fields = dict(
+        n_best=n,
+        max_length=limits.max_length,
+        extra_length=limits.extra_length,
+        min_length=limits.min_length,
+    )
+    if isinstance(search, Beam):
+        return DecodeOptions(
+            beam_size=search.size, alpha=search.alpha, stopping=search.stopping, **fields
+        )
+    if isinstance(search, Sample):
+        top_k, top_p, temperature, seed = sample_params or search.params()
+        return DecodeOptions(
+            sampling=True, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed, **fields
+        )
+    return DecodeOptions(**fields)
+
+
 def decode(
     model,
     source_ids,
-    options: DecodeOptions | None = None,
+    search: Search | None = None,
+    limits: Limits | None = None,
     *,
+    n: int = 1,
     prefix_ids=None,
     choice: KernelChoice | None = None,
+    sample_params: SampleParams | None = None,
 ) -> DecodeOutput:
-    """Decode ``source_ids`` with ``model`` as ``options`` ask: greedy, beam search or sampling.
+    """Decode ``source_ids`` with ``model``: greedy decoding, beam search or sampling.
 
     Runs as TensorFlow ops (a ``tf.while_loop``), so it can be wrapped in
     ``tf.function``, exported in a SavedModel, and compiled with XLA with
@@ -89,32 +127,40 @@ def decode(
     Args:
         model: a ``keras_transformer.Transformer``.
         source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-        options: the ``DecodeOptions`` (default: greedy).
+        search: ``Greedy()`` (the default), ``Beam(...)`` or ``Sample(...)``.
+        limits: the output ``Limits`` (default: ``Limits()``).
+        n: the hypotheses returned a sentence, at most ``search.hypotheses``.
         prefix_ids: ``[batch, width]`` target ids without BOS or EOS, padded
             with ``pad_id``: each output begins with its row's prefix, and
             the search continues it. A row's length limit leaves room for
             its prefix and one more token.
         choice: the ``KernelChoice`` (default: the inference kernels, a
             growing cache).
+        sample_params: ``SampleParams`` given at call time (tensors of a
+            served request) in place of the ``Sample``'s own.
 
     Returns:
-        A ``DecodeOutput`` of ``options.n_best`` hypotheses a sentence, best
-        first. Missing ones (a sentence with fewer finished hypotheses) have
-        only ``pad_id`` tokens and ``-inf`` scores.
+        A ``DecodeOutput`` of ``n`` hypotheses a sentence, best first. Missing
+        ones (a sentence with fewer finished hypotheses) have only ``pad_id``
+        tokens and ``-inf`` scores.
 
     Raises:
-        ValueError: the limits do not fit ``choice`` (``decode_limits``).
+        TypeError: ``search`` is not a search.
+        ValueError: ``n`` or the limits do not fit (``decode_limits``).
 
     Example:
         >>> import keras_transformer as kt
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
         >>> model.build()
-        >>> out = decode(model, tf.constant([[5, 6, 3], [7, 3, 0]]),
-        ...              DecodeOptions(beam_size=2, n_best=2, max_length=4))
+        >>> out = decode(model, tf.constant([[5, 6, 3], [7, 3, 0]]), Beam(size=2),
+        ...              Limits(max_length=4), n=2)
         >>> out.tokens.shape[:2], out.log_probs.shape
         (TensorShape([2, 2]), TensorShape([2, 2]))
     """
-    options = options or DecodeOptions()
+    if isinstance(search, DecodeOptions):  # the union, until its callers take the types
+        options = search
+    else:
+        options = _as_options(search or Greedy(), limits or Limits(), n, sample_params)
     choice = choice or KernelChoice()
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
