@@ -182,7 +182,7 @@ def test_train_then_evaluate_end_to_end(resumed_fit_run, tmp_path):
     ):
         assert (workdir / name).exists(), name
     metrics = json.loads((workdir / "metrics.json").read_text())
-    epochs = 3 - resumed_at // 4  # those after the restart: the killed run's are not counted
+    epochs = 3  # those before the kill too: the history spans the whole run
     assert len(metrics["history"]["loss"]) == epochs
     assert 0.0 <= metrics["test"]["exact_match"] <= 1.0 and "bleu" in metrics["test"]
     assert len(metrics["history"]["val_bleu"]) == epochs  # validation BLEU after each epoch
@@ -485,13 +485,14 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
 
 # ``python -m training.train`` with its arguments, killed (SIGKILL) as soon as its first
 # backup is written: no clean-up runs, and no race between the kill and the training.
-KILLED_AFTER_FIRST_BACKUP = """
+KILLED_AFTER_A_BACKUP = """
 import os, signal, sys
 from training import callbacks, train
 save = callbacks.TrainingBackup.save
 def save_then_die(self, *args, **kwargs):
     save(self, *args, **kwargs)
-    os.kill(os.getpid(), signal.SIGKILL)
+    if kwargs["step"] >= int(os.environ.get("KILL_AT_STEP", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)
 callbacks.TrainingBackup.save = save_then_die
 sys.exit(train.main(sys.argv[1:]))
 """
@@ -535,9 +536,9 @@ def _in_process(module, args):
 def _killed_and_resumed(workdir, loop):
     """The micro run in ``loop`` (3 epochs of 4 steps, a backup every 2 steps, validation
     BLEU after each epoch, the last 2 epochs averaged), killed (SIGKILL, a process of its own)
-    once its first backup is written, then run again to its end (the same arguments, by the
-    program's ``main`` in this process): (the backup's step, the second run's stdout and
-    stderr)."""
+    once its backup of step 6 is written (mid-epoch, an epoch done), then run again to its end
+    (the same arguments, by the program's ``main`` in this process): (the backup's step, the
+    second run's stdout and stderr)."""
     import signal
     import types
 
@@ -561,9 +562,9 @@ def _killed_and_resumed(workdir, loop):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
     backup = workdir / "backup" / "training_metadata.json"
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_AFTER_FIRST_BACKUP, *command[3:]],
+        [sys.executable, "-c", KILLED_AFTER_A_BACKUP, *command[3:]],
         cwd=CHECKOUT,
-        env=env,
+        env={**env, "KILL_AT_STEP": "6"},
         capture_output=True,
         text=True,
         timeout=HANG_TIMEOUT,
@@ -606,8 +607,11 @@ def test_killed_run_resumes_where_it_stopped(request, tmp_path, loop):
         )  # the epoch of the backup's step
     metrics = json.loads((workdir / "metrics.json").read_text())
     assert metrics["optimizer_steps"] == 12
-    # Only the epochs after the restart ran (the interrupted one, if mid-epoch, counted once).
-    assert len(metrics["history"]["loss"]) == 3 - resumed_at // 4
+    # The history spans the epochs before the kill too (the interrupted one counted once).
+    assert resumed_at == 6
+    assert {name: len(values) for name, values in metrics["history"].items()} == {
+        name: 3 for name in metrics["history"]
+    }
     assert not (workdir / "backup").exists()
 
 

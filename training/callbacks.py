@@ -575,6 +575,58 @@ def average_weights(paths: Sequence[Path]) -> list[np.ndarray]:
     return [(t / len(paths)).astype(np.float32) for t in total]
 
 
+class EpochHistory(keras.callbacks.Callback):
+    """Keeps the per-epoch logs of every epoch of a run, across any number of resumes.
+
+    A backup saves the logs of the epochs done so far (``TrainingBackup.track``);
+    a resumed run gets them back (``before``) and ``whole`` puts them in front
+    of the resumed process's own history, so ``metrics.json`` and the learning
+    curves span the whole run. Place it after the other per-epoch callbacks,
+    which add to the logs (``val_bleu``, ``epoch_seconds``).
+
+    Example:
+        >>> history = EpochHistory()
+        >>> history.set_state({"history": {"loss": [3.0, 2.5]}})
+        >>> history.whole({"loss": [2.1]})
+        {'loss': [3.0, 2.5, 2.1]}
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.before: dict[str, list[float]] = {}  # the epochs before this process
+        self.recorded: dict[str, list[float]] = {}  # this process's epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        for name, value in (logs or {}).items():
+            self.recorded.setdefault(name, []).append(float(value))
+
+    def get_state(self) -> dict:
+        """The logs of every epoch done so far."""
+        return {"history": self.whole(self.recorded)}
+
+    def set_state(self, state: dict | None) -> None:
+        """Take the epochs a backup recorded (none from a backup that did not record them)."""
+        self.before = {
+            name: list(values) for name, values in (state or {}).get("history", {}).items()
+        }
+        self.recorded = {}
+
+    def whole(self, history: dict) -> dict[str, list[float]]:
+        """``history`` (this process's epochs) after the epochs before the resume.
+
+        Args:
+            history: name → per-epoch values of the epochs this process trained.
+
+        Returns:
+            name → the values of every epoch of the run, oldest first.
+        """
+        names = list(self.before) + [name for name in history if name not in self.before]
+        return {
+            name: [*self.before.get(name, ()), *(float(v) for v in history.get(name, ()))]
+            for name in names
+        }
+
+
 class TimeBudget(keras.callbacks.Callback):
     """Stops training at the end of the last epoch that fits in ``minutes`` of
     training time, counted over all the run's processes (a resumed run goes on

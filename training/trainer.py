@@ -66,6 +66,7 @@ from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 from training.callbacks import (
     EarlyStopping,
+    EpochHistory,
     KeepSnapshots,
     TimeBudget,
     TrainingBackup,
@@ -1058,10 +1059,15 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     # Without max_minutes it only counts: the time used goes on across restarts either way.
     budget = TimeBudget(train_options["max_minutes"] or None)
     backup.track("time_budget", budget)
-    epoch_callbacks.append(budget)  # last: counts the others' time
+    epoch_callbacks.append(budget)  # counts the others' time
+    epochs = EpochHistory()
+    backup.track("history", epochs)
+    epoch_callbacks.append(epochs)  # last: the logs as the others left them
 
-    history = train_model(
-        model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks, backup
+    history = epochs.whole(
+        train_model(
+            model, strategy, train_data, valid_ds, train_options, run_dir, epoch_callbacks, backup
+        )
     )
     train_seconds = budget.seconds()
 
