@@ -59,7 +59,7 @@ def write_checkpoint(
     import torch
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
 
     directory.mkdir(parents=True)
     pairs = generate_pairs(2000, seed=seed)

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from keras_transformer.data.sources import BOM, READ_CHUNK, _split_lines
+from keras_transformer.data.sources.lines import BOM, READ_CHUNK, _split_lines
 from keras_transformer.files import write_through_temp
 from keras_transformer.translate import (
     BATCH_TOKENS,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from marian_fixtures import write_marian_tokenizer
 
-from keras_transformer.data.synthetic import generate_pairs
+from keras_transformer.data import generate_pairs
 
 
 def _torch():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from keras_transformer.data.synthetic import generate_pairs
+from keras_transformer.data import generate_pairs
 
 EOS, UNK, PAD = "</s>", "<unk>", "<pad>"
 

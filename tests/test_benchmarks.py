@@ -258,7 +258,7 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
 
     pytest.importorskip("ctranslate2")
     from benchmarks import serving_vs_ct2
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
     from keras_transformer.exporters.saved_model import export_saved_model
 
     baseline = export_saved_model(
@@ -359,7 +359,7 @@ def test_serving_vs_ct2_takes_the_faster_ctranslate2_backend(tiny_workdir, ct2_m
     import sys
 
     from benchmarks import serving_vs_ct2
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
 
     ct2 = ct2_model
     # The probe's fresh interpreter loads CTranslate2 and SentencePiece, not TensorFlow.
@@ -447,7 +447,7 @@ def test_profile_serving_counts_the_ops_and_steps_of_each_decoder(tiny_workdir, 
     import json
 
     from benchmarks import profile_serving
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
 
     (tmp_path / "test.src").write_text(
         "".join(f"{src}\n" for src, _ in generate_pairs(8, seed=6)), encoding="utf-8"
@@ -617,7 +617,7 @@ def _file_translation(tiny_workdir, tmp_path, *options):
     import json
 
     from benchmarks import file_translation
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
 
     pairs = generate_pairs(12, seed=7)
     pairs.insert(6, ("", ""))  # an empty line

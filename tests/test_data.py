@@ -580,10 +580,10 @@ def test_mismatched_gzip_files_fail_before_reading(tmp_path):
 def small_reads(monkeypatch):
     """A line index every 3 lines and reads of 5 bytes, so that parts of small files start
     between indexed lines and end inside a read."""
-    from keras_transformer.data import sources
+    from keras_transformer.data.sources import lines
 
-    monkeypatch.setattr(sources, "LINE_INDEX_EVERY", 3)
-    monkeypatch.setattr(sources, "RANGE_RECORD", 5)
+    monkeypatch.setattr(lines, "LINE_INDEX_EVERY", 3)
+    monkeypatch.setattr(lines, "RANGE_RECORD", 5)
 
 
 @pytest.mark.parametrize("lone_cr", [False, True], ids=["crlf", "lone-cr"])
@@ -618,7 +618,7 @@ def test_parts_of_text_files_are_disjoint_and_make_the_corpus(
 
 
 def test_a_part_of_a_plain_file_reads_none_of_the_other_parts(tmp_path, small_reads):
-    from keras_transformer.data.sources import _file_facts, _line_offset
+    from keras_transformer.data.sources.lines import _file_facts, _line_offset
 
     lines = [f"sentence number {i}".encode() for i in range(40)]
     write_corpus(tmp_path / "p.src", lines)
@@ -700,7 +700,7 @@ def test_a_parts_pipeline_continues_exactly_from_a_saved_iterator(
 
 
 def test_graph_utf8_check_and_whitespace_agree_with_python_everywhere():
-    from keras_transformer.data.sources import _valid_utf8
+    from keras_transformer.data.sources.cleaning import _valid_utf8
 
     # Every code point around letters: the graph normalises exactly where str.split() splits.
     texts = [f"a{chr(c)}b{chr(c)}" for c in range(sys.maxunicode + 1) if not 0xD800 <= c < 0xE000]

@@ -76,7 +76,7 @@ def _in_process(module: str, *args: str, check: bool = True) -> tuple[int, str]:
 def checkpoint(tmp_path_factory) -> dict:
     directory = tmp_path_factory.mktemp("marian") / "opus-mt-tiny"
     made = write_marian_checkpoint(directory)
-    from keras_transformer.data.synthetic import generate_pairs
+    from keras_transformer.data import generate_pairs
 
     pairs = made["pairs"][:3] + generate_pairs(SENTENCES - 3, seed=99)
     return {

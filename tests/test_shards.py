@@ -28,7 +28,7 @@ from keras_transformer.data import (
     sharded_dataset,
     tokenize_pairs,
 )
-from keras_transformer.data import shards as shards_module
+from keras_transformer.data.shards import prepare as prepare_module
 from keras_transformer.tokenization import SubwordTokenizer, train_tokenizers
 
 pytestmark = pytest.mark.runtime
@@ -157,8 +157,8 @@ def test_same_seed_same_bytes_other_seed_other_order(prepared, tokenizers, tmp_p
 def test_more_shards_than_open_files_and_int32_ids(tokenizers, tmp_path, monkeypatch):
     """Past MAX_OPEN_FILES a temporary file becomes several shards; ids past uint16 are int32;
     a source of unknown length is counted first."""
-    monkeypatch.setattr(shards_module, "MAX_OPEN_FILES", 2)
-    monkeypatch.setattr(shards_module, "_id_dtype", lambda *args: np.dtype("<i4"))
+    monkeypatch.setattr(prepare_module, "MAX_OPEN_FILES", 2)
+    monkeypatch.setattr(prepare_module, "_id_dtype", lambda *args: np.dtype("<i4"))
     unknown_length = (
         PairSource.from_pairs(PAIRS).dataset().filter(lambda source, target: True)
     )  # counted first
@@ -187,7 +187,7 @@ def test_a_failed_preparation_leaves_the_previous_one(prepared, tokenizers, tmp_
         Path(path).write_bytes(b"half a shard")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(shards_module, "_write_records", dies)
+    monkeypatch.setattr(prepare_module, "_write_records", dies)
     with pytest.raises(KeyboardInterrupt):
         prepare_shards(
             PairSource.from_pairs(PAIRS).dataset(),

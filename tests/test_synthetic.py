@@ -14,20 +14,20 @@ from keras_transformer.data import (
     Sentence,
     demo_splits,
     generate_pairs,
-    synthetic,
     write_parallel_files,
 )
+from keras_transformer.data.synthetic import lexicon
 
 pytestmark = pytest.mark.quick
 
 PERSON_SUFFIXES = ("m", "s", "t", "mos", "tis", "nt")
 TARGET_VERB_FORMS = {
     negation + verb.stem + infix + suffix
-    for verb in synthetic.VERBS.values()
+    for verb in lexicon.VERBS.values()
     for negation, infix, suffix in itertools.product(("", "ne"), ("", "ra", "sa"), PERSON_SUFFIXES)
 }
 SOURCE_VERB_FORMS = {
-    form for verb in synthetic.VERBS.values() for form in (verb.base, verb.third, verb.past)
+    form for verb in lexicon.VERBS.values() for form in (verb.base, verb.third, verb.past)
 }
 
 

@@ -7,16 +7,23 @@ explicit keys the builder's direction is used (``as_supervised=True``);
 ``src_key``/``tgt_key`` pick features by name, e.g. to train the reverse
 direction. Texts are cleaned like files (``keras_transformer.data.sources``):
 whitespace normalised, pairs with an empty side or invalid UTF-8 dropped;
-``PairSource.from_tfds`` (in ``sources``) also counts them (one scan
-over the split); this module only reads the raw strings.
+``PairSource.from_tfds`` also counts them (one scan over the split).
 ``tensorflow_datasets`` is imported on first use only (it is slow to import).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import tensorflow as tf
+
+from keras_transformer.data.sources.cleaning import (
+    GRAPH_BATCH,
+    _classified,
+    _classify_pairs,
+    _graph_pass,
+)
 
 
 def _scalar_string(spec) -> bool:
@@ -78,3 +85,26 @@ def tfds_examples(
             f"text features among {features}."
         )
     return dataset
+
+
+def _tfds_reader(
+    name: str,
+    split: str,
+    src_key: str | None,
+    tgt_key: str | None,
+    data_dir: str | os.PathLike | None,
+    *,
+    download: bool,
+) -> tuple[tuple[str, ...], Callable, None]:
+    """The split's label, its reader and ``None`` (its length is unknown before a
+    pass) for ``PairSource.from_tfds``; TFDS examples are cleaned in the graph only."""
+    examples = tfds_examples(name, split, src_key, tgt_key, data_dir, download=download)
+
+    def reader(first: int, stop: int | None):
+        def graph_batches() -> tf.data.Dataset:
+            part = examples if stop is None else examples.skip(first).take(stop - first)
+            return _classified(part.batch(GRAPH_BATCH), _classify_pairs, first)
+
+        return graph_batches, _graph_pass(graph_batches)
+
+    return (f"{name} {split}",), reader, None
