@@ -20,7 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.decoding.loop import DecodeOutput
+from keras_transformer.decoding.options import Limits
+from keras_transformer.decoding.tokens import DecodeOutput
 from keras_transformer.numerics import round_up
 
 
@@ -144,14 +145,14 @@ class ConstantSteps:
 
     Example:
         >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+        >>> from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> steps = ConstantSteps(model)
-        >>> source = tf.constant([[5, 6, 3]])
-        >>> options = DecodeOptions(max_length=4)
-        >>> fast = decode(model, source, options, choice=KernelChoice(constant_steps=steps))
-        >>> bool(tf.reduce_all(fast.tokens == decode(model, source, options).tokens))
+        >>> source, limits = tf.constant([[5, 6, 3]]), Limits(max_length=4)
+        >>> choice = KernelChoice(constant_steps=steps)
+        >>> fast = decode(model, source, Greedy(), limits, choice=choice)
+        >>> bool(tf.reduce_all(fast.tokens == decode(model, source, Greedy(), limits).tokens))
         True
     """
 
@@ -227,7 +228,7 @@ class KernelChoice:
         static_shapes: a fixed-size cache and output buffers, written in
             place: every loop variable keeps its shape, for XLA (TPU,
             ``tf.function(jit_compile=True)``) and TFLite. Needs an int
-            ``DecodeOptions.max_length`` or ``buffer_length``
+            ``Limits.max_length`` or ``buffer_length``
             (``decode_limits``).
         buffer_length: the fixed buffer of ``static_shapes``.
         precomputed: the model's precomputed weights
@@ -251,13 +252,13 @@ class KernelChoice:
     precomputed: Any = None
     constant_steps: ConstantSteps | None = None
 
-    def limits(self, model, source_ids, options, prefix_lengths=None):
+    def limits(self, model, source_ids, limits: Limits, prefix_lengths=None):
         """The longest output of each row and of the batch.
 
         Args:
             model: a ``keras_transformer.Transformer``.
             source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-            options: the ``DecodeOptions`` (``max_length``, ``extra_length``).
+            limits: the ``Limits`` (``max_length``, ``extra_length``).
             prefix_lengths: ``[batch]`` int32, the forced prefix of each row:
                 its limit leaves room for the prefix and one more token.
 
@@ -271,8 +272,8 @@ class KernelChoice:
         row_limits, limit = decode_limits(
             model,
             source_ids,
-            options.max_length,
-            options.extra_length,
+            limits.max_length,
+            limits.extra_length,
             self.static_shapes,
             self.buffer_length,
         )
