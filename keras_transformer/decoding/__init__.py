@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.beam import beam_search, length_penalty
 from keras_transformer.decoding.greedy import greedy_search, sample_search
+from keras_transformer.decoding.limits import decode_lengths, decode_limits
 from keras_transformer.decoding.options import (
     STOPPING_RULES,
     Beam,
@@ -28,23 +29,23 @@ from keras_transformer.decoding.options import (
     check_search,
     check_stopping,
 )
+from keras_transformer.decoding.parts import (
+    DECODE_PARTS,
+    PARTS_MIN_ROWS,
+    check_decode_parts,
+    decode_in_parts,
+)
 from keras_transformer.decoding.sampling import sentence_keys
 from keras_transformer.decoding.scoring import score_targets
 from keras_transformer.decoding.steps import (
-    DECODE_PARTS,
-    PARTS_MIN_ROWS,
     ConstantSteps,
     DecodingSteps,
     KernelChoice,
-    check_decode_parts,
-    decode_in_parts,
-    decode_lengths,
-    decode_limits,
     never_emitted,
-    pad_for_xla,
     step_signature,
 )
 from keras_transformer.decoding.tokens import NEG, DecodeOutput, ban_tokens
+from keras_transformer.decoding.xla import pad_for_xla
 
 __all__ = [
     "DECODE_PARTS",
