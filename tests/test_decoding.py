@@ -9,7 +9,17 @@ from tiny_models import peaked_tiny_model
 
 import keras_transformer as kt
 from keras_transformer import kernels
-from keras_transformer.decoding import ConstantSteps, DecodeOptions, KernelChoice, decode
+from keras_transformer.decoding import (
+    Beam,
+    ConstantSteps,
+    DecodeOptions,
+    Greedy,
+    KernelChoice,
+    Limits,
+    Sample,
+    SampleParams,
+    decode,
+)
 
 
 @pytest.fixture(scope="module")
@@ -174,17 +184,19 @@ def test_unfinished_sentence_decodes_the_same_alone_and_in_a_padded_batch(model)
 def test_static_buffer_keeps_per_sentence_limits_under_xla(model, beam):
     """buffer_length: fixed shapes for XLA, yet each row still stops at its own
     source length + extra_length, so outputs equal the dynamic decoder's."""
-    options = DecodeOptions(beam_size=beam, extra_length=5)  # the best hypothesis a sentence
+    search, limits = Beam(size=beam), Limits(extra_length=5)  # the best hypothesis a sentence
     bias = model.output_projection.bias
     saved = bias.numpy()
     try:
         bias.assign(
             saved - 100.0 * np.eye(30, dtype=np.float32)[kt.EOS_ID]
         )  # rows run to their limits
-        dynamic = decode(model, SOURCE, options)
+        dynamic = decode(model, SOURCE, search, limits)
         dynamic_tokens, dynamic_scores = dynamic.tokens[:, 0], dynamic.scores[:, 0]
         buffer = KernelChoice(static_shapes=True, buffer_length=16)
-        static = tf.function(lambda s: decode(model, s, options, choice=buffer), jit_compile=True)
+        static = tf.function(
+            lambda s: decode(model, s, search, limits, choice=buffer), jit_compile=True
+        )
         out = static(SOURCE)
         tokens, scores = out.tokens[:, 0], out.scores[:, 0]
         assert tokens.shape == (3, 16)
@@ -358,9 +370,9 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
         n = rng.integers(2, 10)
         row[: n - 1] = rng.integers(4, 30, n - 1)
         row[n - 1] = kt.EOS_ID
-    options = DecodeOptions(beam_size=beam, extra_length=4)  # the best hypothesis a sentence
+    search, limits = Beam(size=beam), Limits(extra_length=4)  # the best hypothesis a sentence
     whole = tf.function(
-        lambda s: decode(model, s, options),
+        lambda s: decode(model, s, search, limits),
         input_signature=[tf.TensorSpec([None, None], tf.int32)],
     )
     out = tf.function(lambda s: decode_in_parts(whole, s, kt.PAD_ID, beam_size=beam))(source)
@@ -374,3 +386,31 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
             rtol=1e-5,
             atol=1e-6,
         )
+
+
+@pytest.mark.parametrize(
+    "options, search, n, params",
+    [
+        (DecodeOptions(max_length=6, min_length=2), Greedy(), 1, None),
+        (
+            DecodeOptions(beam_size=3, n_best=2, alpha=1.0, stopping="exact", extra_length=4),
+            Beam(3, 1.0, "exact"),
+            2,
+            None,
+        ),
+        (
+            DecodeOptions(sampling=True, top_k=5, top_p=0.9, temperature=0.8, seed=3),
+            Sample(),
+            1,
+            SampleParams(5, 0.9, 0.8, 3),
+        ),
+    ],
+    ids=["greedy", "beam", "sample"],
+)
+def test_decode_options_decode_as_the_types(model, options, search, n, params):
+    """The ``DecodeOptions`` union, while its callers remain, decodes as the typed options."""
+    limits = Limits(options.max_length, options.extra_length, options.min_length)
+    union = decode(model, SOURCE, options)
+    typed = decode(model, SOURCE, search, limits, n=n, sample_params=params)
+    for field in ("tokens", "scores", "log_probs", "steps"):
+        np.testing.assert_array_equal(getattr(union, field), getattr(typed, field))

@@ -15,8 +15,11 @@ import tensorflow as tf
 
 from keras_transformer.decoding import (
     NEG,
-    DecodeOptions,
+    Beam,
     DecodingSteps,
+    Greedy,
+    Limits,
+    Sample,
     beam_search,
     greedy_search,
     length_penalty,
@@ -141,8 +144,7 @@ def test_exact_beam_search_finds_the_brute_force_best(seed, alpha, static_shapes
     returns the brute-force k best complete hypotheses, their scores and log-probabilities."""
     table = markov_table(seed)
     k = 4
-    options = DecodeOptions(beam_size=k, n_best=k, alpha=alpha, stopping="exact")
-    out = run(beam_search, markov_steps(table, static_shapes), options)
+    out = run(beam_search, markov_steps(table, static_shapes), Beam(k, alpha, "exact"))
     best = brute_force(table, k, alpha)
     # A beam of 4 over 4 words keeps every prefix up to length 1 but not beyond: compare the
     # best hypothesis, and that each returned one is scored correctly and in order.
@@ -162,8 +164,7 @@ def test_a_beam_wide_enough_is_exhaustive(seed):
     exhaustive search: its n-best list is the brute-force one, in order."""
     table = markov_table(seed)
     k = 64
-    options = DecodeOptions(beam_size=k, n_best=k, alpha=0.0, stopping="exact")
-    out = run(beam_search, markov_steps(table), options)
+    out = run(beam_search, markov_steps(table), Beam(k, 0.0, "exact"))
     best = brute_force(table, 10, 0.0)
     got = [strip(out.tokens[0, i].numpy()) for i in range(10)]
     assert got == [hypothesis for _, _, hypothesis in best]
@@ -177,9 +178,9 @@ def test_beam_search_with_a_prefix_continues_it(prefix, static_shapes):
     the hypotheses that begin so; the log-probabilities count the prefix's tokens."""
     table = markov_table(7)
     k = 16
-    options = DecodeOptions(beam_size=k, n_best=k, alpha=0.0, stopping="exact")
+    beam = Beam(k, 0.0, "exact")
     prefix_ids = tf.constant([list(prefix)])
-    out = run(beam_search, markov_steps(table, static_shapes), options, prefix_ids=prefix_ids)
+    out = run(beam_search, markov_steps(table, static_shapes), beam, prefix_ids=prefix_ids)
     best = brute_force(table, 3, 0.0, prefix=prefix)
     for i in range(3):
         tokens = strip(out.tokens[0, i].numpy())
@@ -218,7 +219,7 @@ def test_min_length_bans_an_early_eos():
     """EOS, the likeliest first token, is not taken before ``min_length`` tokens."""
     table = markov_table(0)
     table[:, :, EOS] += 10.0
-    out = run(greedy_search, markov_steps(table), DecodeOptions(min_length=2))
+    out = run(greedy_search, markov_steps(table), min_length=2)
     tokens = strip(out.tokens[0, 0].numpy())
     assert len(tokens) == 3 and tokens[-1] == EOS and EOS not in tokens[:2]
 
@@ -227,13 +228,13 @@ def keys_for(count: int) -> tf.Tensor:
     return tf.constant(np.arange(count, dtype=np.uint64) * 2654435761 % 2**32, tf.uint32)
 
 
-def first_tokens(table, options, count: int) -> np.ndarray:
+def first_tokens(table, sample, count: int) -> np.ndarray:
     out = sample_search(
         markov_steps(table),
         tf.fill([count, 2], 5),
         tf.fill([count], 1),
         1,
-        options,
+        sample,
         keys_for(count),
     )
     return out.tokens[:, 0, 0].numpy()
@@ -245,7 +246,7 @@ def test_sampling_matches_the_softmax():
     table = markov_table(11)
     table[0, BOS] = [0.0, 0.0, 0.5, 1.0, -0.5, 0.2, 1.5]
     count = 8000
-    tokens = first_tokens(table, DecodeOptions(sampling=True), count)
+    tokens = first_tokens(table, Sample(), count)
     allowed = np.arange(2, VOCAB)
     probs = np.exp(table[0, BOS, allowed]) / np.exp(table[0, BOS, allowed]).sum()
     observed = np.array([(tokens == token).sum() for token in allowed])
@@ -260,8 +261,8 @@ def test_temperature_sharpens_and_flattens():
     """A low temperature draws the arg-max nearly always; a high one spreads the draws."""
     table = markov_table(11)
     table[0, BOS] = [0.0, 0.0, 0.5, 1.0, -0.5, 0.2, 1.5]
-    cold = first_tokens(table, DecodeOptions(sampling=True, temperature=0.05), 2000)
-    hot = first_tokens(table, DecodeOptions(sampling=True, temperature=5.0), 2000)
+    cold = first_tokens(table, Sample(temperature=0.05), 2000)
+    hot = first_tokens(table, Sample(temperature=5.0), 2000)
     assert (cold == 6).mean() > 0.99
     assert 0.12 < (hot == 4).mean() < 0.28  # the least likely word: near uniform's 0.2
 
@@ -272,7 +273,7 @@ def test_top_p_never_picks_outside_the_nucleus(top_p):
     and they cover it."""
     table = markov_table(11)
     table[0, BOS] = [0.0, 0.0, 0.5, 1.0, -0.5, 0.2, 1.5]
-    tokens = first_tokens(table, DecodeOptions(sampling=True, top_p=top_p), 3000)
+    tokens = first_tokens(table, Sample(top_p=top_p), 3000)
     allowed = np.arange(2, VOCAB)
     probs = np.exp(table[0, BOS, allowed]) / np.exp(table[0, BOS, allowed]).sum()
     order = np.argsort(-probs)
@@ -286,7 +287,7 @@ def test_top_k_keeps_the_k_likeliest(top_k):
     """The draws cover exactly the top_k likeliest allowed tokens; top_k=1 is the arg-max."""
     table = markov_table(11)
     table[0, BOS] = [0.0, 9.0, 0.5, 1.0, -0.5, 0.2, 1.5]  # BOS is likeliest, but banned
-    tokens = first_tokens(table, DecodeOptions(sampling=True, top_k=top_k), 1000)
+    tokens = first_tokens(table, Sample(top_k=top_k), 1000)
     expected = {6, 3, 2}
     assert set(tokens.tolist()) == set(list([6, 3, 2])[:top_k]) <= expected
 
@@ -299,7 +300,7 @@ def test_top_k_one_is_greedy_decoding_whole_sequences():
         tf.fill([3, 2], 5),
         tf.fill([3], LIMIT),
         LIMIT,
-        DecodeOptions(sampling=True, top_k=1),
+        Sample(top_k=1),
         keys_for(3),
     )
     np.testing.assert_array_equal(greedy.tokens, sampled.tokens)
@@ -310,14 +311,14 @@ def test_a_sample_is_the_same_in_any_batch():
     """A row's sample depends on its key alone: the same key alone or among others gives the
     same tokens, with dynamic shapes (compaction) and static ones."""
     table = markov_table(9)
-    options = DecodeOptions(sampling=True)
+    sample = Sample()
     keys = keys_for(9)
     for static_shapes in (False, True):
         steps = markov_steps(table, static_shapes)
-        whole = sample_search(steps, tf.fill([9, 2], 5), tf.fill([9], LIMIT), LIMIT, options, keys)
+        whole = sample_search(steps, tf.fill([9, 2], 5), tf.fill([9], LIMIT), LIMIT, sample, keys)
         for row in (0, 4, 8):
             alone = sample_search(
-                steps, tf.fill([1, 2], 5), tf.fill([1], LIMIT), LIMIT, options, keys[row : row + 1]
+                steps, tf.fill([1, 2], 5), tf.fill([1], LIMIT), LIMIT, sample, keys[row : row + 1]
             )
             np.testing.assert_array_equal(alone.tokens[0], whole.tokens[row])
 
@@ -345,15 +346,11 @@ def test_filter_logits_clamps_tensors_and_keeps_banned_ids_out():
 
 
 @pytest.mark.parametrize(
-    "options",
-    [
-        DecodeOptions(),
-        DecodeOptions(beam_size=3, n_best=3, alpha=0.6),
-        DecodeOptions(sampling=True, top_p=0.9, temperature=1.3, seed=5),
-    ],
+    "search",
+    [Greedy(), Beam(size=3, alpha=0.6), Sample(top_p=0.9, temperature=1.3, seed=5)],
     ids=["greedy", "beam", "sample"],
 )
-def test_decode_on_a_model_gives_the_same_with_static_shapes_and_prefixes(options):
+def test_decode_on_a_model_gives_the_same_with_static_shapes_and_prefixes(search):
     """``decode`` on a real (tiny, random) model: the static-shape decoders, as XLA runs them,
     give the dynamic ones' hypotheses, with prefixes of different lengths."""
     from tiny_models import peaked_tiny_model
@@ -363,10 +360,16 @@ def test_decode_on_a_model_gives_the_same_with_static_shapes_and_prefixes(option
     model = peaked_tiny_model(4, 3.0)
     source = tf.constant([[5, 6, 7, 3], [8, 3, 0, 0], [9, 10, 3, 0]])
     prefix = tf.constant([[11, 12], [0, 0], [13, 0]])
-    options = options.replace(extra_length=5)
-    dynamic = decode(model, source, options, prefix_ids=prefix)
+    limits, n = Limits(extra_length=5), search.hypotheses
+    dynamic = decode(model, source, search, limits, n=n, prefix_ids=prefix)
     static = decode(
-        model, source, options, prefix_ids=prefix, choice=KernelChoice(True, buffer_length=12)
+        model,
+        source,
+        search,
+        limits,
+        n=n,
+        prefix_ids=prefix,
+        choice=KernelChoice(True, buffer_length=12),
     )
     width = dynamic.tokens.shape[-1]
     np.testing.assert_array_equal(static.tokens[:, :, :width], dynamic.tokens)
@@ -385,15 +388,12 @@ def test_an_empty_batch_decodes_to_nothing():
 
     model = peaked_tiny_model(4, 3.0)
     empty = tf.zeros([0, 0], tf.int32)
-    for options in (
-        DecodeOptions(),
-        DecodeOptions(beam_size=2, n_best=2),
-        DecodeOptions(sampling=True, seed=1),
-    ):
-        out = decode(model, empty, options)
-        assert out.tokens.shape[0] == 0 and out.log_probs.shape == (0, options.n_best)
+    for search in (Greedy(), Beam(size=2), Sample(seed=1)):
+        n = search.hypotheses
+        out = decode(model, empty, search, n=n)
+        assert out.tokens.shape[0] == 0 and out.log_probs.shape == (0, n)
         run = tf.function(
-            lambda ids, options=options: decode(model, ids, options),
+            lambda ids, search=search, n=n: decode(model, ids, search, n=n),
             input_signature=[tf.TensorSpec([None, None], tf.int32)],
         )
-        assert decode_in_parts(run, empty, 0, beam_size=options.beam_size).tokens.shape[0] == 0
+        assert decode_in_parts(run, empty, 0, beam_size=n).tokens.shape[0] == 0

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.beam import beam_search, length_penalty
 from keras_transformer.decoding.greedy import greedy_search, sample_search
-from keras_transformer.decoding.loop import NEG, DecodeOutput, ban_tokens
+from keras_transformer.decoding.limits import decode_lengths, decode_limits
 from keras_transformer.decoding.options import (
     STOPPING_RULES,
     Beam,
@@ -29,22 +29,23 @@ from keras_transformer.decoding.options import (
     check_search,
     check_stopping,
 )
+from keras_transformer.decoding.parts import (
+    DECODE_PARTS,
+    PARTS_MIN_ROWS,
+    check_decode_parts,
+    decode_in_parts,
+)
 from keras_transformer.decoding.sampling import sentence_keys
 from keras_transformer.decoding.scoring import score_targets
 from keras_transformer.decoding.steps import (
-    DECODE_PARTS,
-    PARTS_MIN_ROWS,
     ConstantSteps,
     DecodingSteps,
     KernelChoice,
-    check_decode_parts,
-    decode_in_parts,
-    decode_lengths,
-    decode_limits,
     never_emitted,
-    pad_for_xla,
     step_signature,
 )
+from keras_transformer.decoding.tokens import NEG, DecodeOutput, ban_tokens
+from keras_transformer.decoding.xla import pad_for_xla
 
 __all__ = [
     "DECODE_PARTS",
@@ -84,25 +85,21 @@ __all__ = [
 ]
 
 
-def _as_options(search, limits, n, sample_params) -> DecodeOptions:
-    """The searches' inputs as one ``DecodeOptions`` (until each search takes its own type)."""
-    check_search(search, n)
-    fields = dict(
-        n_best=n,
-        max_length=limits.max_length,
-        extra_length=limits.extra_length,
-        min_length=limits.min_length,
-    )
-    if isinstance(search, Beam):
-        return DecodeOptions(
-            beam_size=search.size, alpha=search.alpha, stopping=search.stopping, **fields
+def _from_options(options: DecodeOptions):
+    """``(search, limits, n, sample_params)`` of the ``DecodeOptions`` union, its callers' until
+    they take the types."""
+    limits = Limits(options.max_length, options.extra_length, options.min_length)
+    if options.strategy == "sample":
+        params = SampleParams(options.top_k, options.top_p, options.temperature, options.seed)
+        return Sample(), limits, options.n_best, params
+    if options.strategy == "beam":
+        return (
+            Beam(options.beam_size, options.alpha, options.stopping),
+            limits,
+            options.n_best,
+            None,
         )
-    if isinstance(search, Sample):
-        top_k, top_p, temperature, seed = sample_params or search.params()
-        return DecodeOptions(
-            sampling=True, top_k=top_k, top_p=top_p, temperature=temperature, seed=seed, **fields
-        )
-    return DecodeOptions(**fields)
+    return Greedy(), limits, options.n_best, None
 
 
 def decode(
@@ -158,9 +155,9 @@ def decode(
         (TensorShape([2, 2]), TensorShape([2, 2]))
     """
     if isinstance(search, DecodeOptions):  # the union, until its callers take the types
-        options = search
-    else:
-        options = _as_options(search or Greedy(), limits or Limits(), n, sample_params)
+        search, limits, n, sample_params = _from_options(search)
+    search, limits = search or Greedy(), limits or Limits()
+    check_search(search, n)
     choice = choice or KernelChoice()
     config = model.config
     source_ids = tf.convert_to_tensor(source_ids)
@@ -171,16 +168,18 @@ def decode(
         prefix_lengths = tf.reduce_sum(
             tf.cast(tf.not_equal(prefix_ids, config.pad_id), tf.int32), axis=1
         )
-    row_limits, limit = choice.limits(model, source_ids, options, prefix_lengths)
-    steps = choice.steps(model, rows=batch * options.beam_size, limit=limit)
-    search = (steps, source_ids, row_limits, limit, options)
-    if options.strategy == "sample":
-        keys = sentence_keys(source_ids, config.pad_id, options.seed)
-        return sample_search(*search, keys, prefix_ids=prefix_ids)
-    if options.strategy == "greedy":
-        return greedy_search(*search, prefix_ids=prefix_ids)
-    out = beam_search(*search, prefix_ids=prefix_ids)
-    n = options.n_best
+    row_limits, limit = choice.limits(model, source_ids, limits, prefix_lengths)
+    beams = search.size if isinstance(search, Beam) else 1
+    steps = choice.steps(model, rows=batch * beams, limit=limit)
+    inputs = (steps, source_ids, row_limits, limit)
+    min_length = limits.min_length
+    if isinstance(search, Sample):
+        params = sample_params or search.params()
+        keys = sentence_keys(source_ids, config.pad_id, params.seed)
+        return sample_search(*inputs, params, keys, min_length, prefix_ids)
+    if beams == 1:
+        return greedy_search(*inputs, min_length, prefix_ids)
+    out = beam_search(*inputs, search, min_length, prefix_ids)
     missing = out.log_probs[:, :n] <= NEG / 2
     return DecodeOutput(
         tf.where(missing[:, :, tf.newaxis], config.pad_id, out.tokens[:, :n]),

@@ -15,68 +15,35 @@ batch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.decoding.greedy import forced_tokens, prefix_inputs
-from keras_transformer.decoding.loop import (
-    NEG,
-    DecodeOutput,
-    batch_free_shape,
-    decode_loop,
-    keep_rows,
-    loose_shape,
-    scatter_rows,
-)
-from keras_transformer.decoding.options import DecodeOptions
-
-_NEG = NEG
-
-
-class Hypotheses(NamedTuple):
-    """The search's answer for every sentence of the batch, filled in as sentences are done.
-
-    ``seq`` is ``[batch, k, limit + 1]`` int32 (BOS first, pad-filled), ``scores`` and
-    ``log_probs`` are ``[batch, k]`` float32."""
-
-    seq: tf.Tensor
-    scores: tf.Tensor
-    log_probs: tf.Tensor
+from keras_transformer.decoding.loop import search_loop
+from keras_transformer.decoding.options import Beam
+from keras_transformer.decoding.tokens import NEG, DecodeOutput
 
 
 class BeamState(NamedTuple):
-    """The search's loop state, one step at a time (``k`` = beam size).
+    """Beam search's state, a row a sentence still searching (``k`` = beam size).
 
-    A row is a sentence still being searched: ``rows`` starts as the batch
-    size and, in the dynamic-shape search, falls as compaction removes done
-    sentences.
-    Sequences start with BOS and are ``[rows, k, len]`` int32, padded with
-    ``pad_id``: ``len`` grows by one a step, or is the fixed buffer
-    (``limit + 1``) with static shapes. Empty finished slots score ``_NEG``.
+    Empty finished slots score ``NEG``.
     """
 
-    step: tf.Tensor  # [] int32: tokens decoded so far
-    alive_seq: tf.Tensor  # [rows, k, len] int32: the live hypotheses
-    alive_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities, best first
-    cache: object  # the steps' cache, [rows·k, ...] leaves, reordered with the beams
-    finished_seq: tf.Tensor  # [rows, k, len] int32: the best hypotheses that ended (EOS or limit)
-    finished_scores: (
-        tf.Tensor
-    )  # [rows, k] float32: their log-probability / length penalty, best first
-    finished_log_probs: tf.Tensor  # [rows, k] float32: their summed log-probabilities
+    alive_log_probs: tf.Tensor  # [rows, k] float32: the live beams' log p, best first
+    finished_scores: tf.Tensor  # [rows, k] float32: the ended ones' log p / penalty, best first
+    finished_log_probs: tf.Tensor  # [rows, k] float32: their log p
     finished_flags: tf.Tensor  # [rows, k] bool: the slot holds a finished hypothesis
-    done: (
-        tf.Tensor
-    )  # [rows] bool: the sentence is done (static shapes keep its row, frozen, to the end)
-    sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
-    row_limits: tf.Tensor  # [rows] int32: the row's longest output
-    source_padding: tf.Tensor  # [rows·k, src_len] bool: True for real source tokens
-    prefix: tf.Tensor  # [rows, width] int32: the forced first tokens (one pad column: none)
-    prefix_lengths: tf.Tensor  # [rows] int32: how many of them
-    results: Hypotheses  # [batch, ...]: the hypotheses of the rows compaction removed
-    #                                (static shapes: (), every sentence keeps its row)
+    done: tf.Tensor  # [rows] bool: the sentence is done (static shapes: frozen to the end)
+
+
+class BeamSeqs(NamedTuple):
+    """Beam search's sequences, ``[rows, k, len]`` int32 padded with ``pad_id`` (``Tokens``)."""
+
+    alive: tf.Tensor  # [rows, k, len]: the live hypotheses, as alive_log_probs
+    finished: tf.Tensor  # [rows, k, len]: the best ended ones (EOS or the limit)
 
 
 def length_penalty(length, alpha: float) -> tf.Tensor:
@@ -96,14 +63,188 @@ def length_penalty(length, alpha: float) -> tf.Tensor:
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
+@dataclass(frozen=True)
+class BeamStrategy:
+    """The strategy of beam search (``beam_search``) over ``loop.search_loop``.
+
+    Args:
+        beam: the ``Beam``.
+        min_length: EOS is not taken before this many tokens.
+
+    Example:
+        >>> BeamStrategy(Beam(size=4)).beams
+        4
+    """
+
+    beam: Beam
+    min_length: int = 0
+
+    @property
+    def beams(self) -> int:
+        """The decoding rows a sentence: the beam size."""
+        return self.beam.size
+
+    def start(self, batch, context):
+        """A beam of BOS alone and no finished hypothesis, for ``batch`` sentences.
+
+        Args:
+            batch: the number of sentences.
+            context: the loop's ``SearchContext``.
+
+        Returns:
+            ``(BeamState, BeamSeqs)``.
+        """
+        k = self.beam.size
+        first = tf.concat([[0.0], tf.fill([k - 1], NEG)], axis=0)  # [k]: one live beam
+        state = BeamState(
+            alive_log_probs=tf.tile(first[tf.newaxis], [batch, 1]),  # [batch, k]
+            finished_scores=tf.fill([batch, k], NEG),
+            finished_log_probs=tf.fill([batch, k], NEG),
+            finished_flags=tf.zeros([batch, k], tf.bool),
+            done=tf.zeros([batch], tf.bool),
+        )
+        return state, BeamSeqs(context.tokens.start([batch, k]), context.tokens.start([batch, k]))
+
+    def step(self, state, seqs, logits, t, row_limits, forced, context):
+        """The next beams from ``logits [rows·k, vocab]``, and the hypotheses that ended.
+
+        Args:
+            state: the ``BeamState``.
+            seqs: the ``BeamSeqs``.
+            logits: ``[rows·k, vocab]`` float32, a row a live beam.
+            t: the step.
+            row_limits: ``[rows]`` int32.
+            forced: ``(forced [rows] bool, token [rows] int32)`` or ``None``.
+            context: the loop's ``SearchContext``.
+
+        Returns:
+            ``(state, seqs, last [rows·k] int32, parents [rows·k] int32)``.
+        """
+        k, alpha, eos = self.beam.size, self.beam.alpha, context.eos_id
+        rows, vocab = tf.shape(state.done)[0], logits.shape[-1]
+        log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])  # [rows, k, vocab]
+        if forced is not None:  # a row in its prefix may take only the prefix's token
+            in_prefix, token = forced  # [rows], [rows]
+            other = tf.not_equal(tf.range(vocab)[tf.newaxis, :], token[:, tf.newaxis])  # [rows, V]
+            struck = (in_prefix[:, tf.newaxis] & other)[:, tf.newaxis, :]  # [rows, 1, vocab]
+            log_probs = tf.where(struck, NEG, log_probs)  # [rows, k, vocab]
+        candidates = state.alive_log_probs[:, :, tf.newaxis] + log_probs  # [rows, k, vocab]
+        candidates = tf.reshape(candidates, [rows, k * vocab])  # [rows, k·vocab]
+        # The tokens never emitted (and EOS before min_length) are struck from the best `reach`
+        # candidates, which leaves the best 2k possible ones: a beam holds each such token once.
+        # top_k puts the lower index first among equal values, so the order is that of one top_k
+        # over the candidates with those tokens struck, which would cost an op over every beam's
+        # whole vocabulary a step.
+        struck_per_beam = len(context.banned) + (1 if self.min_length else 0)
+        reach = min(k * vocab, 2 * k + k * struck_per_beam)
+        top_lp, top_index = kernels.top_k(candidates, k=reach)  # [rows, reach]
+        top_lp = tf.where(self._impossible(top_index % vocab, t, context), NEG, top_lp)
+        top_lp, pick = tf.math.top_k(top_lp, k=2 * k)  # [rows, 2k]: k of them do not end here
+        top_index = tf.gather(top_index, pick, batch_dims=1)  # [rows, 2k]
+        parents, tokens = top_index // vocab, top_index % vocab  # [rows, 2k] each
+        candidate_seq = tf.gather(seqs.alive, parents, batch_dims=1)  # [rows, 2k, len]
+        candidate_seq = context.tokens.append(candidate_seq, tokens, t)  # [rows, 2k, len + 1]
+        # A hypothesis ends with EOS, or when its sentence reaches its length limit; only a
+        # possible one may finish (not a filler a forced step or the first step's empty beams
+        # leave among the candidates).
+        ended = tf.equal(tokens, eos) | (t + 1 >= row_limits)[:, tf.newaxis]  # [rows, 2k]
+        finishes = ended & (top_lp > NEG / 2)  # [rows, 2k]
+
+        alive_lp, keep = tf.math.top_k(tf.where(ended, NEG, top_lp), k=k)  # [rows, k]
+        alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)  # [rows, k, len + 1]
+        last = tf.reshape(tf.gather(tokens, keep, batch_dims=1), [-1])  # [rows·k]
+        parents = tf.gather(parents, keep, batch_dims=1)  # [rows, k]
+        parents = tf.reshape(tf.range(rows)[:, tf.newaxis] * k + parents, [-1])  # [rows·k]
+
+        penalty = length_penalty(t + 1, alpha)  # []
+        # A done sentence, waiting for compaction (or kept to the end with static shapes), takes
+        # no new hypothesis.
+        new_scores = tf.where(finishes & ~state.done[:, tf.newaxis], top_lp / penalty, NEG)
+        pool_seq = tf.concat([context.tokens.widen(seqs.finished), candidate_seq], axis=1)
+        pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)  # [rows, 3k]
+        pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)  # [rows, 3k]
+        pool_flags = tf.concat([state.finished_flags, finishes], axis=1)  # [rows, 3k]
+        finished_scores, best = tf.math.top_k(pool_scores, k=k)  # [rows, k]
+        flags = tf.gather(pool_flags, best, batch_dims=1)  # [rows, k]
+
+        # The sentence is done when its worst finished hypothesis beats its best live beam,
+        # judged at the longest output allowed ("exact") or at its current length.
+        if self.beam.stopping == "exact":
+            penalty = length_penalty(row_limits, alpha)  # [rows]
+        best_alive = alive_lp[:, 0] / penalty  # [rows]
+        worst_finished = tf.reduce_min(tf.where(flags, finished_scores, NEG), axis=1)  # [rows]
+        state = BeamState(
+            alive_log_probs=alive_lp,
+            finished_scores=finished_scores,
+            finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),  # [rows, k]
+            finished_flags=flags,
+            done=state.done | (worst_finished >= best_alive),  # [rows]
+        )
+        seqs = BeamSeqs(alive_seq, tf.gather(pool_seq, best, batch_dims=1))  # [rows, k, len + 1]
+        return state, seqs, last, parents
+
+    def _impossible(self, tokens, t, context):
+        """Which of ``tokens`` the search may not take at step ``t``."""
+        banned = tf.constant(context.banned, tf.int32)  # [banned]
+        struck = tf.reduce_any(tf.equal(tokens[..., tf.newaxis], banned), axis=-1)
+        if self.min_length:
+            struck |= tf.logical_and(tf.equal(tokens, context.eos_id), t < self.min_length)
+        return struck
+
+    def finished(self, state) -> tf.Tensor:
+        """``[rows]`` bool: the sentence is done.
+
+        Args:
+            state: the ``BeamState``.
+
+        Returns:
+            ``state.done``.
+        """
+        return state.done
+
+    def answer(self, state, seqs, t):
+        """The rows' finished hypotheses, or their live beams where none finished.
+
+        Args:
+            state: the ``BeamState``.
+            seqs: the ``BeamSeqs``.
+            t: the step.
+
+        Returns:
+            ``(seq [rows, k, len], (scores [rows, k], log_probs [rows, k]))``.
+        """
+        any_finished = tf.reduce_any(state.finished_flags, axis=1)  # [rows]
+        seq = tf.where(any_finished[:, tf.newaxis, tf.newaxis], seqs.finished, seqs.alive)
+        alive_lp = state.alive_log_probs  # [rows, k]
+        some = any_finished[:, tf.newaxis]  # [rows, 1]
+        scores = tf.where(
+            some, state.finished_scores, alive_lp / length_penalty(t, self.beam.alpha)
+        )
+        log_probs = tf.where(some, state.finished_log_probs, alive_lp)  # [rows, k]
+        return seq, (scores, log_probs)
+
+    def output(self, seq, values, steps) -> DecodeOutput:
+        """The ``DecodeOutput`` of ``k`` hypotheses a sentence.
+
+        Args:
+            seq: ``[batch, k, len]`` int32.
+            values: ``(scores, log_probs)``, ``[batch, k]`` float32 each.
+            steps: the steps run.
+
+        Returns:
+            The ``DecodeOutput``.
+        """
+        return DecodeOutput(seq, *values, steps)
+
+
 def beam_search(
-    steps, source_ids, row_limits, limit, options: DecodeOptions, prefix_ids=None
+    steps, source_ids, row_limits, limit, beam: Beam, min_length: int = 0, prefix_ids=None
 ) -> DecodeOutput:
     """Beam search over ``source_ids``, with GNMT's length penalty and a stopping rule.
 
     A sentence is done, and compaction removes it from the search, when its
-    length limit is reached or when ``beam_size`` finished hypotheses outscore
-    its best live beam, as ``options.stopping`` judges it:
+    length limit is reached or when ``beam.size`` finished hypotheses outscore
+    its best live beam, as ``beam.stopping`` judges it:
 
     * ``"exact"``: the live beam is judged by the best score it could still
       reach, its log-probability (which only falls as it grows) over the
@@ -122,18 +263,18 @@ def beam_search(
         source_ids: ``[batch, src_len]`` int ids, padded with ``steps.pad_id``.
         row_limits: ``[batch]`` int32, each row's longest output.
         limit: the longest of them (a Python int: the buffer of static shapes).
-        options: the ``DecodeOptions``: ``beam_size``, ``alpha``,
-            ``min_length``, ``stopping``.
+        beam: the ``Beam``: ``size``, ``alpha``, ``stopping``.
+        min_length: EOS is not taken before this many tokens (``Limits.min_length``).
         prefix_ids: ``[batch, width]`` int ids padded with ``pad_id``: each
             row's first tokens, forced, or ``None``.
 
     Returns:
-        A ``DecodeOutput`` of ``beam_size`` hypotheses a sentence, best
+        A ``DecodeOutput`` of ``beam.size`` hypotheses a sentence, best
         first; a sentence with fewer has ``-inf`` log-probabilities in the
         rest (``decoding.decode`` clears their tokens).
 
     Example:
-        >>> from keras_transformer.decoding import DecodingSteps
+        >>> from keras_transformer.decoding import Beam, DecodingSteps
         >>> table = tf.math.log(tf.constant([[0.1, 0.1, 0.1, 0.3, 0.4], [0.1, 0.1, 0.1, 0.6, 0.1]]))
         >>> steps = DecodingSteps(  # step t's logits are row t of the table, whatever the tokens
         ...     encode=lambda ids: ids, initial_cache=lambda memory: tf.zeros_like(memory[:, 0]),
@@ -141,269 +282,9 @@ def beam_search(
         ...         tf.repeat(table[t][tf.newaxis], tf.size(ids), axis=0), cache),
         ...     bos_id=1, eos_id=3, pad_id=0, banned=(0, 1))
         >>> out = beam_search(steps, tf.constant([[7, 3]]), tf.constant([2]), 2,
-        ...                   DecodeOptions(beam_size=2, alpha=0.0))
+        ...                   Beam(size=2, alpha=0.0))
         >>> out.tokens.numpy().tolist(), [round(float(x), 3) for x in out.log_probs[0]]
         ([[[3, 0], [4, 3]]], [-1.204, -1.427])
     """
-    source_ids = tf.convert_to_tensor(source_ids)
-    k, alpha, min_length, stopping = (
-        options.beam_size,
-        options.alpha,
-        options.min_length,
-        options.stopping,
-    )
-    static_shapes = steps.static_shapes
-    batch = tf.shape(source_ids)[0]
-    # The loop's body makes its constants itself (a tensor made out here would be a loop variable).
-    eos, pad = steps.eos_id, steps.pad_id
-    forcing = prefix_ids is not None
-    prefix, prefix_lengths = prefix_inputs(prefix_ids, batch, pad)
-    buffer_width = limit + 1  # BOS and the longest output
-
-    # Every beam of a sentence attends to the same source: encode it and project
-    # its cross-attention keys and values once, then copy the cache to its k
-    # beam rows (batch → batch·k).
-    beam_sentences = tf.repeat(tf.range(batch), k)  # [batch·k]: the sentence of each beam row
-    cache = tf.nest.map_structure(
-        lambda x: tf.gather(x, beam_sentences), steps.initial_cache(steps.encode(source_ids))
-    )
-    source_padding = tf.not_equal(tf.gather(source_ids, beam_sentences), pad)
-
-    if static_shapes:
-        # Sequences live in [rows, beams, limit + 1] buffers (BOS first), pad-filled.
-        def last_token(seq, t):
-            return tf.gather(seq, t, axis=2)
-
-        def append(seq, tokens, t):
-            at = tf.equal(tf.range(buffer_width), t + 1)[tf.newaxis, tf.newaxis, :]
-            return tf.where(at, tokens[:, :, tf.newaxis], seq)
-
-        def grow(seq):
-            return seq
-    else:
-
-        def last_token(seq, t):
-            return seq[:, :, -1]
-
-        def append(seq, tokens, t):
-            return tf.concat([seq, tokens[:, :, tf.newaxis]], axis=2)
-
-        def grow(seq):  # keep finished sequences as long as the candidates
-            return tf.concat([seq, tf.fill([tf.shape(seq)[0], k, 1], pad)], axis=2)
-
-    # The tokens never emitted (and EOS before min_length) are struck from the best `reach`
-    # candidates of a sentence, which leaves its best 2k possible ones: a beam holds each
-    # such token once. top_k puts the lower index first among equal values, so the order is
-    # that of one top_k over the candidates with those tokens struck, which would cost an
-    # op over every beam's whole vocabulary a step.
-    banned = list(steps.banned)
-    struck_per_beam = len(banned) + (1 if min_length else 0)
-    reorder = steps.reorder or (
-        lambda cache, rows: tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
-    )
-
-    def impossible(tokens, t):
-        """Which of ``tokens`` the search may not take at step ``t``."""
-        struck = tf.reduce_any(
-            tf.equal(tokens[..., tf.newaxis], tf.constant(banned, tf.int32)), axis=-1
-        )
-        if min_length:
-            struck |= tf.logical_and(tf.equal(tokens, eos), t < min_length)
-        return struck
-
-    def beam_rows(rows, beams):
-        """Flat ``[rows·k]`` indices into the ``rows·k`` beam rows of the state."""
-        return tf.reshape(rows[:, tf.newaxis] * k + beams, [-1])
-
-    def is_done(state: BeamState) -> tf.Tensor:
-        """Which sentences the stopping rule ends: no live beam can beat their finished ones."""
-        length = state.row_limits if stopping == "exact" else state.step
-        best_alive = state.alive_log_probs[:, 0] / length_penalty(length, alpha)
-        worst_finished = tf.reduce_min(
-            tf.where(state.finished_flags, state.finished_scores, _NEG), axis=1
-        )
-        return worst_finished >= best_alive
-
-    def hypotheses(state: BeamState, rows) -> Hypotheses:
-        """The answer of the state's ``rows``: their finished hypotheses, or
-        their live beams where none finished (sequences as wide as the state's)."""
-        take = lambda x: tf.gather(x, rows)  # noqa: E731
-        any_finished = tf.reduce_any(take(state.finished_flags), axis=1)
-        seq = tf.where(
-            any_finished[:, tf.newaxis, tf.newaxis], take(state.finished_seq), take(state.alive_seq)
-        )
-        alive_lp = take(state.alive_log_probs)
-        scores = tf.where(
-            any_finished[:, tf.newaxis],
-            take(state.finished_scores),
-            alive_lp / length_penalty(state.step, alpha),
-        )
-        log_probs = tf.where(any_finished[:, tf.newaxis], take(state.finished_log_probs), alive_lp)
-        return Hypotheses(seq, scores, log_probs)
-
-    def write_results(results: Hypotheses, state: BeamState, rows) -> Hypotheses:
-        """``results`` with the answers of the state's ``rows`` written at their sentences."""
-        answer = hypotheses(state, rows)
-        seq = tf.pad(
-            answer.seq,
-            [[0, 0], [0, 0], [0, buffer_width - tf.shape(answer.seq)[2]]],
-            constant_values=pad,
-        )
-        at = tf.gather(state.sentence, rows)
-        return Hypotheses(
-            scatter_rows(results.seq, at, seq),
-            scatter_rows(results.scores, at, answer.scores),
-            scatter_rows(results.log_probs, at, answer.log_probs),
-        )
-
-    def compact(state: BeamState) -> BeamState:
-        """The state without its done rows, whose answers go to ``results``."""
-        staying = tf.cast(tf.where(~state.done)[:, 0], tf.int32)
-        results = write_results(state.results, state, tf.cast(tf.where(state.done)[:, 0], tf.int32))
-        return keep_rows(
-            state,
-            staying,
-            results,
-            beam_rows=beam_rows(staying, tf.range(k)[tf.newaxis]),
-            beam_fields=("cache", "source_padding"),
-        )
-
-    def step_with(decode_step):
-        """The loop's step (state → state) with ``decode_step`` computing the logits."""
-
-        def step(state: BeamState) -> BeamState:
-            t = state.step
-            rows = tf.shape(state.alive_seq)[0]
-            last = tf.reshape(last_token(state.alive_seq, t), [-1])
-            logits, cache = decode_step(last, t, state.cache, state.source_padding)
-            vocab = logits.shape[-1]
-            reach = min(k * vocab, 2 * k + k * struck_per_beam)
-            log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])
-            if forcing:  # a row in its prefix may take only the prefix's token
-                forced, token = forced_tokens(state.prefix, state.prefix_lengths, t)
-                other = tf.not_equal(tf.range(vocab)[tf.newaxis, :], token[:, tf.newaxis])
-                log_probs = tf.where(
-                    (forced[:, tf.newaxis] & other)[:, tf.newaxis, :], _NEG, log_probs
-                )
-            candidates = tf.reshape(
-                state.alive_log_probs[:, :, tf.newaxis] + log_probs, [rows, k * vocab]
-            )
-            # The best `reach` candidates, then the best 2k of them once the impossible ones are
-            # struck.
-            top_lp, top_index = kernels.top_k(candidates, k=reach)
-            top_lp = tf.where(impossible(top_index % vocab, t), _NEG, top_lp)
-            # 2k candidates guarantee k that do not end here.
-            top_lp, pick = tf.math.top_k(top_lp, k=2 * k)
-            top_index = tf.gather(top_index, pick, batch_dims=1)
-            parents = top_index // vocab
-            tokens = top_index % vocab
-            candidate_seq = append(tf.gather(state.alive_seq, parents, batch_dims=1), tokens, t)
-            # A hypothesis ends with EOS, or when its sentence reaches its length limit.
-            ended = tf.equal(tokens, eos) | (t + 1 >= state.row_limits)[:, tf.newaxis]
-            # Only a possible hypothesis may finish (not one of the impossible fillers that a
-            # forced step or the first step's empty beams leave among the candidates).
-            finishes = ended & (top_lp > _NEG / 2)
-
-            alive_lp, keep = tf.math.top_k(tf.where(ended, _NEG, top_lp), k=k)
-            alive_seq = tf.gather(candidate_seq, keep, batch_dims=1)
-            flat = beam_rows(tf.range(rows), tf.gather(parents, keep, batch_dims=1))
-            cache = reorder(cache, flat)
-
-            penalty = length_penalty(t + 1, alpha)
-            # A done sentence, waiting for compaction (or kept to the end with static shapes), takes
-            # no new hypothesis.
-            new_scores = tf.where(finishes & ~state.done[:, tf.newaxis], top_lp / penalty, _NEG)
-            pool_seq = tf.concat([grow(state.finished_seq), candidate_seq], axis=1)
-            pool_scores = tf.concat([state.finished_scores, new_scores], axis=1)
-            pool_lp = tf.concat([state.finished_log_probs, top_lp], axis=1)
-            pool_flags = tf.concat([state.finished_flags, finishes], axis=1)
-            fin_scores, best = tf.math.top_k(pool_scores, k=k)
-            state = state._replace(
-                step=t + 1,
-                alive_seq=alive_seq,
-                alive_log_probs=alive_lp,
-                cache=cache,
-                finished_seq=tf.gather(pool_seq, best, batch_dims=1),
-                finished_scores=fin_scores,
-                finished_log_probs=tf.gather(pool_lp, best, batch_dims=1),
-                finished_flags=tf.gather(pool_flags, best, batch_dims=1),
-            )
-            return state._replace(done=state.done | is_done(state))
-
-        return step
-
-    start_lp = tf.tile(tf.concat([[0.0], tf.fill([k - 1], _NEG)], axis=0)[tf.newaxis], [batch, 1])
-    width = buffer_width if static_shapes else 1
-    start_seq = tf.concat(
-        [
-            tf.fill([batch, k, 1], tf.constant(steps.bos_id, tf.int32)),
-            tf.fill([batch, k, width - 1], pad),
-        ],
-        axis=2,
-    )
-    seq_shape = tf.TensorShape([None, k, width if static_shapes else None])
-    start = BeamState(
-        step=tf.constant(0),
-        alive_seq=start_seq,
-        alive_log_probs=start_lp,
-        cache=cache,
-        finished_seq=tf.fill([batch, k, width], pad),
-        finished_scores=tf.fill([batch, k], _NEG),
-        finished_log_probs=tf.fill([batch, k], _NEG),
-        finished_flags=tf.zeros([batch, k], tf.bool),
-        done=tf.zeros([batch], tf.bool),
-        sentence=tf.range(batch),
-        row_limits=row_limits,
-        source_padding=source_padding,
-        prefix=prefix,
-        prefix_lengths=prefix_lengths,
-        results=()
-        if static_shapes
-        else Hypotheses(
-            tf.fill([batch, k, buffer_width], pad),
-            tf.fill([batch, k], _NEG),
-            tf.fill([batch, k], _NEG),
-        ),
-    )
-    invariants = BeamState(
-        step=tf.TensorShape([]),
-        alive_seq=seq_shape,
-        alive_log_probs=tf.TensorShape([None, k]),
-        cache=tf.nest.map_structure(batch_free_shape if static_shapes else loose_shape, cache),
-        finished_seq=seq_shape,
-        finished_scores=tf.TensorShape([None, k]),
-        finished_log_probs=tf.TensorShape([None, k]),
-        finished_flags=tf.TensorShape([None, k]),
-        done=tf.TensorShape([None]),
-        sentence=tf.TensorShape([None]),
-        row_limits=tf.TensorShape([None]),
-        source_padding=tf.TensorShape([None, None]),
-        prefix=tf.TensorShape([None, None]),
-        prefix_lengths=tf.TensorShape([None]),
-        results=()
-        if static_shapes
-        else Hypotheses(
-            tf.TensorShape([None, k, None]), tf.TensorShape([None, k]), tf.TensorShape([None, k])
-        ),
-    )
-    state = decode_loop(
-        step_with(steps.large_batch),
-        compact,
-        start,
-        invariants,
-        lambda state: state.done,
-        limit,
-        static_shapes,
-        small_batch_step=steps.small_batch and step_with(steps.small_batch),
-        rows=lambda state: tf.size(state.done) * k,
-        small_batch_rows=steps.small_batch_rows,
-    )
-    if static_shapes:  # every sentence kept its row
-        results = hypotheses(state, tf.range(batch))
-        width = buffer_width
-    else:  # rows still searching at the length limit answer with what they hold
-        results = write_results(state.results, state, tf.range(tf.shape(state.alive_seq)[0]))
-        width = state.step + 1
-    # Drop the BOS column; a done row that holds fewer than k hypotheses pads with NEG-scored
-    # entries.
-    return DecodeOutput(results.seq[:, :, 1:width], results.scores, results.log_probs, state.step)
+    strategy = BeamStrategy(beam, min_length)
+    return search_loop(steps, source_ids, row_limits, limit, strategy, prefix_ids)

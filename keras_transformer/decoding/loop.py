@@ -1,41 +1,21 @@
-"""What every search shares: the loop, compaction, and the bans on tokens.
+"""The one loop every search runs: its state, its buffers, compaction and the results.
 
-``decode_loop`` runs a search's step until every sentence is done, in rounds
-that remove the finished rows (compaction); ``keep_rows`` is that removal.
+A search is a strategy (``greedy.OneBest``, ``beam.BeamStrategy``) that knows
+its own state, how a step's logits change it, when a sentence is done and
+what it answers (OpenNMT-tf's decoding strategies over one dynamic decode). ``search_loop`` owns the
+rest: the encoder and the cache, the token buffers (``tokens.Tokens``), the
+forced prefixes, the shape invariants, and ``decode_loop``'s rounds that
+remove the done rows (compaction), their answers written to the results.
 Nothing here knows the model or its kernels.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import numpy as np
 import tensorflow as tf
 
-from keras_transformer.layers import masked_score_value
-
-NEG = masked_score_value(tf.float32)  # an impossible log-probability or score, finite
-
-
-class DecodeOutput(NamedTuple):
-    """What every search returns: each sentence's hypotheses, best first.
-
-    Fields:
-        tokens: ``[batch, n, len]`` int32, without the start token, ending
-            with EOS (where emitted) and padded with ``pad_id``.
-        scores: ``[batch, n]`` float32, the ranking: beam search's
-            log-probability over its length penalty, else the log-probability.
-        log_probs: ``[batch, n]`` float32, the sum of log p over the tokens
-            and EOS, under the model's own distribution (no length penalty,
-            no sampling filter); ``-inf`` where a sentence has fewer than
-            ``n`` hypotheses (its tokens are then all ``pad_id``).
-        steps: ``[]`` int32, the decoder steps the search ran.
-    """
-
-    tokens: tf.Tensor
-    scores: tf.Tensor
-    log_probs: tf.Tensor
-    steps: tf.Tensor
+from keras_transformer.decoding.tokens import DecodeOutput, Tokens, forced_tokens, prefix_inputs
 
 
 def loose_shape(x: tf.Tensor) -> tf.TensorShape:
@@ -62,59 +42,6 @@ def batch_free_shape(x: tf.Tensor) -> tf.TensorShape:
     return tf.TensorShape([None]) + x.shape[1:]
 
 
-def ban_early_eos(scores: tf.Tensor, step, min_length: int, eos_id: int) -> tf.Tensor:
-    """``scores`` with EOS made impossible while ``step < min_length``.
-
-    Args:
-        scores: ``[..., vocab]`` logits or log-probabilities.
-        step: the tokens decoded so far (a scalar).
-        min_length: the shortest output allowed (0: no limit).
-        eos_id: the EOS id.
-
-    Returns:
-        ``scores``, EOS's entries ``masked_score_value`` while too early.
-    """
-    if not min_length:
-        return scores
-    is_eos = tf.equal(tf.range(tf.shape(scores)[-1]), eos_id)
-    too_early = tf.logical_and(is_eos, step < min_length)
-    return tf.where(too_early, tf.constant(masked_score_value(scores.dtype), scores.dtype), scores)
-
-
-def ban_tokens(scores: tf.Tensor, token_ids) -> tf.Tensor:
-    """``scores`` with ``token_ids`` made impossible, the others left as they are.
-
-    The others are not renormalised: greedy decoding chooses from the logits
-    so, and scores the chosen tokens by their log-probabilities.
-
-    Args:
-        scores: ``[..., vocab]`` logits or log-probabilities, above
-            ``masked_score_value``.
-        token_ids: the ids to ban.
-
-    Returns:
-        ``scores``, the banned entries the finite -inf of ``masked_score_value``.
-
-    Example:
-        >>> ban_tokens(tf.constant([[1.0, 2.0, 3.0]]), [0, 2]).numpy().tolist()
-        [[-1000000000.0, 2.0, -1000000000.0]]
-    """
-    size = scores.shape[-1]
-    if size is not None:  # the usual case: one constant [vocab] cap, no ops a decoding step
-        # masked where banned, +inf elsewhere: a score (never below masked) becomes masked
-        # or stays as it is, a select's values by a minimum (docs/kernels.md).
-        cap = np.where(
-            np.isin(np.arange(size), list(token_ids)), masked_score_value(scores.dtype), np.inf
-        )
-        return tf.minimum(scores, tf.constant(cap.astype(scores.dtype.as_numpy_dtype)))
-    vocab = tf.range(tf.shape(scores)[-1])
-    banned = tf.reduce_any(
-        tf.equal(vocab[:, tf.newaxis], tf.constant(list(token_ids), tf.int32)[tf.newaxis, :]),
-        axis=1,
-    )
-    return tf.where(banned, tf.constant(masked_score_value(scores.dtype), scores.dtype), scores)
-
-
 # Compaction removes the finished rows of a dynamic-shape batch once they are this share of it:
 # each compaction gathers the caches of the rows that stay (docs/kernels.md).
 _COMPACT_FRACTION = 0.25
@@ -132,32 +59,6 @@ def scatter_rows(buffer: tf.Tensor, rows: tf.Tensor, values: tf.Tensor) -> tf.Te
         The updated copy of ``buffer``.
     """
     return tf.tensor_scatter_nd_update(buffer, rows[:, tf.newaxis], values)
-
-
-def keep_rows(state, rows, results, beam_rows=None, beam_fields=()):
-    """``state`` with only its ``rows``: a decoder's compaction.
-
-    Args:
-        state: a decoder's loop state (a ``NamedTuple`` with ``step`` and
-            ``results`` fields); every other field holds a row a sentence,
-            or, the ``beam_fields``, several.
-        rows: ``[kept]`` the rows to keep.
-        results: the new ``results`` (the removed rows' answers written in).
-        beam_rows: the flat rows to keep of the ``beam_fields``.
-        beam_fields: the fields with a row a beam.
-
-    Returns:
-        ``state`` of the kept rows, with ``results``.
-    """
-
-    def keep(name, value):
-        if name in ("step", "results"):
-            return value
-        at = beam_rows if name in beam_fields else rows
-        return tf.nest.map_structure(lambda x: tf.gather(x, at), value)
-
-    kept = state._replace(**{name: keep(name, getattr(state, name)) for name in state._fields})
-    return kept._replace(results=results)
 
 
 def decode_loop(
@@ -239,3 +140,170 @@ def decode_loop(
         lambda: loop(running, small_batch_step, start),
         lambda: loop(running, round_, start),
     )
+
+
+class SearchContext(NamedTuple):
+    """What a strategy's step reads besides its state: the ids and the token buffers.
+
+    Fields:
+        eos_id, pad_id: the end and padding ids.
+        banned: the ids a search never chooses.
+        tokens: the ``Tokens`` its sequences live in.
+    """
+
+    eos_id: int
+    pad_id: int
+    banned: tuple
+    tokens: Tokens
+
+
+class LoopState(NamedTuple):
+    """The loop's state: what the loop keeps for a search, and the search's own.
+
+    ``rows`` starts as the batch size and, with dynamic shapes, falls as
+    compaction removes done sentences; ``beams`` is the strategy's.
+    """
+
+    step: tf.Tensor  # [] int32: tokens decoded so far
+    last: tf.Tensor  # [rows·beams] int32: the token each decoding row decodes from
+    cache: Any  # the steps' cache, [rows·beams, ...] leaves
+    source_padding: tf.Tensor  # [rows·beams, src_len] bool: True for real source tokens
+    sentence: tf.Tensor  # [rows] int32: the row's position in the input batch
+    row_limits: tf.Tensor  # [rows] int32: the row's longest output
+    prefix: Any  # ([rows, width] int32 forced first tokens, [rows] int32 lengths), () for none
+    search: Any  # the strategy's state, [rows, ...] leaves
+    seqs: Any  # the strategy's sequences, [rows, ..., len] int32 leaves (tokens.Tokens)
+    results: Any  # the answers at [batch, ...] of the rows compaction removed (static shapes: ())
+
+
+def search_loop(steps, source_ids, row_limits, limit, strategy, prefix_ids=None) -> DecodeOutput:
+    """Run ``strategy`` over ``steps`` until every sentence is done or at its length limit.
+
+    Args:
+        steps: the ``DecodingSteps`` to run.
+        source_ids: ``[batch, src_len]`` int ids, padded with ``steps.pad_id``.
+        row_limits: ``[batch]`` int32, each row's longest output.
+        limit: the longest of them (a Python int: the buffer of static shapes).
+        strategy: the search, with ``beams`` (the decoding rows a sentence)
+            and methods over nests of ``[rows, ...]`` tensors, a row a
+            sentence still searching (compaction gathers them by row):
+            ``start(batch, context) → (state, seqs)``;
+            ``step(state, seqs, logits [rows·beams, vocab], t, row_limits,
+            forced, context) → (state, seqs, last [rows·beams], parents)``,
+            ``forced`` the rows' ``forced_tokens`` or ``None``, ``parents``
+            the flat beam rows the cache is reordered by, or ``None``;
+            ``finished(state) → [rows] bool`` (a done row changes no more);
+            ``answer(state, seqs, t) → (seq [rows, ..., len], values)``;
+            ``output(seq, values, steps) → DecodeOutput``.
+        prefix_ids: ``[batch, width]`` int ids padded with ``pad_id``: each
+            row's first tokens, forced, or ``None``.
+
+    Returns:
+        The strategy's ``DecodeOutput``.
+    """
+    source_ids = tf.convert_to_tensor(source_ids)
+    static, beams, pad = steps.static_shapes, strategy.beams, steps.pad_id
+    context = SearchContext(steps.eos_id, pad, tuple(steps.banned), Tokens(static, limit, pad))
+    batch = tf.shape(source_ids)[0]
+    cache = steps.initial_cache(steps.encode(source_ids))
+    if beams > 1:
+        # Every beam of a sentence attends to the same source: encoded and projected once,
+        # its cross-attention keys and values copied to its beam rows (batch → batch·beams).
+        beam_sentences = tf.repeat(tf.range(batch), beams)  # [batch·beams]
+        cache = tf.nest.map_structure(lambda x: tf.gather(x, beam_sentences), cache)
+        source_ids = tf.gather(source_ids, beam_sentences)
+    reorder = steps.reorder or (
+        lambda cache, rows: tf.nest.map_structure(lambda x: tf.gather(x, rows), cache)
+    )
+
+    def step_with(decode_step):
+        """The loop's step (state → state) with ``decode_step`` computing the logits."""
+
+        def step(state: LoopState) -> LoopState:
+            t = state.step
+            logits, cache = decode_step(state.last, t, state.cache, state.source_padding)
+            forced = forced_tokens(*state.prefix, t) if state.prefix else None
+            search, seqs, last, parents = strategy.step(
+                state.search, state.seqs, logits, t, state.row_limits, forced, context
+            )
+            if parents is not None:
+                cache = reorder(cache, parents)
+            return state._replace(step=t + 1, last=last, cache=cache, search=search, seqs=seqs)
+
+        return step
+
+    def write_results(results, at, answer):
+        """``results`` with ``answer``'s rows written at the sentences ``at``."""
+        seq, values = answer
+        return tf.nest.map_structure(
+            lambda buffer, x: scatter_rows(buffer, at, x),
+            results,
+            (context.tokens.padded(seq), values),
+        )
+
+    def compact(state: LoopState) -> LoopState:
+        """The state without its done rows, whose answers go to ``results``."""
+        done = strategy.finished(state.search)
+        staying = tf.cast(tf.where(~done)[:, 0], tf.int32)
+        gone = tf.cast(tf.where(done)[:, 0], tf.int32)
+        taken = tf.nest.map_structure(lambda x: tf.gather(x, gone), (state.search, state.seqs))
+        results = write_results(
+            state.results, tf.gather(state.sentence, gone), strategy.answer(*taken, state.step)
+        )
+        decoding = staying
+        if beams > 1:  # the flat rows of the staying sentences' beams
+            decoding = tf.reshape(staying[:, tf.newaxis] * beams + tf.range(beams), [-1])
+        rows, flat = (lambda x: tf.gather(x, staying)), (lambda x: tf.gather(x, decoding))
+        return LoopState(
+            step=state.step,
+            last=flat(state.last),
+            cache=tf.nest.map_structure(flat, state.cache),
+            source_padding=flat(state.source_padding),
+            sentence=rows(state.sentence),
+            row_limits=rows(state.row_limits),
+            prefix=tf.nest.map_structure(rows, state.prefix),
+            search=tf.nest.map_structure(rows, state.search),
+            seqs=tf.nest.map_structure(rows, state.seqs),
+            results=results,
+        )
+
+    search, seqs = strategy.start(batch, context)
+    start = LoopState(
+        step=tf.constant(0),
+        last=tf.fill([batch * beams], tf.constant(steps.bos_id, tf.int32)),
+        cache=cache,
+        source_padding=tf.not_equal(source_ids, pad),
+        sentence=tf.range(batch),
+        row_limits=row_limits,
+        prefix=() if prefix_ids is None else prefix_inputs(prefix_ids, pad),
+        search=search,
+        seqs=seqs,
+        results=(),
+    )
+    if not static:  # every row is written before the end: any start values do
+        seq, values = strategy.answer(search, seqs, start.step)
+        start = start._replace(results=(context.tokens.padded(seq), values))
+    invariants = tf.nest.map_structure(batch_free_shape, start)._replace(
+        step=tf.TensorShape([]),
+        cache=tf.nest.map_structure(batch_free_shape if static else loose_shape, cache),
+        seqs=tf.nest.map_structure(context.tokens.invariant, seqs),
+    )
+    state = decode_loop(
+        step_with(steps.large_batch),
+        compact,
+        start,
+        invariants,
+        lambda state: strategy.finished(state.search),
+        limit,
+        static,
+        small_batch_step=steps.small_batch and step_with(steps.small_batch),
+        rows=lambda state: tf.size(state.last),
+        small_batch_rows=steps.small_batch_rows,
+    )
+    answer = strategy.answer(state.search, state.seqs, state.step)
+    if static:  # every sentence kept its row
+        seq, values = answer
+    else:  # rows still searching at the length limit answer with what they hold
+        seq, values = write_results(state.results, state.sentence, answer)
+        seq = seq[..., : state.step]
+    return strategy.output(seq, values, state.step)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.decoding.loop import NEG
+from keras_transformer.decoding.tokens import NEG
 
 _MASK32 = 0xFFFFFFFF
 
@@ -119,7 +119,7 @@ def filter_logits(logits, top_k=0, top_p=1.0, temperature=1.0) -> tf.Tensor:
 
     Args:
         logits: ``[rows, vocab]`` float32, impossible tokens at ``NEG``.
-        top_k, top_p, temperature: as in ``DecodeOptions``.
+        top_k, top_p, temperature: as in ``Sample``.
 
     Returns:
         ``[rows, vocab]`` float32: the scaled logits, ``NEG`` where filtered out.

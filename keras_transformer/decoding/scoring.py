@@ -23,11 +23,11 @@ def score_targets(model, source_ids, target_ids) -> tf.Tensor:
 
     Example:
         >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import DecodeOptions, decode
+        >>> from keras_transformer.decoding import Greedy, Limits, decode
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=1))
         >>> model.build()
         >>> source = tf.constant([[5, 6, 3]])
-        >>> out = decode(model, source, DecodeOptions(max_length=5))
+        >>> out = decode(model, source, Greedy(), Limits(max_length=5))
         >>> forced = score_targets(model, source, out.tokens[:, 0])
         >>> bool(abs(forced[0] - out.log_probs[0, 0]) < 1e-4)
         True

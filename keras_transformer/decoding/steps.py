@@ -5,9 +5,9 @@ the model: they run a ``DecodingSteps``, which ``KernelChoice.steps`` makes
 from it. The speed settings live here and only here: the inference kernels
 (``kernels.decoding_step``, ``kernels.encode``) or the model's own layers, a
 growing or a fixed-size cache (static shapes, for XLA), precomputed weights,
-the small-batch step with its weights as constants (``ConstantSteps``), and a
-batch decoded as parts side by side (``decode_in_parts``). Every choice gives
-the same outputs; ``docs/kernels.md`` says why each exists.
+and the small-batch step with its weights as constants (``ConstantSteps``);
+a batch decoded as parts side by side is ``parts.decode_in_parts``. Every
+choice gives the same outputs; ``docs/kernels.md`` says why each exists.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer import kernels
-from keras_transformer.decoding.loop import DecodeOutput
-from keras_transformer.numerics import round_up
+from keras_transformer.decoding.limits import decode_limits, longest
+from keras_transformer.decoding.options import Limits
 
 
 class DecodingSteps(NamedTuple):
@@ -144,14 +144,14 @@ class ConstantSteps:
 
     Example:
         >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+        >>> from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> steps = ConstantSteps(model)
-        >>> source = tf.constant([[5, 6, 3]])
-        >>> options = DecodeOptions(max_length=4)
-        >>> fast = decode(model, source, options, choice=KernelChoice(constant_steps=steps))
-        >>> bool(tf.reduce_all(fast.tokens == decode(model, source, options).tokens))
+        >>> source, limits = tf.constant([[5, 6, 3]]), Limits(max_length=4)
+        >>> choice = KernelChoice(constant_steps=steps)
+        >>> fast = decode(model, source, Greedy(), limits, choice=choice)
+        >>> bool(tf.reduce_all(fast.tokens == decode(model, source, Greedy(), limits).tokens))
         True
     """
 
@@ -227,7 +227,7 @@ class KernelChoice:
         static_shapes: a fixed-size cache and output buffers, written in
             place: every loop variable keeps its shape, for XLA (TPU,
             ``tf.function(jit_compile=True)``) and TFLite. Needs an int
-            ``DecodeOptions.max_length`` or ``buffer_length``
+            ``Limits.max_length`` or ``buffer_length``
             (``decode_limits``).
         buffer_length: the fixed buffer of ``static_shapes``.
         precomputed: the model's precomputed weights
@@ -251,13 +251,13 @@ class KernelChoice:
     precomputed: Any = None
     constant_steps: ConstantSteps | None = None
 
-    def limits(self, model, source_ids, options, prefix_lengths=None):
+    def limits(self, model, source_ids, limits: Limits, prefix_lengths=None):
         """The longest output of each row and of the batch.
 
         Args:
             model: a ``keras_transformer.Transformer``.
             source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-            options: the ``DecodeOptions`` (``max_length``, ``extra_length``).
+            limits: the ``Limits`` (``max_length``, ``extra_length``).
             prefix_lengths: ``[batch]`` int32, the forced prefix of each row:
                 its limit leaves room for the prefix and one more token.
 
@@ -271,8 +271,8 @@ class KernelChoice:
         row_limits, limit = decode_limits(
             model,
             source_ids,
-            options.max_length,
-            options.extra_length,
+            limits.max_length,
+            limits.extra_length,
             self.static_shapes,
             self.buffer_length,
         )
@@ -357,242 +357,3 @@ class KernelChoice:
             return model.initial_cache(memory, max_length=limit if static_shapes else None)
 
         return DecodingSteps(encode, initial_cache, step, **ids)
-
-
-def longest(row_limits) -> tf.Tensor:
-    """The largest of ``row_limits``, 0 for an empty batch (not ``reduce_max``'s lowest int).
-
-    Args:
-        row_limits: ``[batch]`` int, each row's longest output.
-
-    Returns:
-        A scalar of ``row_limits``' dtype.
-    """
-    return tf.reduce_max(tf.concat([row_limits, tf.zeros([1], row_limits.dtype)], axis=0))
-
-
-def decode_lengths(model, source_ids, max_length=None, extra_length: int = 50) -> tf.Tensor:
-    """The longest output of each sentence, per sentence so that it decodes the same in any batch.
-
-    Args:
-        model: a ``keras_transformer.Transformer``.
-        source_ids: ``[batch, src_len]`` int ids, padded with ``pad_id``.
-        max_length: one limit for every sentence, if given.
-        extra_length: else each sentence's limit is its own length plus this
-            (the paper's input + 50).
-
-    Returns:
-        ``[batch]`` int32, never beyond the model's position table.
-    """
-    batch = tf.shape(source_ids)[0]
-    if max_length is not None:
-        return tf.fill([batch], min(int(max_length), model.config.max_length))
-    real = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, model.config.pad_id), tf.int32), axis=1)
-    return tf.minimum(real + extra_length, model.config.max_length)
-
-
-def decode_limits(
-    model,
-    source_ids,
-    max_length=None,
-    extra_length: int = 50,
-    static_shapes: bool = False,
-    buffer_length: int | None = None,
-):
-    """The longest output of each row and of the batch, for a decoder.
-
-    Args:
-        model, source_ids, max_length, extra_length: as for ``decode_lengths``.
-        static_shapes: the limit is a Python int, the fixed buffer size:
-            ``max_length`` (every row gets it), or ``buffer_length``.
-        buffer_length: with ``static_shapes``, the buffer size; each row
-            keeps its own source length + ``extra_length``, capped by the
-            buffer: the same outputs as the dynamic decoder, at a fixed shape.
-
-    Returns:
-        ``(row_limits [batch] int32, limit)``.
-
-    Raises:
-        ValueError: ``buffer_length`` without ``static_shapes``, or with
-            ``max_length``; ``static_shapes`` with neither an int
-            ``max_length`` nor ``buffer_length``.
-    """
-    if not static_shapes:
-        if buffer_length is not None:
-            raise ValueError("buffer_length sets a fixed buffer: use it with static_shapes=True.")
-        rows = decode_lengths(model, source_ids, max_length, extra_length)
-        return rows, longest(rows)
-    if buffer_length is not None:
-        if max_length is not None:
-            raise ValueError(
-                "Pass max_length (one limit for every row) or buffer_length, not both."
-            )
-        limit = min(int(buffer_length), model.config.max_length)
-        return tf.minimum(decode_lengths(model, source_ids, None, extra_length), limit), limit
-    if not isinstance(max_length, int):
-        raise ValueError(
-            "static_shapes=True needs max_length as a Python int (a fixed buffer size) "
-            "or buffer_length."
-        )
-    return decode_lengths(model, source_ids, max_length, extra_length), min(
-        max_length, model.config.max_length
-    )
-
-
-def pad_for_xla(source_ids, rows, length_multiple: int, pad_id: int) -> tf.Tensor:
-    """``source_ids`` padded to the fixed shapes an XLA decoder compiles for.
-
-    Args:
-        source_ids: ``[batch, len]`` int ids, padded with ``pad_id``.
-        rows: the padded batch size, at least ``batch`` (an int or a scalar tensor).
-        length_multiple: the padded length is ``len`` rounded up to a multiple of it.
-        pad_id: the id the new columns hold.
-
-    Returns:
-        ``[rows, round_up(len, length_multiple)]``: the batch, then copies of its
-        first sentence, which end when it does and so add no decoding steps.
-
-    Example:
-        >>> pad_for_xla(tf.constant([[5, 6, 3]]), 2, 4, 0).numpy().tolist()
-        [[5, 6, 3, 0], [5, 6, 3, 0]]
-    """
-    length = tf.shape(source_ids)[1]
-    ids = tf.pad(
-        source_ids,
-        [[0, 0], [0, round_up(length, length_multiple) - length]],
-        constant_values=pad_id,
-    )
-    return tf.concat([ids, tf.repeat(ids[:1], rows - tf.shape(ids)[0], axis=0)], axis=0)
-
-
-# A batch of at least PARTS_MIN_ROWS decoding rows (sentences × beams) decodes as DECODE_PARTS
-# parts side by side (``decode_in_parts``).
-DECODE_PARTS = 2
-PARTS_MIN_ROWS = 8
-
-
-def check_decode_parts(parts: int | None) -> int:
-    """Check the number of parts a batch decodes as (``decode_in_parts``).
-
-    Args:
-        parts: the parts, or ``None`` for ``DECODE_PARTS``.
-
-    Returns:
-        The parts, an int.
-
-    Raises:
-        ValueError: ``parts`` is below 1.
-
-    Example:
-        >>> check_decode_parts(None), check_decode_parts(1)
-        (2, 1)
-    """
-    if parts is None:
-        return DECODE_PARTS
-    if parts < 1:
-        raise ValueError(f"decode_parts must be >= 1 (1: a batch decodes whole), got {parts}.")
-    return int(parts)
-
-
-def decode_in_parts(
-    decode,
-    source_ids,
-    pad_id: int,
-    parts: int | None = None,
-    beam_size: int = 1,
-    row_inputs: tuple = (),
-    shared_inputs: tuple = (),
-) -> DecodeOutput:
-    """``decode`` run as ``parts`` independent decodes of a share of the batch each.
-
-    TensorFlow's executor runs the parts side by side on its inter-op
-    threads; the output is ``decode``'s on the whole batch, in the batch's
-    order (a sentence decodes the same in any batch). The sentences are
-    sorted by source length and dealt in turn, so that the parts end at
-    about the same step, and each part's sources are cut to its longest. A
-    batch of fewer than ``PARTS_MIN_ROWS`` decoding rows (``beam_size`` rows
-    a sentence), or of fewer sentences than parts, decodes whole. Dynamic
-    shapes only: an XLA decoder pads its batch to fixed sizes instead
-    (``pad_for_xla``). ``docs/kernels.md`` says why.
-
-    Args:
-        decode: ``(source_ids, *row_inputs, *shared_inputs) → DecodeOutput``,
-            best a ``tf.function`` of one input signature: a graph then
-            holds the decoder once, called for each part.
-        source_ids: ``[batch, src_len]`` int32 ids, padded with ``pad_id``.
-        pad_id: the padding id (of the sources, and of the joined tokens).
-        parts: the number of parts (``None``: ``DECODE_PARTS``); 1: one
-            decode, for a server that runs one inter-op thread.
-        beam_size: the decoding rows a sentence takes.
-        row_inputs: more ``[batch, ...]`` inputs, split with the sentences
-            (a target prefix).
-        shared_inputs: inputs every part gets whole (a sampling seed).
-
-    Returns:
-        The ``DecodeOutput`` of the whole batch.
-
-    Raises:
-        ValueError: ``parts`` is below 1.
-
-    Example:
-        >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import decode as decode_model
-        >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
-        >>> model.build()
-        >>> decode = tf.function(lambda ids: decode_model(model, ids),
-        ...                      input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        >>> ids = tf.constant([[5, 6, 3], [7, 3, 0]] * 4)
-        >>> out = decode_in_parts(decode, ids, model.config.pad_id)
-        >>> bool(tf.reduce_all(out.tokens == decode(ids).tokens))
-        True
-    """
-    parts = check_decode_parts(parts)
-    if parts == 1:
-        return decode(source_ids, *row_inputs, *shared_inputs)
-    source_ids = tf.convert_to_tensor(source_ids)
-    row_inputs = tuple(tf.convert_to_tensor(x) for x in row_inputs)
-    rows = tf.shape(source_ids)[0]
-
-    def in_parts():
-        lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, pad_id), tf.int32), axis=1)
-        order = tf.argsort(lengths, stable=True)
-        shares = [order[i::parts] for i in range(parts)]  # [rows / parts] each, shortest first
-        outputs = [
-            decode(
-                tf.gather(source_ids, share)[:, : tf.reduce_max(tf.gather(lengths, share))],
-                *[tf.gather(x, share) for x in row_inputs],
-                *shared_inputs,
-            )
-            for share in shares
-        ]
-        width = tf.reduce_max(tf.stack([tf.shape(out.tokens)[-1] for out in outputs]))
-        tokens = tf.concat(
-            [
-                tf.pad(
-                    out.tokens,
-                    [[0, 0], [0, 0], [0, width - tf.shape(out.tokens)[-1]]],
-                    constant_values=pad_id,
-                )
-                for out in outputs
-            ],
-            axis=0,
-        )
-        back = tf.math.invert_permutation(tf.concat(shares, axis=0))  # each sentence's row
-
-        def joined(field):
-            return tf.gather(tf.concat([getattr(out, field) for out in outputs], axis=0), back)
-
-        return DecodeOutput(
-            tf.gather(tokens, back),
-            joined("scores"),
-            joined("log_probs"),
-            tf.reduce_max(tf.stack([out.steps for out in outputs])),
-        )
-
-    def whole():
-        return decode(source_ids, *row_inputs, *shared_inputs)
-
-    in_parts = tf.function(in_parts, experimental_attributes={"_noinline": True}, autograph=False)
-    return tf.cond(
-        tf.logical_and(rows >= parts, rows * beam_size >= PARTS_MIN_ROWS), in_parts, whole
-    )
