@@ -50,6 +50,10 @@ DECODING_MODULES = (
     keras_transformer.decoding.beam,
     keras_transformer.decoding.sampling,
     keras_transformer.decoding.scoring,
+    keras_transformer.decoding.tokens,
+    keras_transformer.decoding.limits,
+    keras_transformer.decoding.parts,
+    keras_transformer.decoding.xla,
 )
 
 # Names audited elsewhere or exempt: none.
