@@ -37,8 +37,8 @@ import tensorflow as tf
 
 from benchmarks.report import emit
 from keras_transformer import kernels
-from keras_transformer.kernels.decoding_step import output_slice_sizes
 from keras_transformer.kernels.projection import unfused
+from keras_transformer.kernels.small_batch import output_slice_sizes
 
 
 def by_sums(q, k, v):
