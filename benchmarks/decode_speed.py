@@ -28,7 +28,7 @@ import tempfile
 
 from benchmarks.report import emit
 from benchmarks.timing import timed_calls
-from benchmarks.workload import DEFAULT
+from benchmarks.workload import DEFAULT, decoder_runs
 
 SYSTEMS = ("ours", "ours-xla", "ct2-fp32", "ct2-int8", "keras-hub", "keras-hub-xla")
 
@@ -44,51 +44,40 @@ def workload_model(max_length: int):
     return model
 
 
+def _timed_rows(batches, steps_list, beam: int, repeats: int, decoding) -> list[dict]:
+    """A row a batch and run (``decoder_runs``): ``decoding(batch, beam_size, steps)``, a
+    call of no arguments that decodes ``batch`` sentences, timed (``timed_calls``)."""
+    return [
+        {
+            "decoder": decoder,
+            "batch": batch,
+            "steps": steps,
+            **timed_calls(decoding(batch, size, steps), repeats=repeats),
+        }
+        for batch in batches
+        for decoder, size, steps in decoder_runs(steps_list, beam)
+    ]
+
+
 def _ours(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:
     import tensorflow as tf
 
-    from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+    from keras_transformer.decoding import Beam, Greedy, KernelChoice, Limits, decode
 
     model = workload_model(max(steps_list))
     # XLA needs fixed shapes: the fixed-size KV cache and output buffer.
     choice = KernelChoice(static_shapes=jit)
 
-    def fetch(function):
-        return lambda ids: tf.nest.map_structure(lambda x: x.numpy(), function(ids))
-
-    rows = []
-    for batch in batches:
+    def decoding(batch: int, size: int, steps: int):
         ids = tf.constant(DEFAULT.sources(batch))
-        for steps in steps_list:
-            options = DecodeOptions(max_length=steps, min_length=steps)
-            greedy = tf.function(
-                lambda s, options=options: decode(model, s, options, choice=choice),
-                jit_compile=jit,
-            )
-            rows.append(
-                {
-                    "decoder": "greedy",
-                    "batch": batch,
-                    "steps": steps,
-                    **timed_calls(fetch(greedy), ids, repeats=repeats),
-                }
-            )
-        if beam > 1:
-            steps = 64 if 64 in steps_list else steps_list[0]
-            options = DecodeOptions(beam_size=beam, n_best=beam, max_length=steps, min_length=steps)
-            search = tf.function(
-                lambda s, options=options: decode(model, s, options, choice=choice),
-                jit_compile=jit,
-            )
-            rows.append(
-                {
-                    "decoder": f"beam{beam}",
-                    "batch": batch,
-                    "steps": steps,
-                    **timed_calls(fetch(search), ids, repeats=repeats),
-                }
-            )
-    return rows
+        search = Beam(size=size, alpha=0.6) if size > 1 else Greedy()
+        limits = Limits(max_length=steps, min_length=steps)
+        function = tf.function(
+            lambda s: decode(model, s, search, limits, n=size, choice=choice), jit_compile=jit
+        )
+        return lambda: tf.nest.map_structure(lambda x: x.numpy(), function(ids))
+
+    return _timed_rows(batches, steps_list, beam, repeats, decoding)
 
 
 class _IdPieces:
@@ -109,7 +98,6 @@ def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int
 
     model = workload_model(max(steps_list))
     pieces = _IdPieces()
-    rows = []
     with tempfile.TemporaryDirectory() as directory:
         KerasTransformerConverter(model, pieces, pieces).convert(
             directory, quantization=quantization, force=True
@@ -117,42 +105,22 @@ def _ctranslate2(quantization: str, batches, steps_list, beam: int, repeats: int
         translator = ctranslate2.Translator(
             directory, device="cpu", inter_threads=1, intra_threads=os.cpu_count() or 1
         )
-        for batch in batches:
+
+        def decoding(batch: int, size: int, steps: int):
             # CTranslate2 appends the source EOS itself (add_source_eos).
             tokens = [
                 [pieces.piece(int(i)) for i in row if i > 3] for row in DEFAULT.sources(batch)
             ]
+            return lambda: translator.translate_batch(
+                tokens,
+                beam_size=size,
+                max_batch_size=batch,
+                max_input_length=0,
+                min_decoding_length=steps,
+                max_decoding_length=steps,
+            )
 
-            def run(k: int, n: int):
-                return lambda: translator.translate_batch(
-                    tokens,
-                    beam_size=k,
-                    max_batch_size=batch,
-                    max_input_length=0,
-                    min_decoding_length=n,
-                    max_decoding_length=n,
-                )
-
-            for steps in steps_list:
-                rows.append(
-                    {
-                        "decoder": "greedy",
-                        "batch": batch,
-                        "steps": steps,
-                        **timed_calls(run(1, steps), repeats=repeats),
-                    }
-                )
-            if beam > 1:
-                steps = 64 if 64 in steps_list else steps_list[0]
-                rows.append(
-                    {
-                        "decoder": f"beam{beam}",
-                        "batch": batch,
-                        "steps": steps,
-                        **timed_calls(run(beam, steps), repeats=repeats),
-                    }
-                )
-    return rows
+        return _timed_rows(batches, steps_list, beam, repeats, decoding)
 
 
 def _keras_hub(jit: bool, batches, steps_list, beam: int, repeats: int) -> list[dict]:

@@ -36,9 +36,10 @@ import numpy as np
 import tensorflow as tf
 
 from benchmarks.report import emit
+from benchmarks.workload import decoder_product_shapes
 from keras_transformer import kernels
-from keras_transformer.kernels.decoding_step import output_slice_sizes
 from keras_transformer.kernels.projection import unfused
+from keras_transformer.kernels.small_batch import output_slice_sizes
 
 
 def by_sums(q, k, v):
@@ -141,14 +142,7 @@ def product_times(
     rows: int, d_model: int, d_ff: int, layers: int, iterations: int, repeats: int
 ) -> dict:
     rng = np.random.default_rng(2)
-    shapes = [
-        (d_model, 3 * d_model),
-        (d_model, d_model),
-        (d_model, d_model),
-        (d_model, d_model),
-        (d_model, d_ff),
-        (d_ff, d_model),
-    ] * layers
+    shapes = decoder_product_shapes(d_model, d_ff) * layers
     weights = [
         (
             tf.constant(rng.normal(scale=0.05, size=shape).astype("float32")),
@@ -244,7 +238,21 @@ def main(argv=None) -> int:
             f"--d-ff {args.d_ff} must be a multiple of --d-model {args.d_model} "
             "(the layer products tile their inputs)"
         )
-    results = []
+    report = {
+        "benchmark": "inference_kernels",
+        "tensorflow": tf.__version__,
+        "keys": args.keys,
+        "heads": args.heads,
+        "depth": args.depth,
+        "vocab": args.vocab,
+        "d_model": args.d_model,
+        "copies": args.copies,
+        "d_ff": args.d_ff,
+        "layers": args.layers,
+        "candidates": args.candidates,
+        "top_k": args.top_k,
+        "results": [],
+    }
     for count in rows:
         attention = attention_times(
             count, args.keys, args.heads, args.depth, args.iterations, args.repeats
@@ -261,7 +269,7 @@ def main(argv=None) -> int:
             count, args.d_model, args.d_ff, args.layers, max(1, args.iterations // 3), args.repeats
         )
         top_k = top_k_times(count, args.candidates, args.top_k, args.iterations, args.repeats)
-        results.append(
+        report["results"].append(
             {
                 "rows": count,
                 "attention_us": attention,
@@ -284,24 +292,7 @@ def main(argv=None) -> int:
             ),
             flush=True,
         )
-    emit(
-        {
-            "benchmark": "inference_kernels",
-            "tensorflow": tf.__version__,
-            "keys": args.keys,
-            "heads": args.heads,
-            "depth": args.depth,
-            "vocab": args.vocab,
-            "d_model": args.d_model,
-            "copies": args.copies,
-            "d_ff": args.d_ff,
-            "layers": args.layers,
-            "candidates": args.candidates,
-            "top_k": args.top_k,
-            "results": results,
-        },
-        args.json,
-    )
+    emit(report, args.json)
     return 0
 
 

@@ -42,7 +42,7 @@ from keras import ops
 
 import keras_transformer as kt
 from benchmarks.timing import mfu_figures, timed_calls, timed_steps_and_peaks
-from benchmarks.workload import DEFAULT, SMOKE, Workload
+from benchmarks.workload import DEFAULT, SMOKE, Workload, decoder_runs
 
 SYSTEM = "keras-hub"
 
@@ -298,10 +298,7 @@ def decode_rows(
     rows = []
     for batch in batches:
         ids = tf.constant(workload.sources(batch))
-        runs = [("greedy", steps) for steps in steps_list]
-        if beam > 1:
-            runs.append((f"beam{beam}", 64 if 64 in steps_list else steps_list[0]))
-        for decoder, steps in runs:
+        for decoder, _, steps in decoder_runs(steps_list, beam):
             function = decode_function(model, decoder, steps, jit)
             result = timed_calls(lambda s, f=function: f(s).numpy(), ids, repeats=repeats)
             rows.append(

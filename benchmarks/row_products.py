@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from benchmarks.report import emit
 from benchmarks.timing import add_thread_arguments, set_thread_pools
+from benchmarks.workload import decoder_product_shapes
 from keras_transformer.kernels.projection import project_pointwise
 
 STEPS = 40
@@ -44,14 +45,7 @@ def chains(d_model: int, d_ff: int, layers: int) -> dict:
     """``{name: (tf.function(x, steps) → x, products a step)}``."""
     rng = np.random.default_rng(0)
     # A layer's products: the fused query, key and value first (its first d_model columns go on).
-    layer_shapes = [
-        (d_model, 3 * d_model),
-        (d_model, d_model),
-        (d_model, d_model),
-        (d_model, d_model),
-        (d_model, d_ff),
-        (d_ff, d_model),
-    ]
+    layer_shapes = decoder_product_shapes(d_model, d_ff)
     kernels = [
         tf.Variable(rng.standard_normal(shape).astype(np.float32) * 0.05)
         for shape in layer_shapes * layers
@@ -123,6 +117,16 @@ def main(argv=None) -> int:
     if min(args.rows, args.d_model, args.d_ff, args.layers, args.repeats) < 1:
         parser.error("--rows, --d-model, --d-ff, --layers and --repeats must be >= 1")
     set_thread_pools(parser, args)
+    report = {
+        "benchmark": "row_products",
+        "tensorflow": tf.__version__,
+        "intra_op_threads": args.intra_op_threads,
+        "inter_op_threads": args.inter_op_threads,
+        "rows": args.rows,
+        "d_model": args.d_model,
+        "d_ff": args.d_ff,
+        "layers": args.layers,
+    }
 
     runs = chains(args.d_model, args.d_ff, args.layers)
     x = tf.ones([args.rows, args.d_model])
@@ -134,7 +138,7 @@ def main(argv=None) -> int:
             started = time.perf_counter()
             run(x, tf.constant(STEPS)).numpy()
             fastest[name] = min(fastest[name], (time.perf_counter() - started) / STEPS)
-    results = {
+    report["results"] = {
         name: {
             "us_per_step": round(seconds * 1e6, 1),
             "nodes_per_step": nodes,
@@ -142,26 +146,12 @@ def main(argv=None) -> int:
         }
         for (name, (_, nodes)), seconds in zip(runs.items(), fastest.values())
     }
-    for name, result in results.items():
+    for name, result in report["results"].items():
         print(
-            f"{name:12s} {result['us_per_step']:8.1f} µs a step, {result['us_per_node']:6.2f} µs "
-            "each of "
-            f"{result['nodes_per_step']}"
+            f"{name:12s} {result['us_per_step']:8.1f} µs a step, "
+            f"{result['us_per_node']:6.2f} µs each of {result['nodes_per_step']}"
         )
-    emit(
-        {
-            "benchmark": "row_products",
-            "tensorflow": tf.__version__,
-            "intra_op_threads": args.intra_op_threads,
-            "inter_op_threads": args.inter_op_threads,
-            "rows": args.rows,
-            "d_model": args.d_model,
-            "d_ff": args.d_ff,
-            "layers": args.layers,
-            "results": results,
-        },
-        args.json,
-    )
+    emit(report, args.json)
     return 0
 
 

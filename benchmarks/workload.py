@@ -85,6 +85,52 @@ DEFAULT = Workload()
 SMOKE = Workload(vocab=64, d_model=16, layers=2, heads=2, d_ff=32, batch=2, length=8)
 
 
+def decoder_product_shapes(d_model: int, d_ff: int) -> list[tuple[int, int]]:
+    """The kernel shapes of one decoder layer's products, in the order a decoding step runs them.
+
+    Args:
+        d_model: the model width.
+        d_ff: the feed-forward network's inner width.
+
+    Returns:
+        ``[d_in, d_out]`` a product: the self-attention's fused query, key and value, its
+        output, the cross-attention's query, its output, the feed-forward inner and outer.
+
+    Example:
+        >>> decoder_product_shapes(4, 16)[0], decoder_product_shapes(4, 16)[-1]
+        ((4, 12), (16, 4))
+    """
+    return [
+        (d_model, 3 * d_model),
+        (d_model, d_model),
+        (d_model, d_model),
+        (d_model, d_model),
+        (d_model, d_ff),
+        (d_ff, d_model),
+    ]
+
+
+def decoder_runs(steps_list, beam: int) -> list[tuple[str, int, int]]:
+    """The decode benchmarks' runs on a batch: greedy at each step count, then one beam search.
+
+    Args:
+        steps_list: the step counts (tokens decoded) greedy decoding runs at.
+        beam: the beam size (1: no beam search); beam search runs at 64 steps, else at the
+            first of ``steps_list``.
+
+    Returns:
+        ``(decoder, beam_size, steps)`` a run, greedy decoding's first.
+
+    Example:
+        >>> decoder_runs([16, 64], beam=4)
+        [('greedy', 1, 16), ('greedy', 1, 64), ('beam4', 4, 64)]
+    """
+    runs = [("greedy", 1, steps) for steps in steps_list]
+    if beam > 1:
+        runs.append((f"beam{beam}", beam, 64 if 64 in steps_list else steps_list[0]))
+    return runs
+
+
 def matmul_flops(config, src_tokens: float, tgt_tokens: float, length: float) -> float:
     """2·m·n·k for every matmul of one update of ``config`` (forward, and backward as
     2 × forward), for ``src_tokens``/``tgt_tokens`` tokens whose sequences are ``length``

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
+from programs import ArgumentParser, existing_workdir, run, setup_logging
 
 PROG = "python -m export.ctranslate2"
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), here before
@@ -45,9 +45,7 @@ def parse_args(argv=None):
     )
     parser.add_argument("--force", action="store_true", help="replace an existing --out directory")
     args = parser.parse_args(argv)
-    existing_path(
-        PROG, args.workdir, "workdir", WORKDIR_HINT
-    )  # an existing --out: export_ctranslate2
+    existing_workdir(PROG, args.workdir)  # an existing --out: export_ctranslate2
     return args
 
 

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 from programs import (
-    PRECISION_NAMES,
-    WORKDIR_HINT,
     ArgumentParser,
-    existing_path,
+    add_precision_argument,
+    existing_workdir,
     run,
     setup_logging,
 )
@@ -47,11 +46,8 @@ def parse_args(argv=None):
         "at any allowed length (exact, slower)",
     )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing version")
-    parser.add_argument(
-        "--precision",
-        choices=PRECISION_NAMES,
-        default="fp32",
-        help="compute precision of the exported graph (weights are float32 either way)",
+    add_precision_argument(
+        parser, "compute precision of the exported graph (weights are float32 either way)"
     )
     parser.add_argument(
         "--xla",
@@ -86,9 +82,7 @@ def parse_args(argv=None):
         "inter-op thread)",
     )
     args = parser.parse_args(argv)
-    existing_path(
-        PROG, args.workdir, "workdir", WORKDIR_HINT
-    )  # the beam and version: export_saved_model
+    existing_workdir(PROG, args.workdir)  # the beam and version: export_saved_model
     return args
 
 

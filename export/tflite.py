@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from programs import WORKDIR_HINT, ArgumentParser, existing_path, run, setup_logging
+from programs import ArgumentParser, existing_workdir, run, setup_logging
 
 PROG = "python -m export.tflite"
 
@@ -46,7 +46,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.int8_out is not None and args.quantize is not None:
         parser.error("--int8-out goes with a float32 --out (no --quantize)")
-    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
+    existing_workdir(PROG, args.workdir)
     return args
 
 

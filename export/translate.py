@@ -71,6 +71,18 @@ def add_batch_tokens_argument(parser: ArgumentParser) -> None:
     )
 
 
+def add_window_argument(parser: ArgumentParser, after_each: str) -> None:
+    """``--window N``: the lines read, sorted and translated at a time (default ``WINDOW``);
+    ``after_each`` says what the program does after each window."""
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=WINDOW,
+        metavar="N",
+        help=f"lines read, sorted and translated at a time; {after_each} (default: {WINDOW})",
+    )
+
+
 def plot_attention(translator, sentence: str, path: Path) -> str:
     """Heatmap of the last decoder layer's cross-attention (mean over heads); needs matplotlib."""
     try:
@@ -140,14 +152,7 @@ def parse_args(argv=None):
         help="at most N sentences a batch (default: as many as --batch-tokens allows)",
     )
     add_batch_tokens_argument(parser)
-    parser.add_argument(
-        "--window",
-        type=int,
-        default=WINDOW,
-        metavar="N",
-        help="lines read, sorted and translated at a time; their translations are written before "
-        f"the next are read (default: {WINDOW})",
-    )
+    add_window_argument(parser, "their translations are written before the next are read")
     parser.add_argument(
         "--plot-attention",
         type=Path,

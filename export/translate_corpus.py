@@ -44,11 +44,12 @@ import logging
 import sys
 from pathlib import Path
 
-from export.translate import WINDOW, add_batch_tokens_argument
+from export.translate import add_batch_tokens_argument, add_window_argument
 from programs import (
     ArgumentParser,
     add_model_source,
     add_sampling_arguments,
+    check_at_least_one,
     check_model_source,
     existing_file,
     fail,
@@ -90,14 +91,7 @@ def parse_args(argv=None):
     )
     add_sampling_arguments(parser)
     add_batch_tokens_argument(parser)
-    parser.add_argument(
-        "--window",
-        type=int,
-        default=WINDOW,
-        metavar="N",
-        help="lines read, sorted and translated at a time; the output is synced and the "
-        f"progress recorded after each (default: {WINDOW})",
-    )
+    add_window_argument(parser, "the output is synced and the progress recorded after each")
     parser.add_argument(
         "--overwrite",
         action="store_true",
@@ -112,10 +106,7 @@ def parse_args(argv=None):
             "--alpha goes with --workdir: an export's length penalty is fixed at export "
             "(python -m export.saved_model --alpha)"
         )
-    for flag in ("beam", "n_best", "batch_tokens", "window"):
-        value = getattr(args, flag)
-        if value is not None and value < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    check_at_least_one(parser, args, "beam", "n_best", "batch_tokens", "window")
     check_model_source(PROG, args)
     existing_file(PROG, args.src, "--src")
     if args.out.is_dir():

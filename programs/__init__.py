@@ -116,6 +116,13 @@ def existing_path(prog: str, path: Path, what: str, hint: str = "") -> None:
 
 
 WORKDIR_HINT = "train one with python -m training.train --config C --workdir W"
+
+
+def existing_workdir(prog: str, path: Path) -> None:
+    """Fail unless the workdir ``path`` exists (``existing_path``), with how to make one."""
+    existing_path(prog, path, "workdir", WORKDIR_HINT)
+
+
 # Translator.sample's parameters, as --top-k, --top-p, --temperature and --seed.
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 
@@ -134,9 +141,15 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
 def check_model_source(prog: str, args: argparse.Namespace) -> None:
     """Fail unless the ``--workdir`` or ``--model`` given exists (``existing_path``)."""
     if args.workdir is not None:
-        existing_path(prog, args.workdir, "workdir", WORKDIR_HINT)
+        existing_workdir(prog, args.workdir)
     else:
         existing_path(prog, args.model, "SavedModel")
+
+
+def add_precision_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """``--precision``: the compute precision of the model a program loads, one of
+    ``PRECISION_NAMES`` (default fp32); ``help`` says what it applies to."""
+    parser.add_argument("--precision", choices=PRECISION_NAMES, default="fp32", help=help)
 
 
 def check_at_least_one(parser: ArgumentParser, args: argparse.Namespace, *flags: str) -> None:

@@ -15,7 +15,7 @@ from decoders import all_beams, greedy
 import keras_transformer as kt
 from keras_transformer import kernels
 from keras_transformer.decoding import KernelChoice, step_signature
-from keras_transformer.kernels.decoding_step import output_slice_sizes
+from keras_transformer.kernels.small_batch import output_slice_sizes
 from keras_transformer.layers import padding_mask
 from keras_transformer.precision import with_precision
 

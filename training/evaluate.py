@@ -40,11 +40,11 @@ from functools import partial
 from pathlib import Path
 
 from programs import (
-    PRECISION_NAMES,
-    WORKDIR_HINT,
     ArgumentParser,
+    add_precision_argument,
     existing_file,
     existing_path,
+    existing_workdir,
     run,
     setup_logging,
 )
@@ -115,11 +115,8 @@ def parse_args(argv=None):
         help="also score greedy decoding (as --beam 1) into these JSON files, one a --src",
     )
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument(
-        "--precision",
-        choices=PRECISION_NAMES,
-        default="fp32",
-        help="workdir: compute precision of the model (the SavedModel has its own)",
+    add_precision_argument(
+        parser, "workdir: compute precision of the model (the SavedModel has its own)"
     )
     args = parser.parse_args(argv)
     if args.beam is not None and args.beam < 1:
@@ -170,7 +167,7 @@ def parse_args(argv=None):
         parser.error(f"give one --workdir (several go with as many --tflite): {len(args.workdir)}")
     if args.workdir is not None:
         for workdir in args.workdir:
-            existing_path(PROG, workdir, "workdir", WORKDIR_HINT)
+            existing_workdir(PROG, workdir)
     else:
         existing_path(PROG, args.saved_model, "SavedModel")
     for src, ref in zip(args.src, args.ref):

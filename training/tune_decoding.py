@@ -18,11 +18,10 @@ import time
 from pathlib import Path
 
 from programs import (
-    PRECISION_NAMES,
-    WORKDIR_HINT,
     ArgumentParser,
+    add_precision_argument,
     existing_file,
-    existing_path,
+    existing_workdir,
     run,
     setup_logging,
 )
@@ -39,16 +38,13 @@ def parse_args(argv=None):
     parser.add_argument("--beams", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--alphas", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument(
-        "--precision",
-        choices=PRECISION_NAMES,
-        default="fp32",
-        help="compute precision; tune in the one you export (export default: fp32)",
+    add_precision_argument(
+        parser, "compute precision; tune in the one you export (export default: fp32)"
     )
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
         parser.error("--beams must be >= 1")
-    existing_path(PROG, args.workdir, "workdir", WORKDIR_HINT)
+    existing_workdir(PROG, args.workdir)
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.ref, "--ref")
     return args

@@ -94,21 +94,9 @@ from keras_transformer.kernels.cross_entropy import (
     projected_smoothed_cross_entropy,
     smoothed_cross_entropy,
 )
-from keras_transformer.kernels.decoding_step import (
-    OUTPUT_SLICES,
-    OUTPUT_SPLITS,
-    PRODUCT_OPS,
-    SMALL_BATCH_ROWS,
-    STEP_SPLITS,
-    decoding_step,
-    initial_cache,
-    onednn_rewrites,
-    step_products,
-    step_splits,
-    step_weights,
-    tied_output_kernel,
-)
-from keras_transformer.kernels.decoding_step import supported as decoding_step_supported
+from keras_transformer.kernels.decoder_weights import step_weights, tied_output_kernel
+from keras_transformer.kernels.decoder_weights import supported as decoding_step_supported
+from keras_transformer.kernels.decoding_step import decoding_step, initial_cache
 from keras_transformer.kernels.dropout import dropout
 from keras_transformer.kernels.encoding import encode, encoder_weights
 from keras_transformer.kernels.encoding import supported as encoding_supported
@@ -121,6 +109,16 @@ from keras_transformer.kernels.projection import (
     project,
     project_rows,
     transposed_product,
+)
+from keras_transformer.kernels.small_batch import (
+    OUTPUT_SLICES,
+    OUTPUT_SPLITS,
+    PRODUCT_OPS,
+    SMALL_BATCH_ROWS,
+    STEP_SPLITS,
+    onednn_rewrites,
+    step_products,
+    step_splits,
 )
 from keras_transformer.kernels.top_k import top_k
 from keras_transformer.kernels.weights import (

@@ -3,13 +3,12 @@
 ``decoding_step(model)`` returns a step of plain TensorFlow ops that computes
 what ``Transformer.decode`` computes for one new token a row against a growing
 cache (the tests compare the two), with the model's weights read once, before
-the decoding loop (``step_weights``), and every product on its rows as they
-are. ``initial_cache`` makes the cache it starts from, every layer's
-cross-attention keys and values by one product. Two steps serve a decoder:
-the large-batch step for any number of rows, and the small-batch step
-(``small_batch=True``) for at most ``SMALL_BATCH_ROWS`` rows, whose products
-may run as 1×1 convolutions (``step_products``) and as splits
-(``step_splits``). The kernels package's glossary defines these terms;
+the decoding loop (``decoder_weights.step_weights``), and every product on its
+rows as they are. ``initial_cache`` makes the cache it starts from, every
+layer's cross-attention keys and values by one product. Two steps serve a
+decoder: the large-batch step for any number of rows, and the small-batch step
+(``small_batch=True``) for at most ``SMALL_BATCH_ROWS`` rows, laid out by
+``small_batch``. The kernels package's glossary defines these terms;
 ``docs/kernels.md`` says how the step is built and why. The ops are portable
 (CPU, GPU, TPU, XLA); static-shape decoding (a fixed-size cache written in
 place) keeps ``Transformer.decode``.
@@ -18,169 +17,30 @@ place) keeps ``Transformer.decode``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.kernels.attention import attend as attend_heads
+from keras_transformer.kernels.decoder_weights import StepWeights, step_weights
 from keras_transformer.kernels.layer_norm import inference_norm, inference_residual
 from keras_transformer.kernels.projection import (
-    UnfusedBias,
     bias_and_activation,
     permute,
     project_pointwise,
     project_rows,
 )
-from keras_transformer.kernels.weights import (
-    STEP_PRODUCTS,
-    Norm,
-    PrecomputedWeights,
-    dense_weights,
-    fused_qkv,
-    model_weight,
-    norm_weights,
-    packed_cross_key_value,
-    read_weights,
-    scaled_query,
-    unfused_biases,
+from keras_transformer.kernels.small_batch import (
+    PRODUCT_OPS,
+    output_parts,
+    output_slice_sizes,
+    split_layer,
+    splits_fit,
+    step_products,
+    with_unfused_biases,
 )
+from keras_transformer.kernels.weights import Norm, read_weights
 from keras_transformer.numerics import masked_score_value
-
-
-class LayerWeights(NamedTuple):
-    """One decoder layer's weights in the compute dtype (norms in float32):
-    variables or tensors (see ``StepWeights``)."""
-
-    self_qkv: (
-        tuple  # ([d_model, 3·d_model] kernel, [3·d_model] bias | None): query scaled by 1/√d_k
-    )
-    self_output: tuple  # ([d_model, d_model], [d_model] | None)
-    self_norm: Norm
-    cross_query: tuple  # ([d_model, d_model], [d_model] | None): scaled by 1/√d_k
-    cross_output: tuple
-    cross_norm: Norm
-    inner: tuple  # ([d_model, d_ff], [d_ff] | None)
-    outer: tuple  # ([d_ff, d_model], [d_model] | None)
-    ffn_norm: Norm
-
-
-class StepWeights(NamedTuple):
-    """Everything a step reads. A leaf is a ``tf.Variable`` where the step
-    can read it as it is (the step reads it at every step, inside the loop),
-    else a tensor made once, before the loop; or, all of them, NumPy arrays
-    (``weights.as_constants``) that the step makes constants of."""
-
-    embeddings: tf.Tensor  # [tgt_vocab, d_model] compute dtype
-    positions: np.ndarray  # [max_length, d_model] compute dtype: made a constant inside the step
-    layers: tuple  # LayerWeights per decoder layer
-    cross_key_value: (
-        tuple  # ([d_model, 2·layers·d_model], bias | None): every layer's key, then value
-    )
-    final_norm: Norm | None  # pre-LN stacks only
-    output: tuple  # ([d_model, tgt_vocab] kernel, [tgt_vocab] bias | None) compute dtype;
-    #                              kernel None: tied to ``embeddings`` (see ``tied_output_kernel``)
-    final_logits_bias: tf.Tensor | None  # [tgt_vocab] float32, added to the float32 logits
-    unfused_biases: (
-        tuple  # weights.unfused_biases: the small-batch step's biases (projection.UnfusedBias)
-    )
-
-
-def supported(model) -> bool:
-    """Whether ``decoding_step`` reproduces ``model.decode`` for ``model``'s settings.
-
-    Returns:
-        ``False`` for a quantized projection, a LayerNorm that Keras' own path
-        computes (``kernel_covers``) or learned positions, else ``True``.
-    """
-    decoder = model.decoder
-    denses, norms = [], []
-    for layer in decoder.layer_stack:
-        for attention in (layer.self_attention, layer.cross_attention):
-            denses += [
-                attention.query_dense,
-                attention.key_dense,
-                attention.value_dense,
-                attention.output_dense,
-            ]
-        denses += [layer.feed_forward.inner_dense, layer.feed_forward.outer_dense]
-        norms += [layer.self_attention_norm, layer.cross_attention_norm, layer.feed_forward_norm]
-    if model.output_projection is not None:
-        denses.append(model.output_projection)
-    if decoder.final_norm is not None:
-        norms.append(decoder.final_norm)
-    return (
-        all(dense.quantization_mode is None for dense in denses)
-        and all(norm.kernel_covers(3) for norm in norms)
-        and not model.target_embedding.learned_positions
-    )
-
-
-def step_weights(model, precomputed: PrecomputedWeights | None = None) -> StepWeights:
-    """Everything ``decoding_step`` reads: the decoder, output layer and target embedding weights.
-
-    The model's variables where the step uses them as they are; their
-    products (cast, scaled, concatenated, negated) made once here, or taken
-    from ``precomputed``.
-
-    Args:
-        model: a ``keras_transformer.Transformer``.
-        precomputed: the model's precomputed weights (``FrozenWeights``);
-            by default made here, as tensors.
-
-    Returns:
-        A ``StepWeights``.
-    """
-    dtype = model.compute_dtype
-    stack = model.decoder.layer_stack
-    if precomputed is None:
-        qkv = [fused_qkv(layer.self_attention, dtype) for layer in stack]
-        cross_query = [scaled_query(layer.cross_attention, dtype) for layer in stack]
-        cross_key_value = packed_cross_key_value(model.decoder, dtype)
-        negated = unfused_biases(model, qkv, cross_query)
-    else:
-        qkv, cross_query, cross_key_value = (
-            precomputed.decoder_qkv,
-            precomputed.cross_query,
-            precomputed.cross_key_value,
-        )
-        negated = precomputed.unfused_biases
-    layers = tuple(
-        LayerWeights(
-            self_qkv=qkv[i],
-            self_output=dense_weights(layer.self_attention.output_dense, dtype),
-            self_norm=norm_weights(layer.self_attention_norm),
-            cross_query=cross_query[i],
-            cross_output=dense_weights(layer.cross_attention.output_dense, dtype),
-            cross_norm=norm_weights(layer.cross_attention_norm),
-            inner=dense_weights(layer.feed_forward.inner_dense, dtype),
-            outer=dense_weights(layer.feed_forward.outer_dense, dtype),
-            ffn_norm=norm_weights(layer.feed_forward_norm),
-        )
-        for i, layer in enumerate(stack)
-    )
-    embedding = model.target_embedding
-    if model.output_projection is not None:
-        output = dense_weights(model.output_projection, dtype)
-    else:
-        output = (None, None)  # the tied embedding
-    return StepWeights(
-        embeddings=model_weight(embedding.embeddings, dtype),
-        positions=np.asarray(embedding.position_table, tf.as_dtype(dtype).as_numpy_dtype),
-        layers=layers,
-        cross_key_value=tuple(cross_key_value),
-        final_norm=None
-        if model.decoder.final_norm is None
-        else norm_weights(model.decoder.final_norm),
-        output=output,
-        final_logits_bias=(
-            None
-            if model.final_logits_bias is None
-            else model_weight(model.final_logits_bias, tf.float32)
-        ),
-        unfused_biases=negated,
-    )
 
 
 def initial_cache(model, memory, weights: StepWeights) -> list:
@@ -215,193 +75,6 @@ def initial_cache(model, memory, weights: StepWeights) -> list:
         }
         for i in range(layers)
     ]
-
-
-def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
-    """The tied output kernel (the embedding, transposed) for the large-batch step.
-
-    Made once, before the loop, and only when the batch has more than
-    ``SMALL_BATCH_ROWS`` rows: the small-batch step multiplies by slices of
-    the embedding instead, and since rows only ever leave a batch, no step
-    reads the kernel of a batch that starts small.
-
-    Args:
-        weights: the step's ``StepWeights``.
-        rows: the decoding rows the loop starts with (an int, or a scalar
-            tensor: then the choice is a ``tf.cond``).
-
-    Returns:
-        ``[d_model, tgt_vocab]``, or an empty ``[d_model, 0]`` for a small
-        batch; ``None`` for an untied output layer.
-    """
-    if weights.output[0] is not None:
-        return None
-    embeddings = tf.convert_to_tensor(weights.embeddings)
-
-    def transposed():
-        return tf.transpose(embeddings)
-
-    def empty():
-        return tf.zeros([embeddings.shape[1], 0], embeddings.dtype)
-
-    if isinstance(rows, int):  # known now: no branch in the graph
-        return transposed() if rows > SMALL_BATCH_ROWS else empty()
-    return tf.cond(rows > SMALL_BATCH_ROWS, transposed, empty)
-
-
-def _with_unfused_biases(weights: StepWeights) -> StepWeights:
-    """``weights`` with the products' biases unfused (``projection.UnfusedBias``,
-    from ``weights.unfused_biases``): the small-batch step's."""
-    layer_biases, output_bias = weights.unfused_biases
-    layers = tuple(
-        layer._replace(
-            **{name: (getattr(layer, name)[0], bias) for name, bias in zip(STEP_PRODUCTS, biases)}
-        )
-        for layer, biases in zip(weights.layers, layer_biases)
-    )
-    output = weights.output if weights.output[0] is None else (weights.output[0], output_bias)
-    return weights._replace(layers=layers, output=output)
-
-
-# The small-batch step serves at most this many decoding rows (sentences × beams); a larger
-# batch takes the large-batch step until compaction brings it to this many.
-SMALL_BATCH_ROWS = 16
-# The small-batch step takes a tied output layer's logits from this many products, each by a
-# slice of the embedding's rows.
-OUTPUT_SLICES = 16
-
-
-def output_slice_sizes(vocab: int) -> list[int]:
-    """The rows of each of the small-batch step's ``OUTPUT_SLICES`` embedding
-    slices (fewer for a vocabulary that small), as even as they go."""
-    slices = min(OUTPUT_SLICES, vocab)
-    return [vocab // slices + (i < vocab % slices) for i in range(slices)]
-
-
-# A small-batch step whose weights are constants (``decoding.ConstantSteps``) runs each product
-# as this many splits (``decoding_step``'s ``splits``).
-STEP_SPLITS = 2
-
-
-def _splits_fit(config, splits: int) -> bool:
-    """Whether every product of the step has at least ``splits`` columns or rows to share."""
-    return splits <= min(config.d_model, config.d_ff)
-
-
-def step_splits(config) -> int:
-    """The splits a small-batch step of a model of ``config`` runs by default.
-
-    Args:
-        config: a ``TransformerConfig``.
-
-    Returns:
-        ``STEP_SPLITS`` where ``d_model`` and ``d_ff`` have that many units
-        to share, else 1.
-
-    Example:
-        >>> from keras_transformer import TransformerConfig
-        >>> step_splits(TransformerConfig.from_preset("tiny"))
-        2
-    """
-    return STEP_SPLITS if _splits_fit(config, STEP_SPLITS) else 1
-
-
-# A step in splits takes its output layer's product, its largest by far (d_model × vocabulary),
-# as this many splits of its columns.
-OUTPUT_SPLITS = 4
-
-
-# A layer's products split by their columns (the splits' outputs joined, or, for the inner units,
-# each split's fed to its split of the outer product's rows); the others, by their rows.
-_COLUMN_PRODUCTS = ("self_qkv", "cross_query", "inner")
-
-
-def _split_pair(pair: tuple, splits: int, axis: int, split_bias: bool = False) -> list:
-    """``pair`` (a NumPy kernel, its ``UnfusedBias`` or ``None``) as ``splits``
-    ``(kernel, bias)`` splits of the kernel's columns (``axis=1``) or rows
-    (``axis=0``), as even as they go. The bias is the first share's alone,
-    added once after the splits, or with ``split_bias`` shared by its columns
-    too (each split adds its own)."""
-    kernel, bias = pair
-    kernels = [np.ascontiguousarray(part) for part in np.array_split(kernel, splits, axis=axis)]
-    if split_bias and bias is not None:
-        return list(
-            zip(
-                kernels,
-                [UnfusedBias(part) for part in np.array_split(bias.negated, splits, axis=1)],
-            )
-        )
-    return list(zip(kernels, [bias] + [None] * (splits - 1)))
-
-
-def _split_layer(layer: LayerWeights, splits: int) -> tuple:
-    """``layer``'s weights (NumPy arrays, biases ``UnfusedBias``) as ``splits``
-    ``LayerWeights``, each a split of every product, as even as they go:
-    of the columns of the self-attention's query, key and value kernels
-    side by side, of the cross-attention's query kernel and of the inner
-    kernel (with its bias: each split's inner units go through the
-    activation), and of the rows of the attentions' output kernels and of
-    the outer kernel. The splits' outputs of a product are joined (columns)
-    or added (rows): its bias goes in once, after them, and split 0 keeps
-    it. One split: ``(layer,)``, whatever its weights are."""
-    if splits == 1:
-        return (layer,)
-    split = {
-        name: _split_pair(
-            getattr(layer, name),
-            splits,
-            axis=1 if name in _COLUMN_PRODUCTS else 0,
-            split_bias=name == "inner",
-        )
-        for name in STEP_PRODUCTS
-    }
-    return tuple(
-        layer._replace(**{name: split[name][j] for name in STEP_PRODUCTS}) for j in range(splits)
-    )
-
-
-def _output_parts(output: tuple, splits: int) -> tuple:
-    """The output layer's ``(kernel, bias)`` (NumPy, bias ``UnfusedBias``) as
-    ``OUTPUT_SPLITS`` splits of its columns for a step of ``splits`` > 1, as
-    even as they go (any vocabulary size), the bias kept by the first: the
-    step adds it to the joined logits. One part, ``(output,)``, for one
-    split or a tied layer (kernel ``None``)."""
-    if output[0] is None or splits == 1:
-        return (output,)
-    return tuple(_split_pair(output, min(OUTPUT_SPLITS, output[0].shape[1]), axis=1))
-
-
-# The small-batch step's products: 1×1 convolutions or plain matrix products (``decoding_step``'s
-# ``products``).
-PRODUCT_OPS = ("conv", "matmul")
-
-
-def onednn_rewrites() -> bool:
-    """Whether TensorFlow's oneDNN graph rewrites are on in this process.
-
-    They are by default on x86 CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI
-    or AMX units, else off; ``TF_ENABLE_ONEDNN_OPTS=0`` or ``1`` decides
-    instead.
-
-    Returns:
-        ``True`` where they are on; ``False`` also for a TensorFlow build
-        that does not say.
-    """
-    try:
-        from tensorflow.python.util import _pywrap_util_port
-    except ImportError:  # not TensorFlow's own build: no oneDNN rewrites known
-        return False
-    return bool(_pywrap_util_port.IsMklEnabled())
-
-
-def step_products() -> str:
-    """The small-batch step's products that suit this process's TensorFlow.
-
-    Returns:
-        ``"matmul"`` where oneDNN's rewrites are on (``onednn_rewrites``),
-        else ``"conv"`` (``docs/kernels.md`` says why).
-    """
-    return "matmul" if onednn_rewrites() else "conv"
 
 
 def decoding_step(
@@ -488,7 +161,7 @@ def decoding_step(
         leaves = tf.nest.flatten((weights.layers, weights.output))
         if (
             not small_batch
-            or not _splits_fit(config, splits)
+            or not splits_fit(config, splits)
             or any(isinstance(leaf, (tf.Tensor, tf.Variable)) for leaf in leaves)
         ):
             raise ValueError(
@@ -553,10 +226,10 @@ def decoding_step(
         tf.nn.relu if relu else activation
     )  # tf.nn.relu: grappler fuses it into the product
     if small_batch:
-        weights = _with_unfused_biases(weights)
+        weights = with_unfused_biases(weights)
     # Each layer as its splits, the output layer as its parts (one of each without splits).
-    layers = tuple(_split_layer(layer, splits) for layer in weights.layers)
-    output = _output_parts(weights.output, splits)
+    layers = tuple(split_layer(layer, splits) for layer in weights.layers)
+    output = output_parts(weights.output, splits)
     # The step reads its weights, and makes its constants, itself: a tensor made out here and used
     # in a
     # loop's body would be one of the loop's variables. It reads only what it uses.

@@ -130,6 +130,19 @@ class TransformerBlockBase(keras.layers.Layer):
         setattr(self, f"{name}_norm", norm)
         setattr(self, f"{name}_dropout", self._dropout())
 
+    def _feed_forward_block(self, x: tf.Tensor, training=None) -> tf.Tensor:
+        """The position-wise feed-forward network (paper §3.3) in its residual block: the
+        last sublayer of every encoder and decoder layer."""
+        (x,) = residual_connection(
+            x,
+            lambda h: self.feed_forward(h, training=training),
+            self.feed_forward_norm,
+            self.feed_forward_dropout,
+            self.norm_first,
+            training,
+        )
+        return x
+
     def _layer_norm(self, name: str) -> LayerNormalization:
         # float32 even under mixed precision (bf16/fp16 variance is too coarse).
         return LayerNormalization(epsilon=self.layer_norm_epsilon, dtype="float32", name=name)

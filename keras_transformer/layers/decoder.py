@@ -101,14 +101,7 @@ class DecoderLayer(TransformerBlockBase):
             self.norm_first,
             training,
         )
-        (x,) = residual_connection(
-            x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            self.norm_first,
-            training,
-        )
+        x = self._feed_forward_block(x, training)
         results = (x,)
         if cache is not None:
             results += ({"self": self_results[1], "cross": cache["cross"]},)

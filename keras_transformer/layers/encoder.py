@@ -63,14 +63,7 @@ class EncoderLayer(TransformerBlockBase):
             self.norm_first,
             training,
         )
-        (x,) = residual_connection(
-            x,
-            lambda h: self.feed_forward(h, training=training),
-            self.feed_forward_norm,
-            self.feed_forward_dropout,
-            self.norm_first,
-            training,
-        )
+        x = self._feed_forward_block(x, training)
         return (x, weights) if return_attention_weights else x
 
 
