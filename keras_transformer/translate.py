@@ -16,12 +16,10 @@ is their text format); their names are importable from here too.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import os
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Sequence
 
-from keras_transformer.decoding import Limits, Search, check_sampling
+from keras_transformer.decoding import Limits, Search
 from keras_transformer.translation.batching import (
     BATCH_TOKENS,
     INPUT_ORDER_BATCH,
@@ -29,7 +27,6 @@ from keras_transformer.translation.batching import (
     batch_capacity,
     check_batching,
     check_pairs,
-    stream_batches,
     token_batches,
 )
 from keras_transformer.translation.graph import TranslationGraph, search_and_limits
@@ -38,8 +35,8 @@ from keras_transformer.translation.served import (
     SavedModelBackend,
     saved_model_version,
 )
+from keras_transformer.translation.streams import Streams
 from keras_transformer.translation.text import (
-    check_n,
     n_best_lists,
     n_best_moses,
     n_best_texts,
@@ -65,7 +62,7 @@ __all__ = [
 ]
 
 
-class Translator:
+class Translator(Streams):
     """Translates Python strings with a Keras model in this process, or an exported SavedModel.
 
     Tokenizes, decodes as its search says (``Greedy()``, ``Beam(...)``) and
@@ -427,128 +424,6 @@ class Translator:
             )
         )
 
-    def translate_iterable(
-        self,
-        lines: Iterable[str],
-        batch_size: int | None = None,
-        progress: bool = False,
-        *,
-        batch_tokens: int | None = BATCH_TOKENS,
-        window: int | None = WINDOW,
-        total: int | None = None,
-        initial: int = 0,
-    ) -> Iterator[str]:
-        """The translations of ``lines`` as an iterator, reading ``window`` lines at a time.
-
-        Each window of lines is sorted by length, batched (``token_batches``),
-        translated, and its translations come out in input order before the next
-        window is read: a file of any length needs a window's lines in memory, not
-        the file's (as Marian's maxi-batch and CTranslate2's ``read_batch_size``).
-
-        Args:
-            lines: the source sentences, e.g. an open file's lines without
-                their newlines.
-            batch_size: the most sentences a batch (``None``: no limit but the
-                token budget); with ``batch_tokens=None``, the sentences a batch.
-            progress: show a progress bar on a terminal (needs ``tqdm``).
-            batch_tokens: the token budget of a batch (rows × longest source);
-                ``None``: ``batch_size`` sentences a batch in input order.
-            window: the lines read, sorted and batched at a time (``None``: all).
-            total: the lines to expect, for the progress bar (default:
-                ``len(lines)`` where ``lines`` has one).
-            initial: where the progress bar starts: the lines of a file translated
-                before ``lines`` (a resumed run; ``total`` counts them too).
-
-        Returns:
-            An iterator of one translation a line, in input order.
-
-        Raises:
-            ValueError: a batching option is below 1 (when called, not when iterated).
-        """
-        check_batching(batch_tokens, batch_size, window)
-        run = self._backend.translate
-        return self._stream(
-            lines, None, run, batch_size, progress, batch_tokens, window, total, initial
-        )
-
-    def n_best_iterable(
-        self,
-        lines: Iterable[str],
-        n: int,
-        batch_size: int | None = None,
-        progress: bool = False,
-        *,
-        batch_tokens: int | None = BATCH_TOKENS,
-        window: int | None = WINDOW,
-        total: int | None = None,
-        initial: int = 0,
-    ) -> Iterator[list[tuple[str, float]]]:
-        """The n-best lists of ``lines`` as an iterator, reading ``window`` lines at a time.
-
-        ``n_best`` a window at a time, as ``translate_iterable`` streams ``translate``.
-
-        Args:
-            lines: the source sentences.
-            n: the most hypotheses a sentence, at most the beam size.
-            batch_size, progress, batch_tokens, window, total, initial: as for
-                ``translate_iterable``.
-
-        Returns:
-            An iterator of one list a line of up to ``n`` ``(text, log_prob)``
-            pairs, best first, in input order (as ``n_best``).
-
-        Raises:
-            ValueError: ``n`` is below 1 or above the beam size, or a batching
-                option is below 1 (when called, not when iterated).
-        """
-        check_n(n, self.beam_size)
-        check_batching(batch_tokens, batch_size, window)
-        run = functools.partial(self._backend.n_best, n=n)
-        return self._stream(
-            lines, None, run, batch_size, progress, batch_tokens, window, total, initial
-        )
-
-    def sample_iterable(
-        self,
-        lines: Iterable[str],
-        *,
-        batch_size: int | None = None,
-        progress: bool = False,
-        batch_tokens: int | None = BATCH_TOKENS,
-        window: int | None = WINDOW,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        temperature: float = 1.0,
-        seed: int = 0,
-        total: int | None = None,
-        initial: int = 0,
-    ) -> Iterator[str]:
-        """Samples of ``lines``' translations as an iterator, reading ``window`` lines at a time.
-
-        ``sample`` a window at a time, as ``translate_iterable`` streams
-        ``translate``: a line's sample depends on the seed and the line alone.
-
-        Args:
-            lines: the source sentences.
-            top_k, top_p, temperature, seed: as for ``sample``.
-            batch_size, progress, batch_tokens, window, total, initial: as for
-                ``translate_iterable``.
-
-        Returns:
-            An iterator of one sample a line, in input order.
-
-        Raises:
-            ValueError: a sampling parameter is out of range (named), or a
-                batching option is below 1 (when called, not when iterated).
-        """
-        check_sampling(top_k, top_p, temperature)
-        check_batching(batch_tokens, batch_size, window)
-        params = (int(top_k), float(top_p), float(temperature), int(seed))
-        run = functools.partial(self._backend.sample, params=params)
-        return self._stream(
-            lines, None, run, batch_size, progress, batch_tokens, window, total, initial
-        )
-
     def _paired(self, texts, others, what, batch_size, progress, batch_tokens, window) -> list:
         """Answers of ``texts`` with a prefix or a target each (``what``), all checked first."""
         plural = {"prefix": "prefixes", "target": "targets"}[what]
@@ -557,15 +432,3 @@ class Translator:
         ids = self._backend.target_ids(others, what, with_eos=what == "target")
         run = self._backend.prefix if what == "prefix" else self._backend.score
         return list(self._stream(texts, ids, run, batch_size, progress, batch_tokens, window))
-
-    def _stream(
-        self, texts, extras, run, batch_size, progress, batch_tokens, window, total=None, initial=0
-    ) -> Iterator:
-        """``stream_batches`` of ``texts`` with their ``extras`` (``None``: none) by the
-        backend; ``total`` defaults to ``len(texts)``."""
-        if total is None and isinstance(texts, Sized):
-            total = len(texts)
-        items = zip(texts, itertools.repeat(None) if extras is None else extras)
-        options = dict(batch_size=batch_size, batch_tokens=batch_tokens, window=window)
-        bar = dict(progress=progress, total=total, initial=initial)
-        return stream_batches(items, self._backend.prepare, run, **options, **bar)
