@@ -32,7 +32,7 @@ import tensorflow as tf
 from benchmarks.report import emit
 from keras_transformer import Workdir
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import DecodeOptions, decode
+from keras_transformer.decoding import Beam, decode
 
 
 def loop_body_ops(concrete) -> tuple[int, list[tuple[str, int]]]:
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         return out.tokens[:, 0, :], out.steps
 
     def beam(source_ids):
-        out = decode(model, source_ids, DecodeOptions(beam_size=args.beam, alpha=args.alpha))
+        out = decode(model, source_ids, Beam(size=args.beam, alpha=args.alpha))
         return out.tokens[:, 0, :], out.steps
 
     rows = []

@@ -91,13 +91,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
 
     def export() -> int:
-        from keras_transformer.decoding import DecodeOptions
         from keras_transformer.exporters import export_saved_model
 
         path = export_saved_model(
             args.workdir,
             args.out,
-            DecodeOptions(beam_size=args.beam, alpha=args.alpha, stopping=args.stopping),
+            beam_size=args.beam,
+            alpha=args.alpha,
+            stopping=args.stopping,
             version=args.version,
             overwrite=args.overwrite,
             precision=args.precision,

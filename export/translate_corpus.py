@@ -59,7 +59,7 @@ from programs import (
 )
 
 PROG = "python -m export.translate_corpus"
-ALPHA = 0.6  # keras_transformer.decoding.DecodeOptions' default, as training.evaluate's --alpha
+ALPHA = 0.6  # keras_transformer.decoding.Beam's default, as training.evaluate's --alpha
 
 
 def parse_args(argv=None):

@@ -458,15 +458,15 @@ class Transformer(keras.Model):
             What ``keras.Model.export`` returns.
 
         Example:
-            >>> from keras_transformer.decoding import DecodeOptions, decode
+            >>> from keras_transformer.decoding import Beam, Greedy, Limits, decode
             >>> # a tiny untrained model; a trained one works alike
             >>> model = Transformer(TransformerConfig.from_preset("tiny", num_layers=1))
             >>> model.build()
             >>> def greedy(source_ids):
-            ...     out = decode(model, source_ids, DecodeOptions(max_length=20))
+            ...     out = decode(model, source_ids, Greedy(), Limits(max_length=20))
             ...     return {"target_ids": out.tokens[:, 0], "scores": out.scores[:, 0]}
             >>> def beam(source_ids):
-            ...     best = decode(model, source_ids, DecodeOptions(beam_size=4, max_length=20))
+            ...     best = decode(model, source_ids, Beam(size=4), Limits(max_length=20))
             ...     return {"target_ids": best.tokens[:, 0], "scores": best.scores[:, 0]}
             >>> archive = keras.export.ExportArchive()
             >>> archive.track(model)

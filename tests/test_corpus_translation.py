@@ -242,7 +242,9 @@ def test_a_mismatched_rerun_is_one_clear_error(translator, short, tmp_path):
         translator.model,
         translator.src_tokenizer,
         translator.tgt_tokenizer,
-        translator.options.replace(beam_size=1),
+        translator.search,
+        translator.limits,
+        beam_size=1,
         max_src_length=translator.max_src_length,
     )
     with pytest.raises(ValueError, match=r"search.beam_size 1 \(recorded: 2\).*--overwrite"):

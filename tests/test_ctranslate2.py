@@ -30,7 +30,7 @@ import export.ctranslate2 as ct2_program  # noqa: E402
 import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
 from keras_transformer.data import encode_sources, target_ids  # noqa: E402
-from keras_transformer.decoding import DecodeOptions, decode  # noqa: E402
+from keras_transformer.decoding import Greedy, Limits, decode  # noqa: E402
 from keras_transformer.tokenization import train_sentencepiece  # noqa: E402
 from keras_transformer.workdir import Workdir  # noqa: E402
 from training.corpus import load_corpus  # noqa: E402
@@ -186,7 +186,7 @@ def _ours(case, sources):
     source_ids = encode_sources(
         case["src_tok"], tf.constant(sources), case["config"]["training"]["max_src_length"]
     ).to_tensor()
-    out = decode(model, source_ids, DecodeOptions(max_length=MAX_DECODING_LENGTH))
+    out = decode(model, source_ids, Greedy(), Limits(max_length=MAX_DECODING_LENGTH))
     tokens, scores = out.tokens[:, 0], out.log_probs[:, 0]
     vocabulary = _target_vocabulary(case["out"])
     hypotheses = []

@@ -36,7 +36,7 @@ import test_ctranslate2 as ct2_tests  # noqa: E402
 import keras_transformer as kt  # noqa: E402
 import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 from keras_transformer.data import encode_sources  # noqa: E402
-from keras_transformer.decoding import DecodeOptions, decode, score_targets  # noqa: E402
+from keras_transformer.decoding import Beam, Greedy, decode, score_targets  # noqa: E402
 from keras_transformer.workdir import Workdir  # noqa: E402
 from training.corpus import load_corpus  # noqa: E402
 
@@ -146,9 +146,7 @@ def _target_ids(ct2, hypotheses) -> tf.Tensor:
 def n_best(request, ct2):
     """Our n-best lists (beam 4, alpha 0) and CTranslate2's, as ``(pieces, score)`` lists."""
     n = request.param
-    out = decode(
-        ct2["model"], ct2["source_ids"], DecodeOptions(beam_size=BEAM, alpha=0.0, n_best=n)
-    )
+    out = decode(ct2["model"], ct2["source_ids"], Beam(size=BEAM, alpha=0.0), n=n)
     batch = len(ct2["pairs"])
     assert out.tokens.shape[:2] == (batch, n)
     assert out.scores.shape == out.log_probs.shape == (batch, n)
@@ -295,7 +293,7 @@ def test_greedy_with_a_target_prefix_matches_ctranslate2(ct2):
     )
     source_ids = tf.gather(ct2["source_ids"], rows)
     source_pieces = [ct2["source_pieces"][i] for i in rows]
-    out = decode(ct2["model"], source_ids, DecodeOptions(beam_size=1), prefix_ids=prefix_ids)
+    out = decode(ct2["model"], source_ids, Greedy(), prefix_ids=prefix_ids)
     ours = [_pieces(ct2, row) for row in out.tokens.numpy()[:, 0]]
     results = _ct2_translate(
         ct2, source_pieces, target_prefix=[p or None for p in prefixes], beam_size=1
@@ -306,7 +304,7 @@ def test_greedy_with_a_target_prefix_matches_ctranslate2(ct2):
     mismatches = [(i, a, b) for i, (a, b) in enumerate(zip(ours, theirs)) if a != b]
     assert not mismatches, mismatches[:3]
     # The prefixes are not what the model would pick: its own greedy output starts otherwise.
-    greedy = decode(ct2["model"], ct2["source_ids"], DecodeOptions(beam_size=1))
+    greedy = decode(ct2["model"], ct2["source_ids"], Greedy())
     unforced = [_pieces(ct2, row) for row in greedy.tokens.numpy()[:, 0]]
     assert (
         sum(
@@ -360,7 +358,8 @@ def test_translator_n_best_is_scored_and_translated_alike(ct2, translator):
     out = decode(
         ct2["model"],
         ct2["source_ids"][:count],
-        DecodeOptions(beam_size=BEAM, alpha=0.0, n_best=BEAM),
+        Beam(size=BEAM, alpha=0.0),
+        n=BEAM,
     )
     tgt_tok, eos = ct2["tgt_tok"], ct2["config"].eos_id
     ids = [

@@ -100,7 +100,8 @@ def test_translators_of_one_export_share_one_load(
     """A greedy and a beam translator of one export, and a program's in this process, share
     the SavedModel loaded once (the programs run by ``main`` below rely on it); a SavedModel
     written again at the same path loads anew."""
-    from keras_transformer.translate import Translator, _load_saved_model
+    from keras_transformer.translate import Translator
+    from keras_transformer.translation.served import _load_saved_model
 
     assert greedy_saved.saved_model is saved_translator.saved_model
     assert Translator.from_saved_model(export_dir).saved_model is saved_translator.saved_model
@@ -125,7 +126,7 @@ def test_layout_versions_xla_signatures_and_variable_steps(
     the constant steps of the first version. (Two exports beside the module's: each claim of
     versions rides on an export another claim needs.)"""
     from keras_transformer.exporters import export_saved_model
-    from keras_transformer.exporters import saved_model as exporter
+    from keras_transformer.exporters import signatures as exporter
 
     assert export_dir.name == "1"
     for name in (
@@ -748,8 +749,8 @@ def test_saved_model_translator_refuses_before_any_request(saved_translator, mon
         raise AssertionError("a signature was called")
 
     translator = saved_translator
-    monkeypatch.setattr(translator, "_signature_of", no_request)
-    monkeypatch.setattr(translator, "_signature", no_request)
+    monkeypatch.setattr(translator._backend, "_signature_of", no_request)
+    monkeypatch.setattr(translator._backend, "_signature", no_request)
     too_long = " ".join(["cat"] * 300)
     refusals = {
         "n=4: an n-best list holds 1 to the beam size \\(3\\)": lambda: translator.n_best(

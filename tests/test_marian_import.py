@@ -189,12 +189,12 @@ def test_teacher_forced_logits_equal_pytorchs_on_a_padded_batch(trained, checkpo
 
 def test_greedy_ids_equal_generates(trained, hf):
     from keras_transformer.data import encode_sources
-    from keras_transformer.decoding import DecodeOptions, decode
+    from keras_transformer.decoding import Greedy, Limits, decode
 
     source_ids = encode_sources(
         trained.src_tokenizer, tf.constant(hf["sources"]), trained.max_src_length
     ).to_tensor(trained.model.config.pad_id)
-    out = decode(trained.model, source_ids, DecodeOptions(max_length=MAX_NEW_TOKENS))  # greedy
+    out = decode(trained.model, source_ids, Greedy(), Limits(max_length=MAX_NEW_TOKENS))  # greedy
     tokens = out.tokens[:, 0]
     assert [_until_eos(row) for row in tokens.numpy()] == hf["generated"]
 
@@ -459,7 +459,7 @@ def test_an_existing_workdir_is_kept_without_overwrite(checkpoint, workdir):
 def test_separate_vocabularies_import(tmp_path):
     """A checkpoint with a source and a target vocabulary (and embedding matrix), pad = 2."""
     from keras_transformer.data import encode_sources
-    from keras_transformer.decoding import DecodeOptions, decode
+    from keras_transformer.decoding import Greedy, Limits, decode
     from keras_transformer.marian import import_marian
 
     made = write_marian_checkpoint(tmp_path / "separate", steps=150, separate_vocabs=True)
@@ -488,7 +488,7 @@ def test_separate_vocabularies_import(tmp_path):
             ours[row, : len(label)], theirs[row, : len(label)], atol=1e-4, rtol=1e-4
         )
     generated = greedy_generate(tmp_path / "separate", [s for s, _ in pairs], MAX_NEW_TOKENS)
-    out = decode(trained.model, sources, DecodeOptions(max_length=MAX_NEW_TOKENS))  # greedy
+    out = decode(trained.model, sources, Greedy(), Limits(max_length=MAX_NEW_TOKENS))  # greedy
     tokens = out.tokens[:, 0]
     assert [_until_eos(row) for row in tokens.numpy()] == generated
     texts = [tokenizer.decode(row, skip_special_tokens=True) for row in generated]

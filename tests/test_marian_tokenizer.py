@@ -532,7 +532,7 @@ def test_saved_model_export_embeds_the_marian_tokenizer(tokenizers, tmp_path):
 
     import keras_transformer as kt
     from keras_transformer.data import encode_sources
-    from keras_transformer.decoding import DecodeOptions, decode
+    from keras_transformer.decoding import Greedy, Limits, decode
     from keras_transformer.exporters import export_saved_model
 
     src, tgt = tokenizers
@@ -559,7 +559,7 @@ def test_saved_model_export_embeds_the_marian_tokenizer(tokenizers, tmp_path):
     assert {"source.spm", "target.spm", "vocab.json"} <= assets
     texts = ["the big dog sees 3 red cats", ">>fra<< Hello, world!"]
     source = encode_sources(src, texts, 16).to_tensor(default_value=src.pad_id)
-    expected_ids = decode(model, source, DecodeOptions(extra_length=50)).tokens[:, 0]  # greedy
+    expected_ids = decode(model, source, Greedy(), Limits(extra_length=50)).tokens[:, 0]  # greedy
     expected = [t.decode() for t in tgt.detokenize(expected_ids).numpy()]
     loaded = tf.saved_model.load(str(version))
     ids = loaded.signatures["translate_ids"](source_ids=source)["target_ids"]

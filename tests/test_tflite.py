@@ -50,10 +50,10 @@ def _run(flatbuffer: bytes, ids: np.ndarray) -> np.ndarray:
 
 
 def _reference(model, ids):
-    from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+    from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
 
     out = decode(
-        model, ids, DecodeOptions(max_length=MAX_TGT), choice=KernelChoice(static_shapes=True)
+        model, ids, Greedy(), Limits(max_length=MAX_TGT), choice=KernelChoice(static_shapes=True)
     )
     return out.tokens[:, 0].numpy()
 

@@ -30,13 +30,13 @@ def test_xla_translator_gives_the_same_translations(trained, beam_size):
     plain = Translator(model, src_tok, tgt_tok, **options).translate(sentences, batch_size=3)
     xla = Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=16, **options)
     assert xla.translate(sentences, batch_size=3) == plain
-    compiled = dict(xla._compiled)
+    compiled = dict(xla._backend.compiled)
     assert compiled and all(
         length % 16 == 0 for length in compiled
     )  # one function per length bucket
     assert xla.translate(sentences[2:3], batch_size=3) == plain[2:3]
     assert (
-        xla._compiled == compiled
+        xla._backend.compiled == compiled
     )  # a one-sentence batch is padded to the same shape: no new compilation
     with pytest.raises(ValueError, match="length_bucket"):
         Translator(model, src_tok, tgt_tok, jit_compile=True, length_bucket=0)

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import keras_transformer as kt
-from keras_transformer.decoding import DecodeOptions, score_targets
+from keras_transformer.decoding import Beam, Greedy, Limits, Sample, check_search, score_targets
 from keras_transformer.workdir import Workdir
 
 pytestmark = pytest.mark.programs
@@ -135,23 +135,29 @@ def test_bad_input_gets_one_clear_error(beam, call, message):
 
 
 def test_decode_options_refuse_bad_values():
-    for fields, message in [
-        (dict(beam_size=0), "beam_size"),
-        (dict(beam_size=2, n_best=3), "n_best"),
-        (dict(beam_size=2, sampling=True), "sampling"),
-        (dict(stopping="never"), "stopping"),
-        (dict(max_length=0), "max_length"),
-        (dict(sampling=True, top_p=2.0), "top_p"),
+    from keras_transformer.translation.graph import search_and_limits
+
+    for make, message in [
+        (lambda: Beam(size=0), "beam_size"),
+        (lambda: check_search(Beam(size=2), n=3), "n must be between 1 and the beam size"),
+        (lambda: search_and_limits(Sample(), beam_size=2), "Sample search draws one"),
+        (lambda: Beam(stopping="never"), "stopping"),
+        (lambda: Limits(max_length=0), "max_length"),
+        (lambda: Sample(top_p=2.0), "top_p"),
+        (lambda: search_and_limits(beam_size=1, stopping="never"), "stopping"),
     ]:
         with pytest.raises(ValueError, match=message):
-            DecodeOptions(**fields)
+            make()
+    with pytest.raises(TypeError, match="unknown decoding option"):
+        search_and_limits(sampling=True)
 
 
 def test_an_export_searches_and_refuses_sampling_as_its_default():
     from keras_transformer.exporters.saved_model import export_options
 
-    assert export_options().beam_size == 4
-    options = export_options(DecodeOptions(beam_size=2, alpha=1.4), min_length=1)
-    assert (options.beam_size, options.alpha, options.min_length, options.n_best) == (2, 1.4, 1, 1)
+    assert export_options()[0] == Beam(size=4)
+    search, limits = export_options(Beam(size=2, alpha=1.4), min_length=1)
+    assert (search.size, search.alpha, limits.min_length) == (2, 1.4, 1)
+    assert export_options(beam_size=1)[0] == Greedy()
     with pytest.raises(ValueError, match="sample signature"):
-        export_options(sampling=True, beam_size=1)
+        export_options(Sample())

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
-from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
 from keras_transformer.exporters.saved_model import attach_model
 from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
@@ -67,7 +67,8 @@ class TFLiteTranslator(tf.Module):
             out = decode(
                 self.model,
                 source_ids,
-                DecodeOptions(max_length=self.max_tgt_length),
+                Greedy(),
+                Limits(max_length=self.max_tgt_length),
                 choice=KernelChoice(static_shapes=True),
             )
             return {"target_ids": out.tokens[:, 0]}

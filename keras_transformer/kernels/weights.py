@@ -217,7 +217,7 @@ class FrozenWeights(tf.Module):
 
     Example:
         >>> import keras_transformer as kt
-        >>> from keras_transformer.decoding import DecodeOptions, KernelChoice, decode
+        >>> from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
         >>> model = kt.Transformer(kt.TransformerConfig.from_preset("tiny", num_layers=2))
         >>> model.build()
         >>> frozen = FrozenWeights(model)
@@ -227,7 +227,7 @@ class FrozenWeights(tf.Module):
         26
         >>> source = tf.constant([[5, 6, 3]])
         >>> choice = KernelChoice(precomputed=frozen.as_variables())
-        >>> decode(model, source, DecodeOptions(max_length=4), choice=choice).tokens.shape[0]
+        >>> decode(model, source, Greedy(), Limits(max_length=4), choice=choice).tokens.shape[0]
         1
     """
 

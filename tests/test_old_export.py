@@ -1,0 +1,71 @@
+"""An export made before ``TranslationGraph`` still loads and gives the answers it gave then.
+
+``tests/data/old_export.tar.gz`` is a tiny export (a random one-layer model,
+beam 2) made by the exporter of the commit before the translation graph, and
+``old_export.answers.json`` the answers ``Translator.from_saved_model`` gave
+for it then (``tests/data/make_old_export.py`` says how both were made). The
+loader relies only on what such an export holds: its signatures,
+``beam_size_tensor``, ``max_length_tensor`` and the SentencePiece asset.
+"""
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).parent / "data"
+SENTENCES = ["the boy sees 3 cats", "a dog sleeps", "", "ein Hund schläft", "the farmer"]
+PREFIXES = ["der", "", "ein", "", "the"]
+TARGETS = ["der Junge", "", "x", "ein Hund", "the farmer"]
+
+
+def answers(path) -> dict:
+    """What ``Translator.from_saved_model`` answers for the export at ``path``, as JSON values."""
+    import keras_transformer as kt
+
+    beam = kt.Translator.from_saved_model(path)
+    greedy = kt.Translator.from_saved_model(path, beam_size=1)
+    attention = beam.cross_attention("the boy sees 3 cats")
+    return {
+        "beam_size": [beam.beam_size, greedy.beam_size],
+        "translate": beam.translate(SENTENCES),
+        "translate_greedy": greedy.translate(SENTENCES),
+        "prefixes": beam.translate(SENTENCES, prefixes=PREFIXES),
+        "prefixes_greedy": greedy.translate(SENTENCES, prefixes=PREFIXES),
+        "n_best": beam.n_best(SENTENCES, 2),
+        "n_best_greedy": greedy.n_best(SENTENCES, 1),
+        "score": beam.score(SENTENCES, TARGETS),
+        "sample": beam.sample(SENTENCES, top_k=5, seed=3),
+        "iterable": list(beam.translate_iterable(iter(SENTENCES), window=2)),
+        "attention": [
+            attention["translation"],
+            attention["source_pieces"],
+            attention["target_pieces"],
+            attention["weights"].round(5).tolist(),
+        ],
+    }
+
+
+def _approx(value):
+    """``value`` with its floats compared to 1e-4: another CPU may round otherwise."""
+    if isinstance(value, float):
+        return pytest.approx(value, abs=1e-4)
+    if isinstance(value, (list, tuple)):
+        return [_approx(item) for item in value]
+    return value
+
+
+def test_an_export_made_before_the_translation_graph_gives_the_same_answers(tmp_path):
+    with tarfile.open(DATA / "old_export.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    expected = json.loads((DATA / "old_export.answers.json").read_text(encoding="utf-8"))
+    got = json.loads(json.dumps(answers(tmp_path)))  # tuples as lists, as recorded
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert got[key] == _approx(value), key
+
+
+if __name__ == "__main__":  # python tests/test_old_export.py EXPORT ANSWERS.json
+    Path(sys.argv[2]).write_text(json.dumps(answers(sys.argv[1]), ensure_ascii=False))
