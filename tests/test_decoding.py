@@ -12,12 +12,8 @@ from keras_transformer import kernels
 from keras_transformer.decoding import (
     Beam,
     ConstantSteps,
-    DecodeOptions,
-    Greedy,
     KernelChoice,
     Limits,
-    Sample,
-    SampleParams,
     decode,
 )
 
@@ -386,31 +382,3 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
             rtol=1e-5,
             atol=1e-6,
         )
-
-
-@pytest.mark.parametrize(
-    "options, search, n, params",
-    [
-        (DecodeOptions(max_length=6, min_length=2), Greedy(), 1, None),
-        (
-            DecodeOptions(beam_size=3, n_best=2, alpha=1.0, stopping="exact", extra_length=4),
-            Beam(3, 1.0, "exact"),
-            2,
-            None,
-        ),
-        (
-            DecodeOptions(sampling=True, top_k=5, top_p=0.9, temperature=0.8, seed=3),
-            Sample(),
-            1,
-            SampleParams(5, 0.9, 0.8, 3),
-        ),
-    ],
-    ids=["greedy", "beam", "sample"],
-)
-def test_decode_options_decode_as_the_types(model, options, search, n, params):
-    """The ``DecodeOptions`` union, while its callers remain, decodes as the typed options."""
-    limits = Limits(options.max_length, options.extra_length, options.min_length)
-    union = decode(model, SOURCE, options)
-    typed = decode(model, SOURCE, search, limits, n=n, sample_params=params)
-    for field in ("tokens", "scores", "log_probs", "steps"):
-        np.testing.assert_array_equal(getattr(union, field), getattr(typed, field))

@@ -18,7 +18,6 @@ from keras_transformer.decoding.limits import decode_lengths, decode_limits
 from keras_transformer.decoding.options import (
     STOPPING_RULES,
     Beam,
-    DecodeOptions,
     Greedy,
     Limits,
     Sample,
@@ -54,7 +53,6 @@ __all__ = [
     "STOPPING_RULES",
     "Beam",
     "ConstantSteps",
-    "DecodeOptions",
     "DecodeOutput",
     "DecodingSteps",
     "Greedy",
@@ -83,23 +81,6 @@ __all__ = [
     "sentence_keys",
     "step_signature",
 ]
-
-
-def _from_options(options: DecodeOptions):
-    """``(search, limits, n, sample_params)`` of the ``DecodeOptions`` union, its callers' until
-    they take the types."""
-    limits = Limits(options.max_length, options.extra_length, options.min_length)
-    if options.strategy == "sample":
-        params = SampleParams(options.top_k, options.top_p, options.temperature, options.seed)
-        return Sample(), limits, options.n_best, params
-    if options.strategy == "beam":
-        return (
-            Beam(options.beam_size, options.alpha, options.stopping),
-            limits,
-            options.n_best,
-            None,
-        )
-    return Greedy(), limits, options.n_best, None
 
 
 def decode(
@@ -154,8 +135,6 @@ def decode(
         >>> out.tokens.shape[:2], out.log_probs.shape
         (TensorShape([2, 2]), TensorShape([2, 2]))
     """
-    if isinstance(search, DecodeOptions):  # the union, until its callers take the types
-        search, limits, n, sample_params = _from_options(search)
     search, limits = search or Greedy(), limits or Limits()
     check_search(search, n)
     choice = choice or KernelChoice()

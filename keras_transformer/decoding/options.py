@@ -7,7 +7,6 @@ sampling parameters are tensors: they are given at call time as
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import numbers
 from dataclasses import dataclass
@@ -60,15 +59,11 @@ def check_beam_size(beam_size: int) -> int:
     return beam_size
 
 
-def _is_number(value) -> bool:
-    """A Python (or NumPy) number, not a tensor: checked here, a tensor in the graph."""
-    return isinstance(value, numbers.Number)
-
-
 def check_sampling(top_k=0, top_p=1.0, temperature=1.0) -> None:
     """Raise a ``ValueError`` unless the sampling parameters are in range.
 
-    Tensors (a served model's request) pass unchecked: the graph clamps them.
+    A served model's request passes tensors instead (``SampleParams``): the
+    graph clamps those to their ranges.
 
     Args:
         top_k: sample among the ``top_k`` likeliest tokens (0: all), at least 0.
@@ -78,102 +73,12 @@ def check_sampling(top_k=0, top_p=1.0, temperature=1.0) -> None:
     Raises:
         ValueError: a parameter out of range, named in the message.
     """
-    if _is_number(top_k) and top_k < 0:
+    if top_k < 0:
         raise ValueError(f"top_k must be >= 0 (0: no limit, 1: greedy), got {top_k}.")
-    if _is_number(top_p) and not 0.0 < top_p <= 1.0:
+    if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1] (1: no nucleus), got {top_p}.")
-    if _is_number(temperature) and not (temperature > 0.0 and math.isfinite(temperature)):
+    if not (temperature > 0.0 and math.isfinite(temperature)):
         raise ValueError(f"temperature must be a finite number above 0, got {temperature}.")
-
-
-@dataclass(frozen=True, eq=False)
-class DecodeOptions:
-    """What a decoder searches for: the strategy, its parameters and the length limits.
-
-    The strategy is sampling with ``sampling=True``, else beam search with
-    ``beam_size > 1``, else greedy decoding (``strategy``). Python values are
-    checked here; the sampling parameters may also be tensors (a served
-    model's request), which the graph clamps to their ranges.
-
-    Args:
-        beam_size: the hypotheses beam search keeps a sentence (1: greedy).
-        alpha: beam search's GNMT length penalty exponent (0: none).
-        n_best: the hypotheses returned a sentence, at most ``beam_size``.
-        sampling: sample each token instead of searching.
-        top_k: sample among the ``top_k`` likeliest tokens (0: all; 1: greedy).
-        top_p: sample in the smallest set of tokens whose probability reaches
-            ``top_p`` (1: all).
-        temperature: the logits are divided by it before sampling.
-        seed: the sampling seed: the same seed and sentence give the same
-            sample in any batch.
-        max_length: one output length limit for every sentence (``None``:
-            each sentence's source length plus ``extra_length``).
-        extra_length: see ``max_length``.
-        min_length: EOS is not allowed before this many tokens.
-        stopping: beam search's stopping rule, ``"heuristic"`` or ``"exact"``
-            (``beam_search``).
-
-    Raises:
-        ValueError: a value out of range, named in the message.
-
-    Example:
-        >>> options = DecodeOptions(beam_size=4, n_best=2)
-        >>> options.strategy, options.replace(beam_size=1, n_best=1, sampling=True).strategy
-        ('beam', 'sample')
-    """
-
-    beam_size: int = 1
-    alpha: float = 0.6
-    n_best: int = 1
-    sampling: bool = False
-    top_k: int = 0
-    top_p: float = 1.0
-    temperature: float = 1.0
-    seed: int = 0
-    max_length: int | None = None
-    extra_length: int = 50
-    min_length: int = 0
-    stopping: str = "heuristic"
-
-    def __post_init__(self):
-        check_beam_size(self.beam_size)
-        check_stopping(self.stopping)
-        if not 1 <= self.n_best <= self.beam_size:
-            raise ValueError(
-                f"n_best must be between 1 and the beam size ({self.beam_size}), "
-                f"got {self.n_best}: raise the beam size or ask for fewer hypotheses."
-            )
-        if self.sampling and self.beam_size != 1:
-            raise ValueError("sampling draws one hypothesis a sentence: use beam_size=1.")
-        check_sampling(self.top_k, self.top_p, self.temperature)
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be >= 1, got {self.max_length}.")
-        if self.extra_length < 0 or self.min_length < 0:
-            raise ValueError(
-                f"extra_length and min_length must be >= 0, got {self.extra_length} "
-                f"and {self.min_length}."
-            )
-
-    @property
-    def strategy(self) -> str:
-        """``"sample"``, ``"beam"`` or ``"greedy"``."""
-        if self.sampling:
-            return "sample"
-        return "beam" if self.beam_size > 1 else "greedy"
-
-    def replace(self, **changes) -> DecodeOptions:
-        """A copy with ``changes``, checked as a new value.
-
-        Args:
-            **changes: fields and their new values.
-
-        Returns:
-            The new ``DecodeOptions``.
-
-        Raises:
-            ValueError: a new value out of range.
-        """
-        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
