@@ -94,7 +94,7 @@ from keras_transformer.kernels.cross_entropy import (
     projected_smoothed_cross_entropy,
     smoothed_cross_entropy,
 )
-from keras_transformer.kernels.decoder_weights import step_weights, tied_output_kernel
+from keras_transformer.kernels.decoder_weights import step_weights
 from keras_transformer.kernels.decoder_weights import supported as decoding_step_supported
 from keras_transformer.kernels.decoding_step import decoding_step, initial_cache
 from keras_transformer.kernels.dropout import dropout
@@ -119,6 +119,7 @@ from keras_transformer.kernels.small_batch import (
     onednn_rewrites,
     step_products,
     step_splits,
+    tied_output_kernel,
 )
 from keras_transformer.kernels.top_k import top_k
 from keras_transformer.kernels.weights import (

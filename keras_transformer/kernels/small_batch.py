@@ -12,16 +12,12 @@ constant weights, each product as splits (``STEP_SPLITS``, ``split_layer``,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
+import tensorflow as tf
 
+from keras_transformer.kernels.decoder_weights import LayerWeights, StepWeights
 from keras_transformer.kernels.projection import UnfusedBias
 from keras_transformer.kernels.weights import STEP_PRODUCTS
-
-if TYPE_CHECKING:  # the types alone: decoder_weights reads SMALL_BATCH_ROWS from here
-    from keras_transformer.kernels.decoder_weights import LayerWeights, StepWeights
-
 
 # The small-batch step serves at most this many decoding rows (sentences × beams); a larger
 # batch takes the large-batch step until compaction brings it to this many.
@@ -218,3 +214,35 @@ def step_products() -> str:
         else ``"conv"`` (``docs/kernels.md`` says why).
     """
     return "matmul" if onednn_rewrites() else "conv"
+
+
+def tied_output_kernel(weights: StepWeights, rows) -> tf.Tensor | None:
+    """The tied output kernel (the embedding, transposed) for the large-batch step.
+
+    Made once, before the loop, and only when the batch has more than
+    ``SMALL_BATCH_ROWS`` rows: the small-batch step multiplies by slices of
+    the embedding instead, and since rows only ever leave a batch, no step
+    reads the kernel of a batch that starts small.
+
+    Args:
+        weights: the step's ``StepWeights``.
+        rows: the decoding rows the loop starts with (an int, or a scalar
+            tensor: then the choice is a ``tf.cond``).
+
+    Returns:
+        ``[d_model, tgt_vocab]``, or an empty ``[d_model, 0]`` for a small
+        batch; ``None`` for an untied output layer.
+    """
+    if weights.output[0] is not None:
+        return None
+    embeddings = tf.convert_to_tensor(weights.embeddings)
+
+    def transposed():
+        return tf.transpose(embeddings)
+
+    def empty():
+        return tf.zeros([embeddings.shape[1], 0], embeddings.dtype)
+
+    if isinstance(rows, int):  # known now: no branch in the graph
+        return transposed() if rows > SMALL_BATCH_ROWS else empty()
+    return tf.cond(rows > SMALL_BATCH_ROWS, transposed, empty)
