@@ -12,9 +12,11 @@ from keras_transformer import kernels
 from keras_transformer.decoding import (
     Beam,
     ConstantSteps,
+    DecodeOutput,
     KernelChoice,
     Limits,
     decode,
+    score_targets,
 )
 
 
@@ -382,3 +384,36 @@ def test_a_batch_in_parts_decodes_as_the_batch_whole(model, beam):
             rtol=1e-5,
             atol=1e-6,
         )
+
+
+class _Letters:
+    """A target tokenizer for the n-best lists: id i >= 4 detokenizes to i - 3 letters "a",
+    and each letter tokenizes back to id 4, so a text can take more ids than its hypothesis."""
+
+    def detokenize(self, ids):
+        letters = np.where(np.asarray(ids) >= 4, np.asarray(ids) - 3, 0)
+        return tf.constant(["a" * int(row.sum()) for row in letters])
+
+    def tokenize(self, texts):
+        letters = tf.strings.unicode_split(texts, "UTF-8")
+        return tf.ragged.map_flat_values(lambda chars: tf.fill(tf.shape(chars), 4), letters)
+
+
+def test_n_best_texts_score_what_fits_and_keep_the_search_score_of_what_does_not():
+    """A text whose ids differ from its hypothesis' is scored by ``score_targets``; one whose
+    ids are longer than the model's positions keeps the search's score instead of failing."""
+    from keras_transformer.translation.text import n_best_texts
+
+    config = kt.TransformerConfig.from_preset("tiny", num_layers=1, max_length=6)
+    model = kt.Transformer(config)
+    model.build()
+    eos = config.eos_id
+    source = tf.constant([[5, 6, eos]])
+    # "aaaaaa" (7 ids with EOS: too long), "aa" (3 ids, not the hypothesis'), "a" (the same)
+    tokens = tf.constant([[[9, eos], [5, eos], [4, eos]]], tf.int32)
+    searched = tf.constant([[-1.0, -2.0, -3.0]])
+    out = DecodeOutput(tokens, searched, searched, tf.constant(2))
+    texts, log_probs = n_best_texts(model, _Letters(), source, out, 3)
+    assert texts.numpy().tolist() == [[b"aaaaaa", b"aa", b"a"]]
+    scored = score_targets(model, source, tf.constant([[4, 4, eos]]))
+    np.testing.assert_allclose(log_probs.numpy(), [[-1.0, float(scored[0]), -3.0]], rtol=1e-6)

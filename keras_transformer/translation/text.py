@@ -39,7 +39,8 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
 
     Each hypothesis is detokenized. Its log-probability is the search's where
     the text tokenizes back to the same ids, else ``score_targets`` of the
-    text's own ids, so that it always equals the score of the text. A text
+    text's own ids, so that it equals the score of the text; a text whose ids
+    are longer than the model's ``max_length`` keeps the search's. A text
     that an earlier hypothesis of its sentence already gave is dropped, and
     the rest keep the search's order.
 
@@ -60,6 +61,7 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
     flat = tf.reshape(out.tokens, [batch * k, -1])
     texts = tgt_tokenizer.detokenize(flat)  # [batch·k]
     canonical = target_token_ids(tgt_tokenizer, texts, config.eos_id)
+    fits = canonical.row_lengths() <= config.max_length  # [batch·k]: the model can score it
     canonical = canonical.to_tensor(default_value=config.pad_id)
     # Both as wide as the wider (by tf.pad: in a graph the width is a tensor, not a shape).
     width = tf.maximum(tf.shape(flat)[1], tf.shape(canonical)[1])
@@ -71,13 +73,16 @@ def n_best_texts(model, tgt_tokenizer, source_ids, out: DecodeOutput, n):
     same = tf.reduce_all(tf.equal(canonical, hypothesis), axis=1)
     log_probs = tf.reshape(out.log_probs, [-1])
     missing = tf.math.is_inf(log_probs)
+    searched = same | missing | ~fits  # [batch·k]: the search's log-probability stands
     log_probs = tf.cond(
-        tf.reduce_all(same | missing),
+        tf.reduce_all(searched),
         lambda: log_probs,
         lambda: tf.where(
-            same | missing,
+            searched,
             log_probs,
-            score_targets(model, tf.repeat(source_ids, k, axis=0), canonical),
+            score_targets(
+                model, tf.repeat(source_ids, k, axis=0), canonical[:, : config.max_length]
+            ),
         ),
     )
     texts, log_probs = tf.reshape(texts, [batch, k]), tf.reshape(log_probs, [batch, k])
