@@ -29,7 +29,7 @@ def predict_request(sentences: Sequence[str], model_name: str):
     request the exporter writes as TF Serving's warm-up (one encoder of it)."""
     from tensorflow_serving.apis import predict_pb2
 
-    from keras_transformer.exporters.saved_model import predict_request_bytes
+    from keras_transformer.exporters.serving_files import predict_request_bytes
 
     return predict_pb2.PredictRequest.FromString(
         predict_request_bytes(sentences, model_name, SIGNATURE)

@@ -363,7 +363,7 @@ def test_hand_encoded_warmup_record_equals_tensorflow_serving_apis():
     are the ones that package's own classes give."""
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
 
-    from keras_transformer.exporters.saved_model import warmup_record
+    from keras_transformer.exporters.serving_files import warmup_record
 
     sentences = [
         "Hello world.",

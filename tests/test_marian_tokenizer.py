@@ -497,7 +497,7 @@ def test_bad_checkpoint_files_are_named(marian_dir, tmp_path, problem, match):
 
 
 def test_workdir_loads_the_marian_pair(marian_dir, tmp_path):
-    from keras_transformer.exporters.saved_model import vocabulary_files, write_tokenizer_files
+    from keras_transformer.exporters.serving_files import vocabulary_files, write_tokenizer_files
 
     workdir = Workdir(tmp_path / "run")
     _copy(marian_dir, workdir.tokenizer_dir)

@@ -43,7 +43,7 @@ def test_xla_translator_gives_the_same_translations(trained, beam_size):
 
 
 def test_beam_stopping_rules_and_a_bad_rule(trained):
-    from keras_transformer.exporters.saved_model import ExportedTranslator
+    from keras_transformer.exporters.signatures import ExportedTranslator
     from keras_transformer.translate import Translator
 
     sentences = ["the hungry boy sees 3 red cats", "a dog sleeps", ""]

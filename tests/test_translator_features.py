@@ -153,7 +153,7 @@ def test_decode_options_refuse_bad_values():
 
 
 def test_an_export_searches_and_refuses_sampling_as_its_default():
-    from keras_transformer.exporters.saved_model import export_options
+    from keras_transformer.exporters.signatures import export_options
 
     assert export_options()[0] == Beam(size=4)
     search, limits = export_options(Beam(size=2, alpha=1.4), min_length=1)

@@ -97,7 +97,7 @@ except ImportError as error:  # pragma: no cover - depends on the extras install
     ) from error
 import numpy as np
 
-from keras_transformer.exporters.saved_model import write_tokenizer_files
+from keras_transformer.exporters.serving_files import write_tokenizer_files
 from keras_transformer.files import replace_directory, staging_directory
 from keras_transformer.progress import progress_bar
 from keras_transformer.tokenization import SubwordTokenizer

@@ -25,26 +25,14 @@ import tensorflow as tf
 
 from keras_transformer import kernels
 from keras_transformer.decoding import Limits, Search, check_decode_parts
-from keras_transformer.exporters.serving_files import (  # noqa: F401 (their names here too)
-    INPUT_KEY,
-    SIGNATURE,
+from keras_transformer.exporters.serving_files import (
     WARMUP_SENTENCES,
     models_config,
-    predict_request_bytes,
     vocabulary_files,
-    warmup_record,
     write_tokenizer_files,
     write_warmup_requests,
 )
-from keras_transformer.exporters.signatures import (  # noqa: F401 (their names here too)
-    CONSTANT_STEPS_MAX_BYTES,
-    XLA_LENGTH_BUCKET,
-    XLA_ROW_BUCKETS,
-    ExportedTranslator,
-    attach_model,
-    export_options,
-    raw_variables,
-)
+from keras_transformer.exporters.signatures import ExportedTranslator, export_options
 from keras_transformer.files import replace_directory, staging_directory, write_text_atomically
 from keras_transformer.progress import progress_bar
 from keras_transformer.workdir import as_trained_model

@@ -28,7 +28,7 @@ import tensorflow as tf
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.data.sequences import encode_sources
 from keras_transformer.decoding import Greedy, KernelChoice, Limits, decode
-from keras_transformer.exporters.saved_model import attach_model
+from keras_transformer.exporters.signatures import attach_model
 from keras_transformer.files import write_atomically
 from keras_transformer.progress import progress_bar
 from keras_transformer.workdir import Workdir, as_trained_model
