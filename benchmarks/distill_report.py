@@ -27,7 +27,7 @@ import json
 import sys
 from pathlib import Path
 
-from programs import ArgumentParser, fail, run
+from keras_transformer.cli.common import ArgumentParser, fail, run
 
 PROG = "python -m benchmarks.distill_report"
 # (score name, model, artifact, workdir key): the report's rows, in order. The workdir key

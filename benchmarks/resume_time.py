@@ -74,7 +74,7 @@ class _Clock:
     def __init__(self, stop_at: int):
         import keras
 
-        from training.loop import optimizer_step
+        from keras_transformer.training.loop import optimizer_step
 
         clock = self
 
@@ -101,7 +101,7 @@ def resume(model_fn, make_data, backup, stop_at: int) -> tuple[float, float]:
     """Seconds from the call of ``fit_in_steps`` (resuming from ``backup``) to the start of
     ``fit`` (weights restored, input positioned) and to the end of its first update; the run
     stops at update ``stop_at``."""
-    from training.loop import StepPlan, fit_in_steps
+    from keras_transformer.training.loop import StepPlan, fit_in_steps
 
     model = model_fn()
     plan = StepPlan(steps_per_epoch=10**9, max_steps=stop_at + 1, backup_every_steps=1)
@@ -119,10 +119,10 @@ def measure(args) -> dict:
     import numpy as np
 
     import keras_transformer as kt
-    from training import trainer
-    from training.callbacks import TrainingBackup
-    from training.config import load_config
-    from training.corpus import load_corpus
+    from keras_transformer.training import trainer
+    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.corpora import load_corpus
+    from keras_transformer.training.run_config import load_config
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="resume_time-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -1,3 +1,2 @@
-"""Export programs over ``keras_transformer.exporters``: ``python -m export.saved_model``,
-``export.translate``, ``export.translate_corpus``, ``export.score``, ``export.tflite``,
-``export.ctranslate2`` and ``export.client``."""
+"""``python -m export.*``: shims over ``kt export``, ``kt translate``, ``kt translate-corpus``,
+``kt score`` and ``kt client`` (``keras_transformer.cli``)."""

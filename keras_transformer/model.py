@@ -444,7 +444,7 @@ class Transformer(keras.Model):
         Decoding endpoints (ids in, ids out) are functions of the model added
         to a ``keras.export.ExportArchive``. For strings in and out with the
         tokenizer inside, beam size and length penalty fixed at export, and TF
-        Serving's warm-up requests, use ``python -m export.saved_model``.
+        Serving's warm-up requests, use ``kt export saved-model``.
 
         Args:
             filepath: the folder to write.

@@ -195,7 +195,7 @@ class Translator(Streams):
         """A translator for the model a training run ended with (``WORKDIR/model.keras``).
 
         Args:
-            path: the ``--workdir`` of ``python -m training.train``.
+            path: the ``--workdir`` of ``kt train``.
             search: the search (default: greedy).
             precision: compute precision (``fp32``, ``bf16``, ``fp16``).
             **fields: ``Translator``'s other arguments (``limits``,

@@ -1,6 +1,6 @@
 """A training run's directory, and a trained model with what it needs to translate.
 
-``python -m training.train --workdir W`` writes a workdir; everything that
+``kt train --workdir W`` writes a workdir; everything that
 reads one (evaluation, decoding, the exporters, ``Translator.from_workdir``)
 goes through ``Workdir``, the one place that knows its layout::
 
@@ -132,7 +132,7 @@ class Workdir:
     is in the module's docstring.
 
     Args:
-        path: the run's folder (``--workdir`` of ``python -m training.train``).
+        path: the run's folder (``--workdir`` of ``kt train``).
 
     Example:
         >>> run = Workdir("runs/demo")
@@ -224,7 +224,7 @@ class Workdir:
         if not self.config_path.is_file():
             raise WorkdirError(
                 f"{self.path} is not a training workdir: {self.config_path} not found "
-                "(train one with python -m training.train --config C --workdir W)."
+                "(train one with kt train --config C --workdir W)."
             )
         config = yaml.safe_load(self.config_path.read_text(encoding="utf-8")) or {}
         if not isinstance(config, dict):
@@ -298,7 +298,7 @@ class Workdir:
         if not self.model_config_path.is_file():
             raise WorkdirError(
                 f"{self.model_config_path} not found: the run has not built its model yet "
-                "(python -m training.train writes it before training starts)."
+                "(kt train writes it before training starts)."
             )
         try:
             return TransformerConfig.from_dict(
@@ -360,8 +360,11 @@ class Workdir:
         if not self.model_path.is_file():
             raise WorkdirError(
                 f"{self.model_path} not found: train first "
-                "(python -m training.train --config C --workdir W), or wait for the run to end."
+                "(kt train --config C --workdir W), or wait for the run to end."
             )
+        from keras_transformer import register_keras_objects
+
+        register_keras_objects()
         model = keras.models.load_model(self.model_path)
         return model if precision is None else with_precision(model, precision)
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from hang_guard import HANG_TIMEOUT
 
-from training.config import check_data, corpus_sources, load_config
+from keras_transformer.training.run_config import check_data, corpus_sources, load_config
 
 pytestmark = pytest.mark.programs
 
 CHECKOUT = Path(__file__).resolve().parent.parent
-PROG = "python -m training.train"
+PROG = "kt train"
 
 
 def write_corpus(directory: Path, train: int, test: int = 5, seed: int = 0) -> Path:
@@ -111,8 +111,8 @@ def test_a_single_corpus_config_is_unchanged():
     """Without data.sources: the corpus, the tokenizer text and a preparation's description
     are what they were before several corpora existed."""
     from keras_transformer.data import PairSource
-    from training.corpus import load_corpus
-    from training.trainer import _preparation
+    from keras_transformer.training.corpora import load_corpus
+    from keras_transformer.training.trainer import _preparation
 
     config = load_config("demo", ["data.synthetic={train: 30, valid: 3, test: 3, seed: 1}"])
     check_data(config)
@@ -193,8 +193,8 @@ def test_tags_are_one_piece_of_the_source_model_only(tmp_path):
 def _mixed_input(tmp_path, config, workdir):
     import keras
 
-    from training.corpus import load_corpus
-    from training.trainer import build_tokenizers, datasets
+    from keras_transformer.training.corpora import load_corpus
+    from keras_transformer.training.trainer import build_tokenizers, datasets
 
     keras.utils.set_random_seed(config["training"]["seed"])
     workdir.mkdir(parents=True, exist_ok=True)
@@ -271,7 +271,7 @@ def test_a_tag_the_workdirs_tokenizer_lacks_is_refused(tmp_path):
 
 def _prepare(tmp_path, sources, *overrides):
     """``python -m training.prepare`` (in this process) on ``sources``; its JSON summary."""
-    from training import prepare
+    from keras_transformer.cli import prepare
 
     sets = [f"data.sources={json.dumps(sources)}", "tokenizer.vocab_size=120", *overrides]
     arguments = ["--config", "demo", "--workdir", str(tmp_path / "w")]
@@ -284,8 +284,8 @@ def test_several_corpora_are_prepared_each_into_its_own_shards(tmp_path, capsys)
     import numpy as np
 
     from keras_transformer.data import PreparationError, PreparedShards, StalePreparationError
-    from training import trainer
-    from training.corpus import load_corpus
+    from keras_transformer.training import trainer
+    from keras_transformer.training.corpora import load_corpus
 
     sources = two_sources(tmp_path)  # 60 pairs tagged <a> (weight 1), 240 tagged <b> (3)
     _prepare(tmp_path, sources, "data.examples_per_shard=40")

@@ -16,7 +16,7 @@ import pytest
 from hang_guard import HANG_TIMEOUT
 
 import keras_transformer as kt
-from keras_transformer.corpus import text_lines
+from keras_transformer.file_translation import text_lines
 from keras_transformer.translate import n_best_moses, one_line
 
 pytestmark = pytest.mark.programs
@@ -314,7 +314,7 @@ def test_bad_options_and_paths_are_refused_before_anything_is_written(translator
 def _one_line_error(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
-    assert lines[0].startswith("python -m export.translate_corpus: error: "), lines[0]
+    assert lines[0].startswith("kt translate-corpus: error: "), lines[0]
     return lines[0]
 
 
@@ -322,7 +322,7 @@ def _one_line_error(stderr: str) -> str:
 def program(capfd):
     """``python -m export.translate_corpus ARGS`` in this process (TensorFlow is imported
     already): ``(exit status, stderr)``. The logging the program sets up is undone."""
-    from export import translate_corpus
+    from keras_transformer.cli import translate_corpus
 
     root = logging.getLogger()
 

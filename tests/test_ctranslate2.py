@@ -26,14 +26,14 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 import int8_reference  # noqa: E402
 from examples import modules_with_examples, run_examples  # noqa: E402
 
-import export.ctranslate2 as ct2_program  # noqa: E402
+import keras_transformer.cli.export_ctranslate2 as ct2_program  # noqa: E402
 import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 from keras_transformer import Transformer, TransformerConfig  # noqa: E402
 from keras_transformer.data import encode_sources, target_ids  # noqa: E402
 from keras_transformer.decoding import Greedy, Limits, decode  # noqa: E402
 from keras_transformer.tokenization import train_sentencepiece  # noqa: E402
+from keras_transformer.training.corpora import load_corpus  # noqa: E402
 from keras_transformer.workdir import Workdir  # noqa: E402
-from training.corpus import load_corpus  # noqa: E402
 
 pytestmark = pytest.mark.programs
 

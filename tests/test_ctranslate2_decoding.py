@@ -37,8 +37,8 @@ import keras_transformer as kt  # noqa: E402
 import keras_transformer.exporters.ctranslate2 as ct2_export  # noqa: E402
 from keras_transformer.data import encode_sources  # noqa: E402
 from keras_transformer.decoding import Beam, Greedy, decode, score_targets  # noqa: E402
+from keras_transformer.training.corpora import load_corpus  # noqa: E402
 from keras_transformer.workdir import Workdir  # noqa: E402
-from training.corpus import load_corpus  # noqa: E402
 
 pytestmark = pytest.mark.programs
 

@@ -14,7 +14,7 @@ from make_targets import make, python_bin
 from tflite_ops import op_names
 
 from keras_transformer.data import demo_splits, write_parallel_files
-from training.config import load_config
+from keras_transformer.training.run_config import load_config
 
 pytestmark = pytest.mark.programs
 

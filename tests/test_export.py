@@ -336,7 +336,7 @@ def test_saved_model_cli_show_and_run(export_dir, fresh_process):
 def test_warmup_request_and_client_formats_match_the_signature(export_dir, saved_translator):
     from tensorflow_serving.apis import prediction_log_pb2
 
-    from export.client import predict_request, rest_payload
+    from keras_transformer.cli.client import predict_request, rest_payload
 
     records = list(
         tf.data.TFRecordDataset(str(export_dir / "assets.extra" / "tf_serving_warmup_requests"))
@@ -394,7 +394,7 @@ def test_translate_cli_files_beam_choice_and_attention_plot(
     """``python -m export.translate`` (its ``main``; the real process runs in the next test):
     a line out a line in, beam or ``--beam 1``; another beam is refused, asking for a
     re-export; ``--plot-attention`` writes a PNG."""
-    from export import translate as translate_program
+    from keras_transformer.cli import translate as translate_program
 
     model = ["--model", str(export_dir)]
     lines = SENTENCES + [""]
@@ -459,9 +459,9 @@ def test_evaluate_cli_on_the_saved_model(workdir, export_dir, tmp_path, capsys):
     status 0), and greedy by its ``main``; a JSON of 8 sentences' scores each."""
     import yaml
 
+    from keras_transformer.cli import evaluate as evaluate_program
     from keras_transformer.data import write_parallel_files
-    from training import evaluate as evaluate_program
-    from training.corpus import load_corpus
+    from keras_transformer.training.corpora import load_corpus
 
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     write_parallel_files(load_corpus(config["data"])["test"][:8], tmp_path, "test")
@@ -575,13 +575,13 @@ def test_the_small_batch_step_runs_in_splits_and_one_split_translates_the_same(
 
 def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: str) -> None:
     """``python -m export.saved_model`` with ``flags``: exit 2, one line ``message``, no files."""
-    from export import saved_model as export_program
+    from keras_transformer.cli import export_saved_model as export_program
 
     with pytest.raises(SystemExit) as exit_:
         export_program.main(["--workdir", str(workdir), "--out", str(tmp_path / "none"), *flags])
     assert exit_.value.code == 2
     error = capsys.readouterr().err
-    assert error.strip().splitlines() == [f"python -m export.saved_model: error: {message}"], error
+    assert error.strip().splitlines() == [f"kt export saved-model: error: {message}"], error
     assert not (tmp_path / "none").exists()
 
 
@@ -794,8 +794,8 @@ def test_translate_program_n_best_prefix_sample_and_the_score_program(
     --sample the same samples for the same seed; python -m export.score one log-probability a
     line pair, from the SavedModel or the workdir, to --out atomically; bad input: exit 2.
     (The programs' ``main``, over the module's loaded export, which they share.)"""
-    from export import score as score_program
-    from export import translate as translate_program
+    from keras_transformer.cli import score as score_program
+    from keras_transformer.cli import translate as translate_program
 
     def program(module, *args):
         assert module.main([*args]) == 0

@@ -80,9 +80,9 @@ def test_bad_options_are_refused_when_called(translator):
 
 
 def test_the_program_defaults_are_the_librarys_and_it_counts_a_files_lines(tmp_path):
-    from export import translate as program
     from keras_transformer import translate
-    from keras_transformer.corpus import lines_in
+    from keras_transformer.cli import translate as program
+    from keras_transformer.file_translation import lines_in
 
     assert (program.BATCH_TOKENS, program.WINDOW) == (translate.BATCH_TOKENS, translate.WINDOW)
     path = tmp_path / "input.txt"

@@ -467,6 +467,7 @@ NOT_KERAS_OBJECTS = {
     "Workdir",
     "WorkdirError",  # a run's files and a model with its tokenizers
     "paper_adam",  # a factory: it returns a FusedAdam, which is what Keras saves
+    "register_keras_objects",  # imports the modules that register the classes here
     # tensor functions, never handed to Keras
     "layers.causal_mask",
     "layers.key_padding_mask",
@@ -514,3 +515,22 @@ def test_configs_round_trip_through_keras_serialization_in_safe_mode(name):
 
 if __name__ == "__main__":
     reload_and_continue(Path(sys.argv[1]))
+
+
+def test_load_model_after_importing_keras_and_the_library_in_a_fresh_process(tmp_path):
+    """The library's names are imported lazily; ``import keras`` then ``import
+    keras_transformer`` (nothing else) is enough for ``keras.models.load_model``."""
+    model = kt.Transformer(small_config())
+    model.compile(optimizer=kt.paper_adam(d_model=32), loss=kt.MaskedLabelSmoothedCrossEntropy())
+    model(probe_inputs())
+    model.save(tmp_path / "model.keras")
+    code = (
+        "import sys, keras, keras_transformer\n"
+        f"model = keras.models.load_model({str(tmp_path / 'model.keras')!r})\n"
+        "print(type(model).__name__, type(model.loss).__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["Transformer", "MaskedLabelSmoothedCrossEntropy"]

@@ -63,7 +63,7 @@ def two_corpus_run(tmp_path_factory):
         f"M30K_TATOEBA_RUN={run}",
         f"TRAIN_ARGS={train_args}",
     )
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-4000:])
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-4000:])  # noqa
     return {"run": run, "first": first, "second": second, "log": result.stdout + result.stderr}
 
 

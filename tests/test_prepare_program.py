@@ -10,10 +10,11 @@ import pytest
 from hang_guard import HANG_TIMEOUT
 
 from keras_transformer import Workdir
+from keras_transformer.cli import prepare
 from keras_transformer.data import PreparedShards, StalePreparationError
-from training import prepare, trainer
-from training.config import load_config
-from training.corpus import load_corpus
+from keras_transformer.training import trainer
+from keras_transformer.training.corpora import load_corpus
+from keras_transformer.training.run_config import load_config
 
 pytestmark = pytest.mark.programs
 
@@ -97,7 +98,7 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
     assert (
-        errors[0].startswith("python -m training.train: error: the prepared corpus in")
+        errors[0].startswith("kt train: error: the prepared corpus in")
         and "prepared with 32, now 24" in errors[0]
         and "Traceback" not in result.stderr
     )
@@ -129,9 +130,7 @@ def test_bad_input_is_one_line(tmp_path, capsys):
         prepare.main(_arguments(tmp_path / "run", "data.examples_per_shard=0"))
     lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert exit.value.code == 2
-    assert lines == [
-        "python -m training.prepare: error: examples_per_shard must be an integer >= 1, got 0."
-    ]
+    assert lines == ["kt prepare: error: examples_per_shard must be an integer >= 1, got 0."]
     (tmp_path / "file").write_text("")
     with pytest.raises(SystemExit):
         prepare.main(_arguments(tmp_path / "file"))

@@ -13,6 +13,23 @@ from hang_guard import HANG_TIMEOUT
 
 pytestmark = pytest.mark.programs
 
+# python -m MODULE (the checkout's shims) -> the kt command it runs.
+KT_COMMANDS = {
+    "training.train": "kt train",
+    "training.prepare": "kt prepare",
+    "training.evaluate": "kt evaluate",
+    "training.tune_decoding": "kt tune-decoding",
+    "training.import_checkpoint": "kt import-checkpoint",
+    "export.saved_model": "kt export saved-model",
+    "export.tflite": "kt export tflite",
+    "export.ctranslate2": "kt export ctranslate2",
+    "export.translate_corpus": "kt translate-corpus",
+    "export.translate": "kt translate",
+    "export.score": "kt score",
+    "export.client": "kt client",
+    "benchmarks.distill_report": "python -m benchmarks.distill_report",
+}
+
 CHECKOUT = Path(__file__).resolve().parent.parent
 PROGRAMS = [
     "training.train",
@@ -380,7 +397,7 @@ def _assert_one_line_error(result, program):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert len(lines) == 1, result.stderr[-2000:]
-    assert lines[0].startswith(f"python -m {program}: error: "), lines[0]
+    assert lines[0].startswith(f"{KT_COMMANDS[program]}: error: "), lines[0]
     assert "Traceback" not in result.stderr
 
 
@@ -454,7 +471,7 @@ def test_help_answers_before_tensorflow_is_imported(program):
         f"    runpy.run_module({program!r}, run_name='__main__')\n"
         "except SystemExit as exit:\n"
         "    assert exit.code in (0, None), exit.code\n"
-        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer') if m in "
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer.model') if m in "
         "sys.modules)\n"
         "print('imported:', heavy)\n"
     )
@@ -467,7 +484,7 @@ def test_help_answers_before_tensorflow_is_imported(program):
         timeout=HANG_TIMEOUT,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "usage: python -m " + program in result.stdout
+    assert "usage: " + KT_COMMANDS[program] in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "imported: []"
 
 
@@ -491,10 +508,10 @@ BOUNDARY_EXCEPTIONS = {"benchmarks/resume_time.py": {"training"}}
     [
         ("export", {"training"}, False),
         ("training", {"export"}, False),
-        ("keras_transformer", {"training", "export", "programs", "benchmarks"}, False),
+        ("keras_transformer", {"training", "export", "benchmarks"}, False),
         ("benchmarks", {"training", "export"}, False),  # benchmarks measure the library
-        # programs/ imports TensorFlow and the library only inside import_library().
-        ("programs", {"training", "export", "keras_transformer", "tensorflow", "keras"}, True),
+        # The programs import TensorFlow and Keras only inside import_library() or main().
+        ("keras_transformer/cli", {"tensorflow", "keras"}, True),
     ],
 )
 def test_import_boundaries(package, forbidden, top_level_only):
@@ -509,20 +526,20 @@ def test_import_boundaries(package, forbidden, top_level_only):
 
 def test_program_precision_names_are_the_librarys():
     import keras_transformer as kt
-    from programs import PRECISION_NAMES
+    from keras_transformer.cli.common import PRECISION_NAMES
 
     assert tuple(sorted(kt.PRECISIONS)) == PRECISION_NAMES
 
 
 def test_ctranslate2_program_knows_ctranslate2s_weight_types():
     ctranslate2 = pytest.importorskip("ctranslate2")
-    from export.ctranslate2 import QUANTIZATIONS
+    from keras_transformer.cli.export_ctranslate2 import QUANTIZATIONS
 
     assert set(QUANTIZATIONS) == set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
 
 
 def test_tensorflow_start_up_notices_are_filtered_but_real_output_kept(capfd):
-    import programs
+    from keras_transformer.cli import common as programs
 
     with programs._stderr_filtered(programs._IMPORT_NOTICES):
         os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see...\n")

@@ -12,7 +12,7 @@ import pytest
 from hang_guard import HANG_TIMEOUT
 
 from keras_transformer import Workdir
-from training.config import load_config
+from keras_transformer.training.run_config import load_config
 
 pytestmark = pytest.mark.programs
 
@@ -44,7 +44,7 @@ TINY = [
 SCRIPT = """
 import sys
 import tensorflow_datasets as tfds
-from training import train
+from keras_transformer.cli import train
 with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_CODE):
     sys.exit(train.main(sys.argv[1:]))
 """

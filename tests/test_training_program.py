@@ -15,8 +15,8 @@ from loopback import run_workers
 
 from keras_transformer import Workdir
 from keras_transformer.hardware import cpu_record
-from training.config import apply_override, config_path, load_config
-from training.strategy import make_strategy
+from keras_transformer.training.run_config import apply_override, config_path, load_config
+from keras_transformer.training.strategy import make_strategy
 
 pytestmark = pytest.mark.programs
 
@@ -79,7 +79,7 @@ def test_every_config_resolves_every_schema_key_and_each_can_be_set():
     import dataclasses
 
     from keras_transformer.tokenization import DEFAULT_MAX_SENTENCES
-    from training.config import SECTIONS, section_defaults
+    from keras_transformer.training.run_config import SECTIONS, section_defaults
 
     assert section_defaults("tokenizer")["max_sentences"] == DEFAULT_MAX_SENTENCES
     for name in sorted(path.stem for path in Path(config_path("demo")).parent.glob("*.yaml")):
@@ -94,7 +94,7 @@ def test_every_config_resolves_every_schema_key_and_each_can_be_set():
 
 
 def test_a_config_file_gets_the_defaults_and_its_mistakes_named(tmp_path):
-    from training.config import section_defaults
+    from keras_transformer.training.run_config import section_defaults
 
     path = tmp_path / "mine.yaml"
     path.write_text(
@@ -257,10 +257,10 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_transformer as kt
-from training.loop import (PerWorkerInput, StepPlan, custom_fit, evaluator, fit_in_steps,
-                           pad_batches_for_replicas)
-from training.strategy import make_strategy
-from training.trainer import keras_steps_per_execution
+from keras_transformer.training.loop import (PerWorkerInput, StepPlan, custom_fit, evaluator,
+    fit_in_steps, pad_batches_for_replicas)
+from keras_transformer.training.strategy import make_strategy
+from keras_transformer.training.trainer import keras_steps_per_execution
 
 mirrored = make_strategy("mirrored")
 plan = StepPlan(steps_per_epoch=2, epochs=1, accumulate_steps=2)
@@ -315,7 +315,7 @@ validation_data=valid)
 # position, with the micro-batches Keras read ahead (the iterator it builds the model with
 # included).
 import logging, os, tempfile
-from training.callbacks import TrainingBackup
+from keras_transformer.training.callbacks import TrainingBackup
 resumes = []
 class Resumes(logging.Handler):
     def emit(self, record):
@@ -393,7 +393,7 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
 
 
 def test_static_batch_sizes_are_rounded_to_the_replicas():
-    from training.trainer import batching_for_replicas
+    from keras_transformer.training.trainer import batching_for_replicas
 
     config = load_config("demo", ["training.batch_tokens=null", "training.batch_size=7"])
     assert batching_for_replicas(config, 2)["training"]["batch_size"] == 6
@@ -487,7 +487,8 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
 # backup is written: no clean-up runs, and no race between the kill and the training.
 KILLED_AFTER_A_BACKUP = """
 import os, signal, sys
-from training import callbacks, train
+from keras_transformer.training import callbacks
+from keras_transformer.cli import train
 save = callbacks.TrainingBackup.save
 def save_then_die(self, *args, **kwargs):
     save(self, *args, **kwargs)
@@ -636,9 +637,9 @@ def test_backup_killed_while_written_still_restores(tmp_path):
     hit a truncated one)."""
     import numpy as np
 
-    from training.callbacks import TrainingBackup
-    from training.loop import optimizer_step
-    from training.steps import BackupError
+    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.loop import optimizer_step
+    from keras_transformer.training.steps import BackupError
 
     x, y = np.ones((8, 3), "float32"), np.zeros((8, 1), "float32")
     model = _tiny_model()
@@ -671,7 +672,7 @@ def test_backup_killed_while_written_still_restores(tmp_path):
 
 
 def test_step_plan_counts_updates_and_ends_short_epochs():
-    from training.loop import StepPlan
+    from keras_transformer.training.loop import StepPlan
 
     plan = StepPlan.from_options(
         {"steps_per_epoch": 4, "epochs": 5, "max_steps": 10, "backup_every_steps": 3}
@@ -704,8 +705,8 @@ def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop)
     import tensorflow as tf
 
     import keras_transformer as kt
-    from training.callbacks import TrainingBackup
-    from training.loop import StepPlan, custom_fit, fit_in_steps, optimizer_step
+    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.loop import StepPlan, custom_fit, fit_in_steps, optimizer_step
 
     plan = StepPlan(steps_per_epoch=4, max_steps=10, accumulate_steps=2, backup_every_steps=3)
 
@@ -784,8 +785,8 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
 
     import keras_transformer as kt
     from keras_transformer.data import PairSource, make_dataset
-    from training.callbacks import TrainingBackup
-    from training.loop import StepPlan, fit_in_steps, optimizer_step
+    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.loop import StepPlan, fit_in_steps, optimizer_step
 
     lines, rows = 20_000, 125  # a pass: 160 batches of 125 sentences
 
@@ -909,7 +910,7 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
 
     import numpy as np
 
-    from training.callbacks import average_weights
+    from keras_transformer.training.callbacks import average_weights
 
     rng = np.random.default_rng(0)
     sets = [
@@ -930,7 +931,7 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
 
 
 def test_time_budget_stops_before_an_epoch_that_would_not_fit(monkeypatch):
-    from training import callbacks
+    from keras_transformer.training import callbacks
 
     clock = [1000.0]
     monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
@@ -954,7 +955,7 @@ def test_time_budget_counts_the_time_before_a_restart(monkeypatch, tmp_path):
     """``training.max_minutes`` is the run's whole training time: a backup records the
     seconds used (and those of the epoch under way), and the resumed run's budget goes
     on from there, the time between the backup and the kill (made again) not counted."""
-    from training import callbacks
+    from keras_transformer.training import callbacks
 
     clock = [1000.0]
     monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
@@ -988,7 +989,7 @@ def test_time_budget_counts_the_time_before_a_restart(monkeypatch, tmp_path):
 def test_without_a_budget_the_time_is_counted_across_restarts(monkeypatch):
     """``max_minutes: null``: nothing stops, and ``seconds`` (``metrics.json``'s
     ``train_seconds``) still goes on from the time a backup recorded."""
-    from training import callbacks
+    from keras_transformer.training import callbacks
 
     clock = [1000.0]
     monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
@@ -1007,7 +1008,7 @@ def test_custom_loop_honours_stop_training():
     import numpy as np
     import tensorflow as tf
 
-    from training.loop import StepPlan, custom_fit
+    from keras_transformer.training.loop import StepPlan, custom_fit
 
     class StopAfterSecondEpoch(keras.callbacks.Callback):
         def on_epoch_end(self, epoch, logs=None):
@@ -1030,7 +1031,7 @@ def test_custom_loop_honours_stop_training():
 
 
 def test_learning_curve_plot(tmp_path):
-    from training.curves import plot_learning_curves
+    from keras_transformer.training.curves import plot_learning_curves
 
     history = {"loss": [5.0, 4.0, 3.5], "val_loss": [4.5, 3.9, 3.7], "val_bleu": [10.0, 20.0, 25.0]}
     path = plot_learning_curves(history, tmp_path / "curves.png", title="test")
@@ -1044,8 +1045,8 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     import itertools
 
     from keras_transformer.data import PairSource
-    from training.corpus import load_corpus
-    from training.trainer import build_tokenizers, datasets
+    from keras_transformer.training.corpora import load_corpus
+    from keras_transformer.training.trainer import build_tokenizers, datasets
 
     config = load_config(
         "demo",
@@ -1084,7 +1085,7 @@ def test_corpus_from_tsv_and_text_files(tmp_path):
     import gzip
 
     from keras_transformer.data import PairSource
-    from training.corpus import load_corpus
+    from keras_transformer.training.corpora import load_corpus
 
     (tmp_path / "train.tsv").write_text(
         "ein Haus\ta house\nzwei\ttwo\n\tempty source\n", encoding="utf-8"
@@ -1128,7 +1129,7 @@ def test_corpus_from_tsv_and_text_files(tmp_path):
 def test_corpus_from_tfds_offline():
     import tensorflow_datasets as tfds
 
-    from training.corpus import load_corpus
+    from keras_transformer.training.corpora import load_corpus
 
     with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
         corpus = load_corpus(
@@ -1147,7 +1148,7 @@ def test_corpus_from_tfds_offline():
 
 
 def test_large_training_splits_are_neither_cached_nor_shuffled_whole():
-    from training.trainer import IN_MEMORY_PAIRS, training_input
+    from keras_transformer.training.trainer import IN_MEMORY_PAIRS, training_input
 
     small, large = IN_MEMORY_PAIRS, IN_MEMORY_PAIRS + 1
     assert training_input({"cache": "auto", "shuffle_buffer": None}, small) == {
@@ -1188,8 +1189,8 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
         write_parallel_files,
     )
     from keras_transformer.tokenization import train_sentencepiece
-    from training import trainer
-    from training.corpus import load_corpus
+    from keras_transformer.training import trainer
+    from keras_transformer.training.corpora import load_corpus
 
     splits = demo_splits(train=300, valid=10, test=0, seed=2)
     for split in ("train", "valid"):
@@ -1238,7 +1239,7 @@ def test_shipped_configs_build_valid_models(name):
     model = dict(config["model"])
     preset = model.pop("preset")
     kt.TransformerConfig.from_preset(preset, vocab_size=config["tokenizer"]["vocab_size"], **model)
-    from training.steps import StepPlan
+    from keras_transformer.training.steps import StepPlan
 
     plan = StepPlan.from_options(config["training"])  # the step counts fit together
     assert plan.total >= plan.steps_per_epoch

@@ -58,8 +58,8 @@ def _train(loop, workdir, values, *, kill_at=None, patience=2, min_delta=0.5, ep
     backup at each epoch end; returns (model, history, stopper, keeper)."""
     import tensorflow as tf
 
-    from training.callbacks import EarlyStopping, KeepSnapshots, TrainingBackup
-    from training.loop import StepPlan, custom_fit, fit_in_steps
+    from keras_transformer.training.callbacks import EarlyStopping, KeepSnapshots, TrainingBackup
+    from keras_transformer.training.loop import StepPlan, custom_fit, fit_in_steps
 
     model = _tiny_model()
     plan = StepPlan(steps_per_epoch=2, epochs=epochs)
@@ -94,7 +94,7 @@ SCRIPT = [1.0, 5.0, 5.3, 4.0, 9.0, 9.0, 9.0, 9.0]
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_early_stopping_stops_where_the_metric_says(tmp_path, loop):
-    from training.loop import optimizer_step
+    from keras_transformer.training.loop import optimizer_step
 
     model, history, stopper, keeper = _train(loop, tmp_path, SCRIPT)
     assert stopper.stopped_epoch == 4 and optimizer_step(model) == 8
@@ -120,7 +120,7 @@ def test_early_stopping_stops_where_the_metric_says(tmp_path, loop):
 
 
 def test_loss_stops_when_it_no_longer_falls():
-    from training.callbacks import EarlyStopping
+    from keras_transformer.training.callbacks import EarlyStopping
 
     class Model:
         stop_training = False
@@ -137,7 +137,7 @@ def test_a_resumed_run_keeps_the_early_stopping_state(tmp_path, loop):
     """Killed at the end of epoch 3 (the backup holds epoch 2: best 5.0 at epoch 2, no
     validation without improvement yet), the re-run resumes there and stops after
     epoch 4 with the state of the uninterrupted run."""
-    from training.loop import optimizer_step
+    from keras_transformer.training.loop import optimizer_step
 
     _, _, full_stopper, full_keeper = _train(loop, tmp_path / "full", SCRIPT)
     with pytest.raises(Killed):
@@ -157,7 +157,7 @@ def test_a_resumed_run_keeps_the_early_stopping_state(tmp_path, loop):
 def _snapshots(tmp_path, values, metric="bleu", last=1, best=3):
     """A ``KeepSnapshots`` whose epoch ``e`` snapshot holds the tiny model's weights + e,
     with ``values[e - 1]`` as its metric; returns it and the model."""
-    from training.callbacks import METRICS, KeepSnapshots
+    from keras_transformer.training.callbacks import METRICS, KeepSnapshots
 
     model = _tiny_model()
     start = model.get_weights()
@@ -170,7 +170,7 @@ def _snapshots(tmp_path, values, metric="bleu", last=1, best=3):
 
 
 def test_the_best_epochs_are_averaged(tmp_path):
-    from training.trainer import choose_final_weights
+    from keras_transformer.training.trainer import choose_final_weights
 
     keeper, model, start = _snapshots(tmp_path, [2.0, 7.0, 3.0, 6.0, 1.0, 5.0])
     assert keeper.best_epochs() == [2, 4, 6] and keeper.kept_epochs() == [2, 4, 6]
@@ -199,7 +199,7 @@ def test_the_best_epochs_are_averaged(tmp_path):
 def test_the_average_is_kept_only_when_it_is_not_worse(
     tmp_path, metric, values, averaged_value, kept
 ):
-    from training.trainer import choose_final_weights
+    from keras_transformer.training.trainer import choose_final_weights
 
     keeper, model, start = _snapshots(tmp_path, values, metric=metric, last=3, best=1)
     averaged = keeper.last_epochs(3)
@@ -212,7 +212,7 @@ def test_the_average_is_kept_only_when_it_is_not_worse(
 
 
 def test_without_best_epochs_the_average_is_checked_against_the_last(tmp_path):
-    from training.trainer import choose_final_weights
+    from keras_transformer.training.trainer import choose_final_weights
 
     # The slow-CPU Multi30k run: val BLEU 5.29, 9.76, 12.20, 20.21, the average of the last 3
     # far below the last epoch.
@@ -231,9 +231,9 @@ def test_without_best_epochs_the_average_is_checked_against_the_last(tmp_path):
 
 
 def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, caplog):
-    from training.callbacks import KeepSnapshots, TrainingBackup
-    from training.loop import optimizer_step
-    from training.steps import BackupError
+    from keras_transformer.training.callbacks import KeepSnapshots, TrainingBackup
+    from keras_transformer.training.loop import optimizer_step
+    from keras_transformer.training.steps import BackupError
 
     model = _tiny_model()
     backup = TrainingBackup(tmp_path / "backup")
@@ -289,7 +289,7 @@ def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, caplog):
 
 
 def test_an_incomplete_backup_folder_never_replaces_the_previous_one(tmp_path):
-    from training.callbacks import TrainingBackup
+    from keras_transformer.training.callbacks import TrainingBackup
 
     model = _tiny_model()
     backup = TrainingBackup(tmp_path / "backup")
@@ -349,7 +349,7 @@ def test_early_stopping_without_a_validation_split_is_one_line(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("python -m training.train: error: training.early_stopping=loss needs")
+    assert last.startswith("kt train: error: training.early_stopping=loss needs")
     assert "validation split" in last
 
 
@@ -363,10 +363,10 @@ def test_the_program_stops_early_resumes_and_records_the_choice(tmp_path, monkey
     best epoch's 8.0."""
     import keras
 
-    from training import callbacks, trainer
-    from training.callbacks import TrainingBackup
-    from training.config import load_config
-    from training.loop import optimizer_step
+    from keras_transformer.training import callbacks, trainer
+    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.loop import optimizer_step
+    from keras_transformer.training.run_config import load_config
 
     script = {1: 3.0, 2: 8.0, 3: 6.0, 4: 5.0}
     state = {"kill_at": 3, "final": False}

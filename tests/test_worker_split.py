@@ -40,7 +40,7 @@ def test_worker_index_numbers_workers_as_tf_distribute_numbers_input_pipelines()
     import tensorflow as tf
     from tensorflow.python.distribute import multi_worker_util
 
-    from training.loop import worker_count, worker_index
+    from keras_transformer.training.loop import worker_count, worker_index
 
     def strategy(spec, task_type, task_id):
         resolver = SimpleNamespace(
@@ -63,7 +63,7 @@ def test_worker_index_numbers_workers_as_tf_distribute_numbers_input_pipelines()
 
 
 def test_each_worker_gets_its_share_of_the_batch():
-    from training.trainer import worker_batching
+    from keras_transformer.training.trainer import worker_batching
 
     options = {"max_src_length": 40, "max_tgt_length": 39, "batch_tokens": 4096}
     assert worker_batching(options, 4) == {"batch_tokens": 1024, "batch_size": None}
@@ -78,7 +78,7 @@ import json, sys
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 from keras_transformer.data import PairSource
-from training.loop import worker_count, worker_index
+from keras_transformer.training.loop import worker_count, worker_index
 
 corpus, out = sys.argv[1:]
 source = PairSource.from_text_files(f"{corpus}/train.src", f"{corpus}/train.tgt")
@@ -268,11 +268,11 @@ import keras
 import numpy as np
 import keras_transformer as kt
 from keras_transformer.data import PreparedShards
-from training import trainer
-from training.callbacks import TrainingBackup
-from training.loop import (PerWorkerInput, StepPlan, custom_fit, optimizer_step, worker_count,
-                           worker_index)
-from training.strategy import make_strategy
+from keras_transformer.training import trainer
+from keras_transformer.training.callbacks import TrainingBackup
+from keras_transformer.training.loop import (PerWorkerInput, StepPlan, custom_fit, optimizer_step,
+    worker_count, worker_index)
+from keras_transformer.training.strategy import make_strategy
 
 messages = []
 class Messages(logging.Handler):
@@ -371,7 +371,7 @@ def prepared_shards(tmp_path_factory):
 
 
 def test_too_few_shard_files_for_the_workers_is_an_error(prepared_shards):
-    from training.trainer import prepared_batches
+    from keras_transformer.training.trainer import prepared_batches
 
     options = {"max_src_length": 16, "max_tgt_length": 16, "batch_tokens": 128}
     files = len(prepared_shards.files)

@@ -1,1 +1,2 @@
-"""The training program: ``python -m training.train --config demo --workdir DIR``."""
+"""The recipes (``training/configs``) and ``python -m training.*``: shims over ``kt``'s programs
+(``keras_transformer.cli``) for the notebook, the Makefile and the docs."""

@@ -1,6 +1,6 @@
 """The model as a CTranslate2 model directory (needs the ``[ct2]`` extra):
 ``export_ctranslate2(source, "demo-ct2", quantization="int8")``, or
-``python -m export.ctranslate2 --workdir runs/demo --out demo-ct2`` from a checkout.
+``kt export ctranslate2 --workdir runs/demo --out demo-ct2`` from a checkout.
 
 The result runs with ``ctranslate2.Translator`` on CPU or GPU (greedy or beam
 search, batching, int8/float16 weights) without TensorFlow. Feed it the

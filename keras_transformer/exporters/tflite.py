@@ -215,7 +215,7 @@ class LiteRTTranslator:
     def __init__(self, path: str | os.PathLike, src_tokenizer, tgt_tokenizer, num_threads: int = 1):
         path = Path(path)
         if not path.is_file():
-            raise ValueError(f"No .tflite file at {path}: write one with python -m export.tflite.")
+            raise ValueError(f"No .tflite file at {path}: write one with kt export tflite.")
         if int(num_threads) < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}.")
         try:

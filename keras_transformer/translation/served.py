@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the export's graph)
 
 from keras_transformer.data.normalize import normalize_whitespace_tf
 from keras_transformer.translation.text import blank_answers, check_target_lengths, n_best_lists
@@ -42,7 +43,7 @@ def saved_model_version(path: str | os.PathLike) -> Path:
     if not versions:
         raise FileNotFoundError(
             f"No SavedModel at {path}: no saved_model.pb in it or in a version folder "
-            "below it (export one with python -m export.saved_model)."
+            "below it (export one with kt export saved-model)."
         )
     return max(versions, key=lambda p: int(p.name))
 
@@ -126,7 +127,7 @@ class SavedModelBackend:
         if name not in signatures:
             raise ValueError(
                 f"{self.path} has no {name} signature (an older export): export it again with "
-                "python -m export.saved_model."
+                "kt export saved-model."
             )
         return signatures[name]
 

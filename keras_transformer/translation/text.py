@@ -146,7 +146,7 @@ def one_line(text: str) -> str:
 def n_best_moses(index: int, hypotheses: Iterable[tuple[str, float]]) -> str:
     """A sentence's n-best list in the Moses format, ``INDEX ||| TEXT ||| LOG_PROB`` a line.
 
-    The format ``python -m export.translate --n-best`` and ``translate_corpus``
+    The format ``kt translate --n-best`` and ``translate_corpus``
     write: the log-probability to four decimals, each text on one line
     (``one_line``).
 

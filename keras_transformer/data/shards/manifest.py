@@ -206,7 +206,7 @@ class PreparedShards:
         if not path.is_file():
             raise PreparationError(
                 f"{directory} holds no prepared corpus ({path} not found); "
-                "write one with prepare_shards (python -m training.prepare)."
+                "write one with prepare_shards (kt prepare)."
             )
         try:
             manifest = json.loads(path.read_text(encoding="utf-8"))

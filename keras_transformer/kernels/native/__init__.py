@@ -16,7 +16,7 @@ logged, unless they are enabled by one of
   ``None`` returns to the environment's choice), which wins over
 * the environment: ``KERAS_TRANSFORMER_NATIVE_OPS=1`` (or ``true``, ``yes``,
   ``on``); unset, ``0``, ``false``, ``no``, ``off`` or empty: off;
-* in ``python -m training.train``, the config key ``training.native_ops: true``.
+* in ``kt train``, the config key ``training.native_ops: true``.
 
 Once enabled they remain an accelerator, never a requirement: callers fall
 back to TensorFlow's own ops, with one logged warning, when there is no C++

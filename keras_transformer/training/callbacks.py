@@ -21,9 +21,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.files import staging_directory, write_atomically
-from training.loop import optimizer_step
-from training.scoring import score_translations
-from training.steps import BackupError
+from keras_transformer.training.loop import optimizer_step
+from keras_transformer.training.scoring import score_translations
+from keras_transformer.training.steps import BackupError
 
 log = logging.getLogger("training")
 

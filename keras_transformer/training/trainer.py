@@ -1,4 +1,4 @@
-"""The training program's work, behind ``python -m training.train``: corpus,
+"""The training program's work, behind ``kt train``: corpus,
 tokenizers, datasets, the model, ``model.fit`` or the custom loop, averaging,
 scoring, and the workdir's files (``keras_transformer.Workdir``).
 
@@ -62,9 +62,7 @@ from keras_transformer.tokenization import (
     tokenizer_paths,
     train_tokenizers,
 )
-from keras_transformer.translate import Translator
-from keras_transformer.workdir import Workdir
-from training.callbacks import (
+from keras_transformer.training.callbacks import (
     EarlyStopping,
     EpochHistory,
     KeepSnapshots,
@@ -76,19 +74,9 @@ from training.callbacks import (
     metric_name,
     metric_value,
 )
-from training.config import (
-    CORPUS_KEYS,
-    check_data,
-    check_prepare_mode,
-    check_training,
-    corpus_sources,
-    needs_validation,
-    validation_metric,
-    with_defaults,
-)
-from training.corpus import SourceMix, load_corpus
-from training.curves import plot_learning_curves
-from training.loop import (
+from keras_transformer.training.corpora import SourceMix, load_corpus
+from keras_transformer.training.curves import plot_learning_curves
+from keras_transformer.training.loop import (
     PerWorkerInput,
     StepPlan,
     custom_fit,
@@ -101,8 +89,20 @@ from training.loop import (
     worker_count,
     worker_index,
 )
-from training.scoring import score_translations
-from training.strategy import make_strategy
+from keras_transformer.training.run_config import (
+    CORPUS_KEYS,
+    check_data,
+    check_prepare_mode,
+    check_training,
+    corpus_sources,
+    needs_validation,
+    validation_metric,
+    with_defaults,
+)
+from keras_transformer.training.scoring import score_translations
+from keras_transformer.training.strategy import make_strategy
+from keras_transformer.translate import Translator
+from keras_transformer.workdir import Workdir
 
 log = logging.getLogger("training")
 CHECKOUT = Path(__file__).resolve().parent.parent
@@ -356,7 +356,7 @@ def _load_checked(config: dict[str, Any], directory: Path, src_tok, tgt_tok, ind
         return PreparedShards.load(directory).check(src_tok, tgt_tok, **_preparation(config, index))
     except StalePreparationError as error:
         raise StalePreparationError(
-            f"{error} Prepare it again (python -m training.prepare with this config and workdir), "
+            f"{error} Prepare it again (kt prepare with this config and workdir), "
             "or train on the text with --set data.prepare=false."
         ) from error
 
@@ -372,7 +372,7 @@ def find_prepared(
 ) -> Prepared | None:
     """The prepared training split to train on, or ``None`` to read the text.
 
-    ``data.prepare``: ``auto`` uses shards that ``python -m training.prepare`` wrote
+    ``data.prepare``: ``auto`` uses shards that ``kt prepare`` wrote
     (a stale preparation is an error that says what to do); ``true`` also writes
     them when missing or stale; ``false`` never uses them. ``run_workdir`` is the
     run's own workdir when ``run_dir`` is a non-chief worker's (``W/worker_N``):
@@ -959,7 +959,7 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         training_input_identity(prepared, corpus),
         "the workers would train on different data (some on prepared shards, some on the text, "
         "on different preparations or on different text); give every worker the same corpus "
-        "and W/prepared (python -m training.prepare on each machine, or a shared workdir), or "
+        "and W/prepared (kt prepare on each machine, or a shared workdir), or "
         "--set data.prepare=false on all of them",
     )
     train_ds, valid_ds = datasets(data_config, corpus, src_tok, tgt_tok, prepared, part=part)

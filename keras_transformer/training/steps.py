@@ -1,5 +1,5 @@
 """``StepPlan``: the updates a training run makes, where its epochs end and
-when it backs up (no TensorFlow here: ``python -m training.train`` checks a
+when it backs up (no TensorFlow here: ``kt train`` checks a
 config with it before importing TensorFlow). ``training.loop`` describes the
 semantics."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from training.config import with_defaults
+from keras_transformer.training.run_config import with_defaults
 
 
 class BackupError(ValueError):

@@ -83,7 +83,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.config import PAD_ID
-from training.steps import StepPlan
+from keras_transformer.training.steps import StepPlan
 
 log = logging.getLogger("training")
 

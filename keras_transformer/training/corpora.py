@@ -9,7 +9,7 @@ from typing import Any
 
 from keras_transformer.data import PairSource, demo_splits
 from keras_transformer.tokenization import sample_sentences
-from training.config import CORPUS_KEYS, corpus_sources, eval_source_index
+from keras_transformer.training.run_config import CORPUS_KEYS, corpus_sources, eval_source_index
 
 SPLITS = ("train", "valid", "test")
 

@@ -115,7 +115,7 @@ def existing_path(prog: str, path: Path, what: str, hint: str = "") -> None:
         fail(prog, f"{what} {path} does not exist{f' ({hint})' if hint else ''}.")
 
 
-WORKDIR_HINT = "train one with python -m training.train --config C --workdir W"
+WORKDIR_HINT = "train one with kt train --config C --workdir W"
 
 
 def existing_workdir(prog: str, path: Path) -> None:

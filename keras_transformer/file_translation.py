@@ -10,7 +10,7 @@ disk, then records its progress in a small state file beside it,
 Ctrl-C, a lost machine) is finished by calling it again with the same
 arguments: it checks the state against the source, the settings and the
 output, cuts anything written after the last record, and goes on from there.
-``python -m export.translate_corpus`` is the program over it.
+``kt translate-corpus`` is the program over it.
 
 ``text_lines`` is how it reads a file (plain or gzip, split on ``\\n``
 only, invalid UTF-8 as U+FFFD) and ``lines_in`` how it counts one for the
@@ -84,7 +84,7 @@ def lines_in(stream) -> int | None:
     """The lines of an open regular file from its offset on, without moving the offset.
 
     A last line without its newline counts. The progress bars of
-    ``python -m export.translate`` and ``translate_corpus`` use it for their
+    ``kt translate`` and ``translate_corpus`` use it for their
     total.
 
     Args:

@@ -1,0 +1,116 @@
+"""Train a Transformer: ``kt train --config demo --workdir runs/demo``.
+
+``--config`` is a name in ``training/configs`` (demo, multi30k, base, big) or
+a YAML path; ``--set section.key=value`` overrides any key (values parsed as
+YAML). Re-running the same command after an interruption resumes from the
+last backup at its step, on the batches an uninterrupted run would have used
+next, from the input position saved with it (no batch before it is read
+again). The workdir's layout is ``keras_transformer.Workdir``'s.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from keras_transformer.cli.common import (
+    TRAINING_PRECISIONS,
+    ArgumentParser,
+    fail,
+    run,
+    setup_logging,
+)
+from keras_transformer.training.run_config import (
+    check_data,
+    check_prepare_mode,
+    check_training,
+    load_config,
+)
+from keras_transformer.training.steps import StepPlan
+from keras_transformer.training.strategy import STRATEGIES, StrategyError
+
+PROG = "kt train"
+
+
+def parse_args(argv=None):
+    parser = ArgumentParser(PROG, __doc__)
+    parser.add_argument(
+        "--config", required=True, help="config name in training/configs or a YAML path"
+    )
+    parser.add_argument(
+        "--workdir",
+        required=True,
+        type=Path,
+        help="where tokenizers, checkpoints, logs and metrics go",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a config value (repeatable)",
+    )
+    parser.add_argument("--strategy", choices=STRATEGIES, default=None)
+    parser.add_argument(
+        "--mixed-precision",
+        choices=TRAINING_PRECISIONS,
+        default=None,
+        help="compute precision; auto picks what the hardware does well",
+    )
+    parser.add_argument(
+        "--jit", action="store_true", default=None, help="compile the train step with XLA"
+    )
+    return parser.parse_args(argv)
+
+
+def resolved_config(args) -> dict:
+    """The config with ``--set`` and the switches applied; bad names fail here, before TF loads."""
+    try:
+        config = load_config(args.config, args.set)
+        check_prepare_mode(config)
+        check_training(config)
+        check_data(config)
+    except ValueError as error:
+        fail(PROG, str(error))
+    training = config.setdefault("training", {})
+    if args.strategy:
+        training["strategy"] = args.strategy
+    if args.mixed_precision:
+        training["mixed_precision"] = args.mixed_precision
+    if args.jit:
+        training["jit"] = True
+    if training["mixed_precision"] not in TRAINING_PRECISIONS:
+        fail(
+            PROG,
+            f"training.mixed_precision={training['mixed_precision']!r}: "
+            f"use one of {list(TRAINING_PRECISIONS)}.",
+        )
+    if training["strategy"] not in STRATEGIES:
+        fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
+    try:
+        StepPlan.from_options(training)
+    except ValueError as error:
+        fail(PROG, str(error))
+    if args.workdir.exists() and not args.workdir.is_dir():
+        fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
+    return config
+
+
+def main(argv=None) -> int:
+    setup_logging()
+    args = parse_args(argv)
+    config = resolved_config(args)
+
+    def train() -> int:
+        from keras_transformer.training.trainer import run as run_training
+
+        run_training(config, args.workdir)
+        return 0
+
+    # ValueError: what the config or the corpus got wrong (a misaligned corpus, an unbounded
+    # shuffle of a large one, a stale W/prepared, ...); the message says what to fix.
+    return run(PROG, train, expected=(StrategyError, ValueError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
