@@ -67,5 +67,28 @@ def test_an_export_made_before_the_translation_graph_gives_the_same_answers(tmp_
         assert got[key] == _approx(value), key
 
 
+def test_an_export_runs_as_written_and_the_users_rewrite_options_stay(tmp_path):
+    """The signatures run without Grappler's rewrites (the answers above were recorded
+    with them), and the process's optimizer options are as the user left them."""
+    import tensorflow as tf
+
+    import keras_transformer as kt
+
+    with tarfile.open(DATA / "old_export.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    tf.config.optimizer.set_experimental_options({"constant_folding": False})
+    try:
+        before = tf.config.optimizer.get_experimental_options()
+        translator = kt.Translator.from_saved_model(tmp_path, beam_size=1)
+        assert translator.translate(["a dog sleeps"]) == [
+            json.loads((DATA / "old_export.answers.json").read_text(encoding="utf-8"))[
+                "translate_greedy"
+            ][1]
+        ]
+        assert tf.config.optimizer.get_experimental_options() == before
+    finally:
+        tf.config.optimizer.set_experimental_options({"constant_folding": True})
+
+
 if __name__ == "__main__":  # python tests/test_old_export.py EXPORT ANSWERS.json
     Path(sys.argv[2]).write_text(json.dumps(answers(sys.argv[1]), ensure_ascii=False))

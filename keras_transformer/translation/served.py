@@ -9,7 +9,10 @@ holds: its signatures, ``beam_size_tensor``, and where present
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+import threading
 import weakref
 from pathlib import Path
 
@@ -73,6 +76,42 @@ def _load_saved_model(path: Path):
     return loaded
 
 
+# Grappler's rewrites of an export's functions, made when a function first runs, cost seconds
+# and change nothing measurable in how fast the exported graph runs (its steps are written
+# with fused kernels already); an export's signatures are called without them here. The
+# option is process-wide in TensorFlow: it is set around each call and restored, under a lock.
+_REWRITES_LOCK = threading.RLock()
+
+
+@contextlib.contextmanager
+def exported_graph_as_written():
+    """Run the functions called inside without Grappler's graph rewrites.
+
+    Example:
+
+    >>> with exported_graph_as_written():
+    ...     outputs = saved_model.signatures["serving_default"](inputs=texts)
+    """
+    with _REWRITES_LOCK:
+        before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer")
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+        try:
+            yield
+        finally:
+            tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": bool(before)})
+
+
+def _as_written(function):
+    """``function`` (a signature), called under ``exported_graph_as_written``."""
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        with exported_graph_as_written():
+            return function(*args, **kwargs)
+
+    return call
+
+
 def _decoded(texts) -> list[str]:
     return [text.decode("utf-8") for text in texts.numpy()]
 
@@ -111,7 +150,7 @@ class SavedModelBackend:
         self.beam_size = self.exported_beam_size if beam_size is None else beam_size
         self._greedy = self.beam_size == 1 and self.exported_beam_size != 1
         name = "translate_greedy" if self.beam_size == 1 else "serving_default"
-        self._signature = self.saved_model.signatures[name]
+        self._signature = _as_written(self.saved_model.signatures[name])
         self._count_pieces = None  # by the export's source SentencePiece model, at first use
         self._count_target_pieces = None  # and its target one
 
@@ -129,7 +168,7 @@ class SavedModelBackend:
                 f"{self.path} has no {name} signature (an older export): export it again with "
                 "kt export saved-model."
             )
-        return signatures[name]
+        return _as_written(signatures[name])
 
     def _spm_counter(self, asset_name: str):
         """``texts → piece counts`` by the export's SentencePiece asset, or ``None``."""
@@ -213,7 +252,7 @@ class SavedModelBackend:
 
     def cross_attention(self, sentence: str) -> dict:
         """See ``Translator.cross_attention``: the ``cross_attention`` signature's outputs."""
-        out = self.saved_model.signatures["cross_attention"](sentence=tf.constant(sentence))
+        out = self._signature_of("cross_attention")(sentence=tf.constant(sentence))
         return {
             "translation": out["translation"].numpy().decode("utf-8"),
             "source_pieces": [p.decode("utf-8") for p in out["source_pieces"].numpy()],
