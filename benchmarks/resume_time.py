@@ -120,7 +120,7 @@ def measure(args) -> dict:
 
     import keras_transformer as kt
     from keras_transformer.training import trainer
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.corpora import load_corpus
     from keras_transformer.training.run_config import load_config
 

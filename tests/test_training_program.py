@@ -257,8 +257,8 @@ cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
 import keras_transformer as kt
-from keras_transformer.training.loop import (PerWorkerInput, StepPlan, custom_fit, evaluator,
-    fit_in_steps, pad_batches_for_replicas)
+from keras_transformer.training.loop import StepPlan, custom_fit, evaluator, fit_in_steps
+from keras_transformer.training.workers import PerWorkerInput, pad_batches_for_replicas
 from keras_transformer.training.strategy import make_strategy
 from keras_transformer.training.trainer import keras_steps_per_execution
 
@@ -315,7 +315,7 @@ validation_data=valid)
 # position, with the micro-batches Keras read ahead (the iterator it builds the model with
 # included).
 import logging, os, tempfile
-from keras_transformer.training.callbacks import TrainingBackup
+from keras_transformer.training.backup import TrainingBackup
 resumes = []
 class Resumes(logging.Handler):
     def emit(self, record):
@@ -487,14 +487,14 @@ def test_multi_worker_training_on_loopback_ends_with_identical_weights(tmp_path)
 # backup is written: no clean-up runs, and no race between the kill and the training.
 KILLED_AFTER_A_BACKUP = """
 import os, signal, sys
-from keras_transformer.training import callbacks
+from keras_transformer.training import backup
 from keras_transformer.cli import train
-save = callbacks.TrainingBackup.save
+save = backup.TrainingBackup.save
 def save_then_die(self, *args, **kwargs):
     save(self, *args, **kwargs)
     if kwargs["step"] >= int(os.environ.get("KILL_AT_STEP", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
-callbacks.TrainingBackup.save = save_then_die
+backup.TrainingBackup.save = save_then_die
 sys.exit(train.main(sys.argv[1:]))
 """
 
@@ -637,7 +637,7 @@ def test_backup_killed_while_written_still_restores(tmp_path):
     hit a truncated one)."""
     import numpy as np
 
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import optimizer_step
     from keras_transformer.training.steps import BackupError
 
@@ -705,7 +705,7 @@ def test_resumed_run_uses_the_batches_an_uninterrupted_run_would(tmp_path, loop)
     import tensorflow as tf
 
     import keras_transformer as kt
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import StepPlan, custom_fit, fit_in_steps, optimizer_step
 
     plan = StepPlan(steps_per_epoch=4, max_steps=10, accumulate_steps=2, backup_every_steps=3)
@@ -785,7 +785,7 @@ def test_a_resumed_fit_reads_no_line_before_its_position_at_10_or_90_percent(tmp
 
     import keras_transformer as kt
     from keras_transformer.data import PairSource, make_dataset
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import StepPlan, fit_in_steps, optimizer_step
 
     lines, rows = 20_000, 125  # a pass: 160 batches of 125 sentences
@@ -910,7 +910,7 @@ def test_average_weights_is_the_elementwise_mean(tmp_path):
 
     import numpy as np
 
-    from keras_transformer.training.callbacks import average_weights
+    from keras_transformer.training.snapshots import average_weights
 
     rng = np.random.default_rng(0)
     sets = [
@@ -956,13 +956,14 @@ def test_time_budget_counts_the_time_before_a_restart(monkeypatch, tmp_path):
     seconds used (and those of the epoch under way), and the resumed run's budget goes
     on from there, the time between the backup and the kill (made again) not counted."""
     from keras_transformer.training import callbacks
+    from keras_transformer.training.backup import TrainingBackup
 
     clock = [1000.0]
     monkeypatch.setattr(callbacks.time, "time", lambda: clock[0])
     model = _tiny_model()
     first = callbacks.TimeBudget(minutes=10)  # 600 s
     first.set_model(model)
-    backup = callbacks.TrainingBackup(tmp_path / "backup")
+    backup = TrainingBackup(tmp_path / "backup")
     backup.track("time_budget", first)
     clock[0] += 200
     first.on_epoch_end(0, {})  # an epoch of 200 s

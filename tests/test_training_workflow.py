@@ -58,8 +58,10 @@ def _train(loop, workdir, values, *, kill_at=None, patience=2, min_delta=0.5, ep
     backup at each epoch end; returns (model, history, stopper, keeper)."""
     import tensorflow as tf
 
-    from keras_transformer.training.callbacks import EarlyStopping, KeepSnapshots, TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
+    from keras_transformer.training.callbacks import EarlyStopping
     from keras_transformer.training.loop import StepPlan, custom_fit, fit_in_steps
+    from keras_transformer.training.snapshots import KeepSnapshots
 
     model = _tiny_model()
     plan = StepPlan(steps_per_epoch=2, epochs=epochs)
@@ -157,7 +159,8 @@ def test_a_resumed_run_keeps_the_early_stopping_state(tmp_path, loop):
 def _snapshots(tmp_path, values, metric="bleu", last=1, best=3):
     """A ``KeepSnapshots`` whose epoch ``e`` snapshot holds the tiny model's weights + e,
     with ``values[e - 1]`` as its metric; returns it and the model."""
-    from keras_transformer.training.callbacks import METRICS, KeepSnapshots
+    from keras_transformer.training.epochs import METRICS
+    from keras_transformer.training.snapshots import KeepSnapshots
 
     model = _tiny_model()
     start = model.get_weights()
@@ -231,8 +234,9 @@ def test_without_best_epochs_the_average_is_checked_against_the_last(tmp_path):
 
 
 def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, caplog):
-    from keras_transformer.training.callbacks import KeepSnapshots, TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import optimizer_step
+    from keras_transformer.training.snapshots import KeepSnapshots
     from keras_transformer.training.steps import BackupError
 
     model = _tiny_model()
@@ -289,7 +293,7 @@ def test_a_truncated_backup_falls_back_to_the_previous_one(tmp_path, caplog):
 
 
 def test_an_incomplete_backup_folder_never_replaces_the_previous_one(tmp_path):
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
 
     model = _tiny_model()
     backup = TrainingBackup(tmp_path / "backup")
@@ -364,7 +368,7 @@ def test_the_program_stops_early_resumes_and_records_the_choice(tmp_path, monkey
     import keras
 
     from keras_transformer.training import callbacks, trainer
-    from keras_transformer.training.callbacks import TrainingBackup
+    from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import optimizer_step
     from keras_transformer.training.run_config import load_config
 

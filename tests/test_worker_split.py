@@ -40,7 +40,7 @@ def test_worker_index_numbers_workers_as_tf_distribute_numbers_input_pipelines()
     import tensorflow as tf
     from tensorflow.python.distribute import multi_worker_util
 
-    from keras_transformer.training.loop import worker_count, worker_index
+    from keras_transformer.training.workers import worker_count, worker_index
 
     def strategy(spec, task_type, task_id):
         resolver = SimpleNamespace(
@@ -78,7 +78,7 @@ import json, sys
 import tensorflow as tf
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 from keras_transformer.data import PairSource
-from keras_transformer.training.loop import worker_count, worker_index
+from keras_transformer.training.workers import worker_count, worker_index
 
 corpus, out = sys.argv[1:]
 source = PairSource.from_text_files(f"{corpus}/train.src", f"{corpus}/train.tgt")
@@ -269,9 +269,9 @@ import numpy as np
 import keras_transformer as kt
 from keras_transformer.data import PreparedShards
 from keras_transformer.training import trainer
-from keras_transformer.training.callbacks import TrainingBackup
-from keras_transformer.training.loop import (PerWorkerInput, StepPlan, custom_fit, optimizer_step,
-    worker_count, worker_index)
+from keras_transformer.training.backup import TrainingBackup
+from keras_transformer.training.loop import StepPlan, custom_fit, optimizer_step
+from keras_transformer.training.workers import PerWorkerInput, worker_count, worker_index
 from keras_transformer.training.strategy import make_strategy
 
 messages = []

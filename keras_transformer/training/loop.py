@@ -28,8 +28,8 @@ Two loops run this plan:
 ``fit_in_steps`` calls ``model.fit`` (one machine, mirrored, TPU). A resumed
 run continues at the backup's step with the batches an uninterrupted run would
 have used next, without reading the ones before: ``fit`` reads its batches
-through a ``ResumableInput``, one ``tf.data`` iterator on the host for the
-whole run whose state (tf.data's buffers, the shuffle buffer, the files'
+through a ``ResumableInput`` (``training.inputs``), one ``tf.data`` iterator
+on the host for the whole run whose state (tf.data's buffers, the shuffle buffer, the files'
 offsets) is saved with each backup, together with the few micro-batches
 ``fit`` had read ahead of training; a resumed run restores both and goes on
 from there, in the same time wherever in the data the backup was written. A
@@ -46,8 +46,8 @@ uninterrupted run.
 ``tf.function`` (every strategy, ``MultiWorkerMirroredStrategy`` included,
 where ``model.fit`` fails in Keras 3.15: keras-team/keras#20585). It reads the
 global batches through one plain ``tf.data`` iterator per worker and hands
-each replica its slice of every batch (``replica_rows``); that iterator is
-saved with each backup (``tf.train.Checkpoint``; ``tf.distribute``'s own
+each replica its slice of every batch (``training.workers.replica_rows``);
+that iterator is saved with each backup (``tf.train.Checkpoint``; ``tf.distribute``'s own
 multi-device iterators are not checkpointable), so a resumed run reads no
 batch twice and skips none, at no extra cost. Every worker then reads the
 whole input stream (the batches are split between replicas, not the data
@@ -66,36 +66,27 @@ with any number of replicas.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-import hashlib
-import io
-import json
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import keras
-import numpy as np
 import tensorflow as tf
 
-from keras_transformer.config import PAD_ID
+from keras_transformer.training.inputs import ResumableInput, skip_batches
 from keras_transformer.training.steps import StepPlan
+from keras_transformer.training.workers import (
+    PerWorkerInput,
+    is_chief,
+    model_pad_id,
+    own_rows,
+    same_on_every_worker,
+    worker_count,
+)
 
 log = logging.getLogger("training")
-
-
-def is_chief(strategy: tf.distribute.Strategy) -> bool:
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or not resolver.cluster_spec().as_dict():
-        return True
-    task_type, task_id = resolver.task_type, resolver.task_id
-    return task_type == "chief" or (
-        task_type == "worker" and task_id == 0 and "chief" not in resolver.cluster_spec().as_dict()
-    )
 
 
 def optimizer_step(model: keras.Model) -> int:
@@ -104,233 +95,6 @@ def optimizer_step(model: keras.Model) -> int:
     iterations = model.optimizer.iterations
     value = iterations.numpy() if hasattr(iterations, "numpy") else iterations.value.numpy()
     return int(value)
-
-
-def _pad_rows(tensor: tf.Tensor, replicas: int, pad_id: int = PAD_ID) -> tf.Tensor:
-    """``tensor`` with rows of ``pad_id`` added up to a multiple of ``replicas``."""
-    extra = (-tf.shape(tensor)[0]) % replicas
-    return tf.pad(
-        tensor,
-        [[0, extra]] + [[0, 0]] * (len(tensor.shape) - 1),
-        constant_values=tf.cast(pad_id, tensor.dtype),
-    )
-
-
-def replica_rows(batch, replica: int | tf.Tensor, replicas: int, pad_id: int = PAD_ID):
-    """Replica ``replica``'s rows of a global batch: each tensor's rows padded
-    with ``pad_id`` rows (the model's pad id) to a multiple of ``replicas``,
-    then split evenly."""
-    if replicas == 1:
-        return batch
-
-    def rows(tensor):
-        padded = _pad_rows(tensor, replicas, pad_id)
-        size = tf.shape(padded)[0] // replicas
-        return padded[replica * size : (replica + 1) * size]
-
-    return tf.nest.map_structure(rows, batch)
-
-
-def pad_batches_for_replicas(
-    dataset: tf.data.Dataset, replicas: int, pad_id: int = PAD_ID
-) -> tf.data.Dataset:
-    """``dataset`` with each batch padded with ``pad_id`` rows (the model's pad id) to a multiple of
-    ``replicas``, so that ``tf.distribute`` splits it evenly (Keras 3.15's
-    ``fit``/``evaluate`` fail on a first batch split unevenly: "AddN of [3, T]
-    and [2, T]"). Batches whose size is statically a multiple pass unchanged."""
-    sizes = [spec.shape[0] for spec in tf.nest.flatten(dataset.element_spec)]
-    if replicas == 1 or all(size is not None and size % replicas == 0 for size in sizes):
-        return dataset
-
-    def pad(*batch):
-        return tf.nest.map_structure(
-            lambda tensor: _pad_rows(tensor, replicas, pad_id),
-            batch[0] if len(batch) == 1 else batch,
-        )
-
-    return dataset.map(pad, deterministic=True)
-
-
-def skip_batches(iterator, count: int) -> int:
-    """Read and drop ``count`` elements of ``iterator`` (a ``tf.data`` iterator), in one
-    ``tf.function`` call; returns how many there were (fewer when the data ran out). The
-    iterator stays the one over its dataset, so its later checkpoints fit a run that
-    restores them into a new iterator over the same dataset (``dataset.skip`` would not)."""
-
-    @tf.function
-    def drop(iterator, count):
-        dropped = tf.constant(0, tf.int64)
-        for _ in tf.range(count):
-            if not iterator.get_next_as_optional().has_value():
-                break
-            dropped += 1
-        return dropped
-
-    return int(drop(iterator, tf.constant(count, tf.int64))) if count else 0
-
-
-class ResumableInput:
-    """One stream of training micro-batches for all the ``model.fit`` calls of a run,
-    whose position a backup saves and a resumed run restores, in constant time.
-
-    Contract: every new iterator over ``dataset()`` yields the stream from micro-batch
-    ``trained`` on (``advance`` sets it: the micro-batches trained so far), and the
-    stream is ``source``'s elements in order, each once. ``save(folder)`` then
-    ``restore(folder)`` in a new process (over the same ``source``) continue the stream
-    at the micro-batch that was ``trained`` at the save, reading none of those before
-    it; ``skip(count)`` gets there by reading and dropping them instead.
-
-    How: ``source`` (repeating) is read through one ``tf.data`` iterator on the host;
-    ``dataset()`` is a ``from_generator`` over it. What ``fit`` reads ahead of training
-    (its prefetch buffer; under a distribution strategy, also the iterator Keras opens
-    to build the model, then drops) is kept here until ``trained`` passes it, and a new
-    iterator hands it out again. The saved state is the host iterator's
-    (``tf.train.Checkpoint``: tf.data's buffers, the shuffle buffer and the files'
-    offsets included) and the micro-batches read ahead of ``trained``.
-
-    Args:
-        source: the micro-batches, from their start (``pad_batches_for_replicas``
-            already applied: ``fit`` splits them between the replicas).
-    """
-
-    STATE = "state"  # the host iterator's checkpoint prefix
-    AHEAD = "ahead.npz"  # the micro-batches read ahead of training
-    POSITION = "position.json"
-
-    def __init__(self, source: tf.data.Dataset):
-        self.source = source
-        self.element_spec = source.element_spec
-        self._lock = threading.Lock()
-        self._reset(0)
-
-    def _reset(self, trained: int) -> None:
-        with tf.device("/cpu:0"):
-            self._iterator = iter(self.source)
-        self._ahead: collections.deque = collections.deque()  # micro-batches first, first + 1, ...
-        self._first = self._pulled = self._trained = trained
-        self._ended = False
-
-    @property
-    def trained(self) -> int:
-        """The micro-batches trained so far: where a new iterator over ``dataset()`` starts."""
-        return self._trained
-
-    @property
-    def read(self) -> int:
-        """The micro-batches read from ``source`` so far (from its start)."""
-        return self._pulled
-
-    def advance(self, trained: int) -> None:
-        """Note that ``trained`` micro-batches (never more than ``fit`` has used) are
-        trained: the ones before are dropped, a new iterator starts there."""
-        with self._lock:
-            drop = max(0, min(trained, self._pulled) - self._first)
-            for _ in range(drop):
-                self._ahead.popleft()
-            self._first += drop
-            self._trained = max(self._trained, trained)
-
-    def _batch(self, index: int):
-        """Micro-batch ``index`` of the stream, or ``None`` once it is gone (dropped, or
-        past the end of a finite source)."""
-        with self._lock:
-            if index < self._first:
-                return None  # an iterator fit has dropped, left behind
-            while self._pulled <= index:
-                if self._ended:
-                    return None
-                try:
-                    batch = next(self._iterator)
-                except StopIteration:
-                    self._ended = True
-                    return None
-                self._ahead.append(tf.nest.map_structure(lambda tensor: tensor.numpy(), batch))
-                self._pulled += 1
-            return self._ahead[index - self._first]
-
-    def _batches(self):
-        index = self._trained
-        while (batch := self._batch(index)) is not None:
-            yield batch
-            index += 1
-
-    def dataset(self) -> tf.data.Dataset:
-        """What ``fit`` reads: the stream from micro-batch ``trained`` on, for each new
-        iterator."""
-        batches = tf.data.Dataset.from_generator(self._batches, output_signature=self.element_spec)
-        return batches.prefetch(tf.data.AUTOTUNE)
-
-    def skip(self, count: int) -> None:
-        """Start the stream at micro-batch ``count`` by reading and dropping the ones
-        before it (a fresh stream: nothing read yet)."""
-        with self._lock:
-            if self._pulled:
-                raise ValueError("skip starts a fresh stream; this one has been read.")
-            dropped = skip_batches(self._iterator, count)
-            self._ended = dropped < count
-            self._first = self._pulled = self._trained = count
-
-    def save(self, folder: Path) -> None:
-        """Write the position at ``trained`` into ``folder`` (new): the host iterator's
-        state and the micro-batches read ahead of ``trained``. Raises
-        ``tf.errors.OpError`` or ``ValueError`` when the iterator cannot be saved."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            tf.train.Checkpoint(iterator=self._iterator).write(str(folder / self.STATE))
-            ahead = list(self._ahead)[self._trained - self._first :]
-            arrays = {
-                f"b{index}_{part}": array
-                for index, batch in enumerate(ahead)
-                for part, array in enumerate(tf.nest.flatten(batch))
-            }
-            buffer = io.BytesIO()
-            np.savez(buffer, **arrays)
-            (folder / self.AHEAD).write_bytes(buffer.getvalue())
-            position = {"trained": self._trained, "ahead": len(ahead), "ended": self._ended}
-            (folder / self.POSITION).write_text(json.dumps(position), encoding="utf-8")
-
-    @classmethod
-    def saved_in(cls, folder: Path) -> bool:
-        """Whether ``folder`` holds a saved position."""
-        return (Path(folder) / cls.POSITION).is_file()
-
-    def restore(self, folder: Path, trained: int) -> None:
-        """Continue the stream at micro-batch ``trained`` from the position ``save`` wrote
-        in ``folder``. Raises ``ValueError`` (the position is another one, or does not fit
-        ``source``: a changed input pipeline) or ``tf.errors.OpError`` (unreadable); the
-        stream is then a fresh one, as before the call."""
-        folder = Path(folder)
-        try:
-            position = json.loads((folder / self.POSITION).read_text(encoding="utf-8"))
-            if position["trained"] != trained:
-                raise ValueError(
-                    f"it is at micro-batch {position['trained']}, the backup's step at {trained}"
-                )
-            with self._lock:
-                tf.train.Checkpoint(iterator=self._iterator).read(
-                    str(folder / self.STATE)
-                ).assert_consumed()
-                with np.load(folder / self.AHEAD) as stored:
-                    parts = len(tf.nest.flatten(self.element_spec))
-                    ahead = [
-                        tf.nest.pack_sequence_as(
-                            self.element_spec,
-                            [stored[f"b{index}_{part}"] for part in range(parts)],
-                        )
-                        for index in range(position["ahead"])
-                    ]
-                self._ahead = collections.deque(ahead)
-                self._first = self._trained = trained
-                self._pulled = trained + len(ahead)
-                self._ended = bool(position.get("ended"))
-        except (AssertionError, KeyError, OSError, json.JSONDecodeError) as error:
-            self._reset(0)
-            message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-            raise ValueError(message) from error
-        except (ValueError, tf.errors.OpError):
-            self._reset(0)
-            raise
 
 
 class _Advance(keras.callbacks.Callback):
@@ -516,20 +280,6 @@ class StepBackup(keras.callbacks.Callback):
             self._save(step, logs)
 
 
-def _pad_id(model: keras.Model) -> int:
-    """The pad id of a ``Transformer``'s config; 0 for other Keras models (the loop trains them)."""
-    return getattr(getattr(model, "config", None), "pad_id", PAD_ID)
-
-
-def _own_rows(batch, pad_id: int, workers: int = 1):
-    """This replica's rows of a batch (in a replica context): of a global batch,
-    or with ``workers > 1`` of its worker's batch, split between the worker's
-    replicas (a worker's replicas are consecutive in the sync group)."""
-    context = tf.distribute.get_replica_context()
-    replicas = context.num_replicas_in_sync // workers
-    return replica_rows(batch, context.replica_id_in_sync_group % replicas, replicas, pad_id)
-
-
 def evaluator(
     model: keras.Model, strategy: tf.distribute.Strategy
 ) -> Callable[[tf.data.Dataset], dict]:
@@ -542,7 +292,7 @@ def evaluator(
     def run(iterator):
         for batch in iterator:
             strategy.run(
-                lambda batch: model.test_step(_own_rows(batch, _pad_id(model))), args=(batch,)
+                lambda batch: model.test_step(own_rows(batch, model_pad_id(model))), args=(batch,)
             )
 
     def evaluate(dataset: tf.data.Dataset) -> dict:
@@ -553,53 +303,6 @@ def evaluator(
         return results
 
     return evaluate
-
-
-@dataclasses.dataclass(frozen=True)
-class PerWorkerInput:
-    """Training input that each worker reads for itself through a plain iterator.
-
-    ``dataset`` is this worker's micro-batches, repeating (its part of the
-    text, ``PairSource.part``, or its shard files of each preparation,
-    ``sharded_dataset(..., num_input_pipelines=workers,
-    input_pipeline_index=worker_index(strategy))``); ``custom_fit`` gives
-    each of the worker's replicas its rows of every batch, and saves the
-    iterator with the worker's backup (a resumed run continues where the
-    worker was).
-    """
-
-    dataset: tf.data.Dataset
-
-
-def worker_index(strategy: tf.distribute.Strategy) -> int:
-    """This worker's index in the strategy's cluster, as ``tf.distribute`` numbers
-    input pipelines: the chief 0, then the workers in order (0 without a cluster)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    if not spec or resolver.task_type not in ("chief", "worker"):
-        return 0
-    if resolver.task_type == "chief":
-        return 0
-    return resolver.task_id + (1 if "chief" in spec else 0)
-
-
-def worker_count(strategy: tf.distribute.Strategy) -> int:
-    """Workers in the strategy's cluster (1 without one)."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    return sum(len(spec.get(job, ())) for job in ("chief", "worker")) or 1
-
-
-def same_on_every_worker(strategy: tf.distribute.Strategy, value: str, problem: str) -> None:
-    """Raise ``ValueError(problem)`` on every worker unless all of them pass the
-    same ``value`` (compared by a digest of it, over the strategy's collectives)."""
-    if worker_count(strategy) == 1:
-        return
-    digest = int(hashlib.sha256(value.encode()).hexdigest()[:15], 16)  # fits an int64
-    local = tf.constant([digest], tf.int64)
-    values = strategy.gather(strategy.run(lambda: local), axis=0)
-    if len(set(values.numpy().tolist())) > 1:
-        raise ValueError(problem + ".")
 
 
 def custom_fit(
@@ -671,10 +374,10 @@ def custom_fit(
         )
         skip_batches(iterator, done * plan.accumulate_steps)
     micro_steps = plan.steps_per_execution * plan.accumulate_steps
-    pad_id = _pad_id(model)
+    pad_id = model_pad_id(model)
 
     def train_step(batch):  # this replica's rows of a global or of its worker's batch
-        return model.train_step(_own_rows(batch, pad_id, workers))
+        return model.train_step(own_rows(batch, pad_id, workers))
 
     @tf.function
     def run_steps(iterator):

@@ -62,32 +62,21 @@ from keras_transformer.tokenization import (
     tokenizer_paths,
     train_tokenizers,
 )
+from keras_transformer.training.backup import TrainingBackup
 from keras_transformer.training.callbacks import (
     EarlyStopping,
     EpochHistory,
-    KeepSnapshots,
     TimeBudget,
-    TrainingBackup,
     ValidationBleu,
-    average_weights,
-    better,
-    metric_name,
-    metric_value,
 )
 from keras_transformer.training.corpora import SourceMix, load_corpus
 from keras_transformer.training.curves import plot_learning_curves
+from keras_transformer.training.epochs import EpochRecord, better, metric_name, metric_value
 from keras_transformer.training.loop import (
-    PerWorkerInput,
-    StepPlan,
     custom_fit,
     evaluator,
     fit_in_steps,
-    is_chief,
     optimizer_step,
-    pad_batches_for_replicas,
-    same_on_every_worker,
-    worker_count,
-    worker_index,
 )
 from keras_transformer.training.run_config import (
     CORPUS_KEYS,
@@ -100,7 +89,17 @@ from keras_transformer.training.run_config import (
     with_defaults,
 )
 from keras_transformer.training.scoring import score_translations
+from keras_transformer.training.snapshots import KeepSnapshots, average_weights
+from keras_transformer.training.steps import StepPlan
 from keras_transformer.training.strategy import make_strategy
+from keras_transformer.training.workers import (
+    PerWorkerInput,
+    is_chief,
+    pad_batches_for_replicas,
+    same_on_every_worker,
+    worker_count,
+    worker_index,
+)
 from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 
@@ -1032,6 +1031,9 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
     backup = TrainingBackup(run_dir.backup_dir)
     average = train_options["average"]
     keep_best = train_options["keep_best"] or (1 if train_options["early_stopping"] else 0)
+    # The callbacks share the epoch's results and time through epoch_record: their order
+    # in the list does not matter.
+    epoch_record = EpochRecord()
     keeper = KeepSnapshots(
         run_dir.checkpoints_dir,
         last=train_options["average_last"] if average == "last" else 0,
@@ -1040,29 +1042,34 @@ def run(config: dict[str, Any], workdir: Path) -> dict[str, Any]:
         protect=lambda: {
             name for state in backup.saved_states("snapshots") for name in state.get("kept", ())
         },
+        record=epoch_record,
     )
     backup.track("snapshots", keeper)
-    epoch_callbacks: list[keras.callbacks.Callback] = []
+    epoch_callbacks: list[keras.callbacks.Callback] = [keeper]
     bleu_sentences = evaluation["bleu_sentences"]
     bleu = None
     if bleu_sentences and corpus["valid"]:
-        bleu = ValidationBleu(translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir)
-        epoch_callbacks.append(bleu)  # first: the others read its val_bleu
+        bleu = ValidationBleu(
+            translator, corpus["valid"][:bleu_sentences], run_dir.logs_dir, record=epoch_record
+        )
+        epoch_callbacks.append(bleu)
     stopper = None
     if train_options["early_stopping"]:
         stopper = EarlyStopping(
-            train_options["early_stopping"], train_options["patience"], train_options["min_delta"]
+            train_options["early_stopping"],
+            train_options["patience"],
+            train_options["min_delta"],
+            record=epoch_record,
         )
         backup.track("early_stopping", stopper)
         epoch_callbacks.append(stopper)
-    epoch_callbacks.append(keeper)
     # Without max_minutes it only counts: the time used goes on across restarts either way.
-    budget = TimeBudget(train_options["max_minutes"] or None)
+    budget = TimeBudget(train_options["max_minutes"] or None, record=epoch_record)
     backup.track("time_budget", budget)
-    epoch_callbacks.append(budget)  # counts the others' time
-    epochs = EpochHistory()
+    epoch_callbacks.append(budget)
+    epochs = EpochHistory(record=epoch_record)
     backup.track("history", epochs)
-    epoch_callbacks.append(epochs)  # last: the logs as the others left them
+    epoch_callbacks.append(epochs)
 
     history = epochs.whole(
         train_model(
