@@ -13,6 +13,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 DATA = Path(__file__).parent / "data"
@@ -88,6 +89,28 @@ def test_an_export_runs_as_written_and_the_users_rewrite_options_stay(tmp_path):
         assert tf.config.optimizer.get_experimental_options() == before
     finally:
         tf.config.optimizer.set_experimental_options({"constant_folding": True})
+
+
+def test_one_signature_loads_alone_and_answers_as_the_whole_export(tmp_path):
+    """``load_signature`` loads a signature with only the functions it calls, and it gives
+    the whole export's answers; an unknown signature is ``None``."""
+    import tensorflow as tf
+
+    from keras_transformer.translation.signature_loading import load_signature
+
+    with tarfile.open(DATA / "old_export.tar.gz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    texts = tf.constant(SENTENCES[:2])
+    whole = tf.saved_model.load(str(tmp_path))
+    for name in ("serving_default", "translate_greedy"):
+        alone = load_signature(tmp_path, name)
+        assert alone is not None and list(alone.signatures) == [name]
+        assert int(alone.beam_size_tensor.numpy()) == int(whole.beam_size_tensor.numpy())
+        got = alone.signatures[name](inputs=texts)
+        want = whole.signatures[name](inputs=texts)
+        assert got["translations"].numpy().tolist() == want["translations"].numpy().tolist()
+        np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), atol=1e-5)
+    assert load_signature(tmp_path, "no_such_signature") is None
 
 
 if __name__ == "__main__":  # python tests/test_old_export.py EXPORT ANSWERS.json

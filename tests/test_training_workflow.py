@@ -424,7 +424,8 @@ def test_the_program_stops_early_resumes_and_records_the_choice(tmp_path, monkey
     assert "is truncated" in caplog.text and "resuming from the previous one" in caplog.text
     assert "at step 2" in caplog.text
     assert metrics["stopped_early"] is True and metrics["optimizer_steps"] == 8  # 4 epochs
-    assert len(metrics["history"]["loss"]) == 3  # epochs 2 to 4, after the fallback
+    # Epochs 1 to 4: the backup it fell back to (step 2) holds the history of epoch 1.
+    assert len(metrics["history"]["loss"]) == 4
     assert (metrics["best_epoch"], metrics["best_value"]) == (2, 8.0)
     averaging = metrics["averaging"]
     assert averaging["averaged"] == ["epoch_0002.npz", "epoch_0003.npz", "epoch_0004.npz"]

@@ -22,6 +22,7 @@ import tensorflow as tf
 import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the export's graph)
 
 from keras_transformer.data.normalize import normalize_whitespace_tf
+from keras_transformer.translation.signature_loading import load_signature
 from keras_transformer.translation.text import blank_answers, check_target_lengths, n_best_lists
 
 
@@ -61,17 +62,35 @@ def _export_files(path: Path) -> dict:
     return files
 
 
-# SavedModels loaded in this process, by version folder and files, while a translator holds one.
+# SavedModels loaded in this process, whole or one signature at a time, while a translator
+# holds one: by version folder and files (and signature).
 _LOADED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _files_key(path: Path) -> tuple[str, str]:
+    return (str(path.resolve()), repr(sorted(_export_files(path).items())))
 
 
 def _load_saved_model(path: Path):
     """``tf.saved_model.load(path)``, shared with the translators over the same files (a greedy
     and a beam translator of one export load it once); an export written again loads anew."""
-    key = (str(path.resolve()), repr(sorted(_export_files(path).items())))
+    key = _files_key(path)
     loaded = _LOADED.get(key)
     if loaded is None:
         loaded = tf.saved_model.load(str(path))
+        _LOADED[key] = loaded
+    return loaded
+
+
+def _load_one_signature(path: Path, name: str):
+    """Signature ``name`` of the export and its objects (``load_signature``), shared as
+    ``_load_saved_model``'s; the whole export where it cannot be loaded alone."""
+    key = (*_files_key(path), name)
+    loaded = _LOADED.get(key) or _LOADED.get(key[:2])
+    if loaded is None:
+        loaded = load_signature(path, name)
+        if loaded is None:
+            return _load_saved_model(path)
         _LOADED[key] = loaded
     return loaded
 
@@ -140,8 +159,12 @@ class SavedModelBackend:
         # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF
         # Text.
         self.path = saved_model_version(path)
-        self.saved_model = _load_saved_model(self.path)
-        self.exported_beam_size = int(self.saved_model.beam_size_tensor.numpy())
+        # One signature is loaded now, the one this backend translates with; the others
+        # (prefixes, n-best, scores, samples) when first called.
+        name = "translate_greedy" if beam_size == 1 else "serving_default"
+        self._main = _load_one_signature(self.path, name)
+        self._exports = {name: self._main}
+        self.exported_beam_size = int(self._main.beam_size_tensor.numpy())
         if beam_size not in (None, 1, self.exported_beam_size):
             raise ValueError(
                 f"beam size {beam_size}: {self.path} decodes with beam {self.exported_beam_size}; "
@@ -149,10 +172,14 @@ class SavedModelBackend:
             )
         self.beam_size = self.exported_beam_size if beam_size is None else beam_size
         self._greedy = self.beam_size == 1 and self.exported_beam_size != 1
-        name = "translate_greedy" if self.beam_size == 1 else "serving_default"
-        self._signature = _as_written(self.saved_model.signatures[name])
+        self._signature = _as_written(self._main.signatures[name])
         self._count_pieces = None  # by the export's source SentencePiece model, at first use
         self._count_target_pieces = None  # and its target one
+
+    @property
+    def saved_model(self):
+        """The whole export, as ``tf.saved_model.load`` gives it (loaded on first use)."""
+        return _load_saved_model(self.path)
 
     def identity(self) -> dict:
         """The export (its version folder, and its graph's and variables' sizes and times)
@@ -162,7 +189,10 @@ class SavedModelBackend:
 
     def _signature_of(self, name: str):
         """The export's signature ``name``; an export made before it has none: one line."""
-        signatures = self.saved_model.signatures
+        export = self._exports.get(name)
+        if export is None:
+            export = self._exports[name] = _load_one_signature(self.path, name)
+        signatures = export.signatures
         if name not in signatures:
             raise ValueError(
                 f"{self.path} has no {name} signature (an older export): export it again with "
@@ -172,7 +202,7 @@ class SavedModelBackend:
 
     def _spm_counter(self, asset_name: str):
         """``texts → piece counts`` by the export's SentencePiece asset, or ``None``."""
-        asset = getattr(self.saved_model, asset_name, None)
+        asset = getattr(self._main, asset_name, None)
         if asset is None:
             return None
         model = spm.SentencePieceProcessor(model_file=asset.asset_path.numpy().decode())
@@ -192,7 +222,7 @@ class SavedModelBackend:
         model's limit by the export's target SentencePiece model (no check without one:
         the graph answers)."""
         texts = list(texts)
-        limit = getattr(self.saved_model, "max_length_tensor", None)
+        limit = getattr(self._main, "max_length_tensor", None)
         if not texts or limit is None:
             return texts
         if self._count_target_pieces is None:
