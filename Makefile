@@ -118,8 +118,8 @@ distill_scores = $(foreach name,$(1),$(patsubst %,$(DISTILL_RUN)/scores/$(name).
 distill_unless = $(foreach file,$(1),test -f $(file) &&) true || TF_CPP_MIN_LOG_LEVEL=3
 # $(call distill_student,NAME,DATA): train the student on DATA into DISTILL_RUN/NAME.
 define distill_student
-	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt \
-	  train --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
+	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train \
+	  --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
 	  --set training.max_steps=$(STUDENT_STEPS)
 endef
 distill: $(STAMP)
@@ -129,27 +129,27 @@ distill: $(STAMP)
 	mkdir -p $(DISTILL_RUN)/data $(DISTILL_RUN)/scores
 	test -d $(TEACHER)/export/1 || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export saved-model \
 	  --workdir $(TEACHER) --out $(TEACHER)/export --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA)
-	$(call distill_unless,$(call distill_scores,teacher.saved_model)) $(BIN)/kt \
-	  evaluate --saved-model $(TEACHER)/export/1 --src $(DISTILL_SETS:=.src) \
+	$(call distill_unless,$(call distill_scores,teacher.saved_model)) $(BIN)/kt evaluate \
+	  --saved-model $(TEACHER)/export/1 --src $(DISTILL_SETS:=.src) \
 	  --ref $(DISTILL_SETS:=.tgt) --out $(call distill_scores,teacher.saved_model)
 	test -f $(DISTILL_RUN)/teacher.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export tflite \
 	  --workdir $(TEACHER) --out $(DISTILL_RUN)/teacher.tflite
 	$(foreach file,train.src valid.src valid.tgt test.src test.tgt,test -L \
 	  $(DISTILL_RUN)/data/$(file) || ln -s $(abspath $(M30K))/$(file) $(DISTILL_RUN)/data/$(file)$(newline))
 	test "$$(grep -c '' $(DISTILL_RUN)/data/train.tgt 2>/dev/null)" = \
-	  "$$(grep -c '' $(M30K)/train.src)" || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt \
-	  translate-corpus --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
+	  "$$(grep -c '' $(M30K)/train.src)" || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt translate-corpus \
+	  --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
 	  --src $(M30K)/train.src --out $(DISTILL_RUN)/data/train.tgt
 	$(call distill_student,student_ref,$(M30K))
 	$(call distill_unless,$(addprefix $(DISTILL_RUN)/,student_ref.tflite student_ref.int8.tflite)) \
 	  $(BIN)/kt export tflite --workdir $(DISTILL_RUN)/student_ref \
 	  --out $(DISTILL_RUN)/student_ref.tflite --int8-out $(DISTILL_RUN)/student_ref.int8.tflite
 	$(call distill_student,student_kd,$(DISTILL_RUN)/data)
-	test -f $(DISTILL_RUN)/student_kd.int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt \
-	  export tflite --workdir $(DISTILL_RUN)/student_kd --out $(DISTILL_RUN)/student_kd.int8.tflite \
+	test -f $(DISTILL_RUN)/student_kd.int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export tflite \
+	  --workdir $(DISTILL_RUN)/student_kd --out $(DISTILL_RUN)/student_kd.int8.tflite \
 	  --quantize dynamic
-	$(call distill_unless,$(call distill_scores,$(DISTILL_TFLITE))) $(BIN)/kt \
-	  evaluate --tflite $(DISTILL_TFLITE:%=$(DISTILL_RUN)/%.tflite) \
+	$(call distill_unless,$(call distill_scores,$(DISTILL_TFLITE))) $(BIN)/kt evaluate \
+	  --tflite $(DISTILL_TFLITE:%=$(DISTILL_RUN)/%.tflite) \
 	  --workdir $(DISTILL_TFLITE_RUNS) --src $(DISTILL_SETS:=.src) --ref $(DISTILL_SETS:=.tgt) \
 	  --out $(call distill_scores,$(DISTILL_TFLITE))
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m benchmarks.distill_report --run $(DISTILL_RUN) \

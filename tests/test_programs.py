@@ -838,6 +838,18 @@ def test_ctranslate2_program_knows_ctranslate2s_weight_types():
     assert set(QUANTIZATIONS) == set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
 
 
+def test_tensorflow_logs_default_to_warnings_and_a_users_level_is_kept(monkeypatch):
+    from keras_transformer.cli import common as programs
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    programs.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert not programs._tensorflow_notices_shown()
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user asks for everything
+    programs.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0" and programs._tensorflow_notices_shown()
+
+
 def test_tensorflow_start_up_notices_are_filtered_but_real_output_kept(capfd):
     from keras_transformer.cli import common as programs
 

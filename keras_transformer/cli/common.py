@@ -1,4 +1,4 @@
-"""What the checkout's command-line programs (``training.*``, ``export.*``) share.
+"""What the ``kt`` command's programs (``keras_transformer.cli``) share.
 
 Nothing here imports TensorFlow or ``keras_transformer``: a program parses
 its arguments and checks its paths with this module first, so ``--help`` and
@@ -52,8 +52,8 @@ def fail(prog: str, message: str) -> NoReturn:
 def setup_logging(level: int = logging.INFO) -> None:
     """Every program logs to stderr in one format; results go to stdout.
 
-    TensorFlow's C++ start-up notices are hidden unless ``TF_CPP_MIN_LOG_LEVEL``
-    is set (warnings and errors still show; ``quiet_tensorflow``).
+    TensorFlow's C++ start-up notices are hidden unless the user sets
+    ``TF_CPP_MIN_LOG_LEVEL=0`` (warnings and errors still show; ``quiet_tensorflow``).
     """
     quiet_tensorflow()
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
