@@ -25,9 +25,9 @@ install: $(STAMP)
 # The offline demo: train on the generated language pair, evaluate (runs/demo/metrics.json),
 # export a SavedModel (runs/demo/export/1) and translate examples with it.
 demo: $(STAMP)
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config demo --workdir runs/demo
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir runs/demo --out runs/demo/export --version 1 --overwrite
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.translate --model runs/demo/export/1 \
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config demo --workdir runs/demo
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export saved-model --workdir runs/demo --out runs/demo/export --version 1 --overwrite
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt translate --model runs/demo/export/1 \
 	  "the hungry boy sees 3 red cats" "yesterday a sad teacher gave an old book to the farmer" \
 	  "the children will not sleep because the dogs watch 12 birds"
 
@@ -42,9 +42,9 @@ M30K_ALPHA ?= 1.4
 TRAIN_ARGS ?=
 # $(call score,RUN,DATA/SPLIT ...): score each DATA/SPLIT.src against DATA/SPLIT.tgt through
 # RUN's SavedModel (RUN/export/1), beam and greedy, into RUN/SPLIT_beam.json and
-# RUN/SPLIT_greedy.json: one training.evaluate, which loads the SavedModel once for all of them.
+# RUN/SPLIT_greedy.json: one kt evaluate, which loads the SavedModel once for all of them.
 define score
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.evaluate --saved-model $(1)/export/1 \
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt evaluate --saved-model $(1)/export/1 \
 	  --src $(addsuffix .src,$(2)) --ref $(addsuffix .tgt,$(2)) \
 	  --out $(foreach set,$(2),$(1)/$(notdir $(set))_beam.json) \
 	  --greedy-out $(foreach set,$(2),$(1)/$(notdir $(set))_greedy.json)
@@ -52,13 +52,13 @@ endef
 # $(call export_and_score,RUN,DATA/SPLIT ...): export RUN with beam M30K_BEAM / M30K_ALPHA, then
 # score.
 define export_and_score
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model --workdir $(1) --out $(1)/export \
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export saved-model --workdir $(1) --out $(1)/export \
 	  --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA) --overwrite
 	$(call score,$(1),$(2))
 endef
 multi30k: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_RUN) $(TRAIN_ARGS)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config multi30k --workdir $(M30K_RUN) $(TRAIN_ARGS)
 	$(call export_and_score,$(M30K_RUN),$(M30K)/test)
 
 # The same recipe on Tatoeba French → English (160k short pairs, no test split; train is stored
@@ -68,7 +68,7 @@ TATOEBA ?= ../shared/corpora/tatoeba_fr_en
 TATOEBA_RUN ?= runs/tatoeba
 tatoeba: $(STAMP)
 	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(TATOEBA_RUN) \
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config multi30k --workdir $(TATOEBA_RUN) \
 	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000 \
 	  $(TRAIN_ARGS)
 	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA)/valid)
@@ -76,12 +76,12 @@ tatoeba: $(STAMP)
 # One many-to-one model, German and French → English, on both corpora with one shared vocabulary
 # (docs/training.md, "Several corpora"): each corpus gives half the sampled pairs, no tags (the
 # source language shows itself), early stopping on Multi30k's validation BLEU. It is scored on
-# test2016 and on Tatoeba's valid, through one SavedModel, in one training.evaluate.
+# test2016 and on Tatoeba's valid, through one SavedModel, in one kt evaluate.
 M30K_TATOEBA_RUN ?= runs/multi30k_tatoeba
 multi30k-tatoeba: $(STAMP)
 	@test -f $(M30K)/test.src || { echo "$(M30K) not found: see ../shared/corpora/README.md"; exit 1; }
 	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m training.train --config multi30k --workdir $(M30K_TATOEBA_RUN) \
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config multi30k --workdir $(M30K_TATOEBA_RUN) \
 	  --set 'data.sources=[{dir: $(M30K), weight: 1}, {dir: $(TATOEBA), weight: 1}]' \
 	  --set training.shuffle_buffer=null --set training.early_stopping=bleu $(TRAIN_ARGS)
 	$(call export_and_score,$(M30K_TATOEBA_RUN),$(M30K)/test $(TATOEBA)/valid)
@@ -118,8 +118,8 @@ distill_scores = $(foreach name,$(1),$(patsubst %,$(DISTILL_RUN)/scores/$(name).
 distill_unless = $(foreach file,$(1),test -f $(file) &&) true || TF_CPP_MIN_LOG_LEVEL=3
 # $(call distill_student,NAME,DATA): train the student on DATA into DISTILL_RUN/NAME.
 define distill_student
-	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
-	  training.train --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
+	test -f $(DISTILL_RUN)/$(1)/metrics.json || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train \
+	  --config $(STUDENT_CONFIG) --workdir $(DISTILL_RUN)/$(1) --set data.dir=$(2) \
 	  --set training.max_steps=$(STUDENT_STEPS)
 endef
 distill: $(STAMP)
@@ -127,29 +127,29 @@ distill: $(STAMP)
 	@test -f $(TEACHER)/model.keras || { \
 	  echo "$(TEACHER) holds no trained teacher: run make multi30k, or set TEACHER"; exit 1; }
 	mkdir -p $(DISTILL_RUN)/data $(DISTILL_RUN)/scores
-	test -d $(TEACHER)/export/1 || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.saved_model \
+	test -d $(TEACHER)/export/1 || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export saved-model \
 	  --workdir $(TEACHER) --out $(TEACHER)/export --version 1 --beam $(M30K_BEAM) --alpha $(M30K_ALPHA)
-	$(call distill_unless,$(call distill_scores,teacher.saved_model)) $(BIN)/python -m \
-	  training.evaluate --saved-model $(TEACHER)/export/1 --src $(DISTILL_SETS:=.src) \
+	$(call distill_unless,$(call distill_scores,teacher.saved_model)) $(BIN)/kt evaluate \
+	  --saved-model $(TEACHER)/export/1 --src $(DISTILL_SETS:=.src) \
 	  --ref $(DISTILL_SETS:=.tgt) --out $(call distill_scores,teacher.saved_model)
-	test -f $(DISTILL_RUN)/teacher.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m export.tflite \
+	test -f $(DISTILL_RUN)/teacher.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export tflite \
 	  --workdir $(TEACHER) --out $(DISTILL_RUN)/teacher.tflite
 	$(foreach file,train.src valid.src valid.tgt test.src test.tgt,test -L \
 	  $(DISTILL_RUN)/data/$(file) || ln -s $(abspath $(M30K))/$(file) $(DISTILL_RUN)/data/$(file)$(newline))
 	test "$$(grep -c '' $(DISTILL_RUN)/data/train.tgt 2>/dev/null)" = \
-	  "$$(grep -c '' $(M30K)/train.src)" || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
-	  export.translate_corpus --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
+	  "$$(grep -c '' $(M30K)/train.src)" || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt translate-corpus \
+	  --model $(TEACHER)/export/1 --beam $(M30K_BEAM) \
 	  --src $(M30K)/train.src --out $(DISTILL_RUN)/data/train.tgt
 	$(call distill_student,student_ref,$(M30K))
 	$(call distill_unless,$(addprefix $(DISTILL_RUN)/,student_ref.tflite student_ref.int8.tflite)) \
-	  $(BIN)/python -m export.tflite --workdir $(DISTILL_RUN)/student_ref \
+	  $(BIN)/kt export tflite --workdir $(DISTILL_RUN)/student_ref \
 	  --out $(DISTILL_RUN)/student_ref.tflite --int8-out $(DISTILL_RUN)/student_ref.int8.tflite
 	$(call distill_student,student_kd,$(DISTILL_RUN)/data)
-	test -f $(DISTILL_RUN)/student_kd.int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m \
-	  export.tflite --workdir $(DISTILL_RUN)/student_kd --out $(DISTILL_RUN)/student_kd.int8.tflite \
+	test -f $(DISTILL_RUN)/student_kd.int8.tflite || TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export tflite \
+	  --workdir $(DISTILL_RUN)/student_kd --out $(DISTILL_RUN)/student_kd.int8.tflite \
 	  --quantize dynamic
-	$(call distill_unless,$(call distill_scores,$(DISTILL_TFLITE))) $(BIN)/python -m \
-	  training.evaluate --tflite $(DISTILL_TFLITE:%=$(DISTILL_RUN)/%.tflite) \
+	$(call distill_unless,$(call distill_scores,$(DISTILL_TFLITE))) $(BIN)/kt evaluate \
+	  --tflite $(DISTILL_TFLITE:%=$(DISTILL_RUN)/%.tflite) \
 	  --workdir $(DISTILL_TFLITE_RUNS) --src $(DISTILL_SETS:=.src) --ref $(DISTILL_SETS:=.tgt) \
 	  --out $(call distill_scores,$(DISTILL_TFLITE))
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m benchmarks.distill_report --run $(DISTILL_RUN) \

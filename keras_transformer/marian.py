@@ -6,7 +6,7 @@ sinusoidal positions, shared embeddings, a tied output projection and
 SentencePiece. ``import_marian`` turns a Hugging Face Marian checkpoint directory
 into a standard workdir, which every program reads like a trained one
 (evaluation, decoding tuning, the SavedModel, TFLite and CTranslate2 exporters,
-``Translator.from_workdir``) and which ``training.train`` can fine-tune
+``Translator.from_workdir``) and which ``kt train`` can fine-tune
 (``--set model.init_from=W``).
 
 A checkpoint directory is what ``save_pretrained`` writes, or what a hub download

@@ -1,5 +1,6 @@
 """Running the checkout's Makefile targets from tests: ``make`` with this interpreter as the
-recipes' ``$(BIN)/python`` and the virtual environment's install step taken as done."""
+recipes' ``$(BIN)/python`` (and its ``kt``) and the virtual environment's install step taken as
+done."""
 
 import os
 import subprocess
@@ -12,11 +13,13 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def python_bin(folder: Path) -> Path:
-    """A folder to pass as ``BIN=``: its ``python`` runs this interpreter."""
+    """A folder to pass as ``BIN=``: its ``python`` runs this interpreter, its ``kt`` the
+    checkout's ``kt`` command (``python -m keras_transformer.cli.main``) with it."""
     folder.mkdir(parents=True, exist_ok=True)
-    shim = folder / "python"
-    shim.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    shim.chmod(0o755)
+    for name, command in (("python", ""), ("kt", " -m keras_transformer.cli.main")):
+        shim = folder / name
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable}{command} "$@"\n')
+        shim.chmod(0o755)
     return folder
 
 

@@ -183,15 +183,20 @@ def test_a_rerun_does_no_work_again(chain):
 
 
 def _scored(plan: str) -> dict[str, tuple[str, str]]:
-    """What each ``training.evaluate`` of ``make -n``'s ``plan`` scores: ``{--out file:
+    """What each ``kt evaluate`` of ``make -n``'s ``plan`` scores: ``{--out file:
     (its --src, its --ref)}`` (several --tflite: each file's outs, one a --src, in turn)."""
     scored = {}
     for line in plan.replace("\\\n", " ").splitlines():
         words = shlex.split(line)
-        if "training.evaluate" not in words:
+        starts = [
+            index + 2
+            for index, word in enumerate(words[:-1])
+            if word.endswith("/kt") and words[index + 1] == "evaluate"
+        ]
+        if not starts:
             continue
         options: dict[str, list[str]] = {}
-        for word in words[words.index("training.evaluate") + 1 :]:
+        for word in words[starts[0] :]:
             if word.startswith("--"):
                 values = options.setdefault(word, [])
             else:

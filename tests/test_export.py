@@ -569,12 +569,12 @@ def test_the_small_batch_step_runs_in_splits_and_one_split_translates_the_same(
         tmp_path,
         capsys,
         ["--step-splits", "0"],
-        "step_splits must be >= 1 (1: no splits), got 0.",
+        "--step-splits must be >= 1, got 0 (see kt export saved-model --help)",
     )
 
 
 def _refused_in_one_line(workdir, tmp_path, capsys, flags: list[str], message: str) -> None:
-    """``python -m export.saved_model`` with ``flags``: exit 2, one line ``message``, no files."""
+    """``kt export saved-model`` with ``flags``: exit 2, one line ``message``, no files."""
     from keras_transformer.cli import export_saved_model as export_program
 
     with pytest.raises(SystemExit) as exit_:
@@ -592,7 +592,7 @@ def test_fewer_than_one_part_is_refused_in_one_line(workdir, tmp_path, capsys):
         tmp_path,
         capsys,
         ["--decode-parts", "0"],
-        "decode_parts must be >= 1 (1: a batch decodes whole), got 0.",
+        "--decode-parts must be >= 1, got 0 (see kt export saved-model --help)",
     )
 
 
@@ -603,7 +603,7 @@ def test_fewer_than_one_split_is_refused_in_one_line(workdir, tmp_path, capsys):
         tmp_path,
         capsys,
         ["--step-splits", "0"],
-        "step_splits must be >= 1 (1: no splits), got 0.",
+        "--step-splits must be >= 1, got 0 (see kt export saved-model --help)",
     )
 
 
@@ -838,7 +838,7 @@ def test_translate_program_n_best_prefix_sample_and_the_score_program(
         (score_program, [*model, "--src", str(src), "--tgt", str(short)], "3 sources but 1 "),
         (translate_program, [*model, "--n-best", "4", "a boy"], "n=4: an n-best list holds"),
         (translate_program, [*model, "--n-best", "0", "a boy"], "--n-best must be >= 1"),
-        (translate_program, [*model, "--sample", "--top-p", "2", "a"], "top_p must be in"),
+        (translate_program, [*model, "--sample", "--top-p", "2", "a"], "--top-p must be in (0, 1]"),
         (translate_program, [*model, "--top-k", "3", "a boy"], "--top-k needs --sample"),
         (translate_program, [*model, "--sample", "--n-best", "2", "a"], "do not go together"),
         (translate_program, [*model, "--prefix", str(short), "a", "b"], "2 sentences but 1 "),

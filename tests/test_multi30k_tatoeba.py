@@ -96,7 +96,7 @@ def test_early_stopping_on_validation_bleu_ends_the_run(two_corpus_run):
 
 def test_one_saved_model_is_scored_on_both_corpora(two_corpus_run):
     """Both splits, beam (the exported M30K_BEAM) and greedy, each in its own file, from the
-    recipe's one ``training.evaluate``."""
+    recipe's one ``kt evaluate``."""
     run = two_corpus_run["run"]
     assert (run / "export" / "1" / "saved_model.pb").is_file()
     expected = {"test_beam": 12, "test_greedy": 12, "valid_beam": 16, "valid_greedy": 16}
@@ -107,7 +107,7 @@ def test_one_saved_model_is_scored_on_both_corpora(two_corpus_run):
         assert scores["decoding"] == ("beam4" if name.endswith("beam") else "greedy"), name
         split = name.partition("_")[0]
         assert scores["ref"].endswith(f"{split}.tgt"), name
-    assert two_corpus_run["log"].count("-m training.evaluate") == 1
+    assert two_corpus_run["log"].count("/kt evaluate ") == 1
     beam = json.loads((run / "valid_beam.json").read_text())
     assert beam["src"] == str(two_corpus_run["second"] / "valid.src")
 
@@ -117,5 +117,5 @@ def test_train_args_reach_every_recipes_training_command(target):
     result = make("-n", target, "TRAIN_ARGS=--set training.max_steps=6000")
     assert result.returncode == 0, result.stderr
     commands = result.stdout.replace("\\\n", " ").splitlines()
-    train = [command for command in commands if "-m training.train" in command]
+    train = [command for command in commands if "/kt train " in command]
     assert len(train) == 1 and train[0].rstrip().endswith("--set training.max_steps=6000")

@@ -1,6 +1,8 @@
-"""The command-line programs: one-line errors with exit status 2 for bad
-invocations, --help before TensorFlow is imported, and the import boundary
-(training/ and export/ are programs over the library and do not import each other)."""
+"""The command-line programs: the ``kt`` command and its subcommands, one-line errors with
+exit status 2 for bad invocations (refused before TensorFlow is imported), --help before
+TensorFlow is imported, the checkout's ``python -m training.*`` / ``export.*`` shims, and
+the import boundary (training/ and export/ are programs over the library and do not import
+each other)."""
 
 import ast
 import os
@@ -49,10 +51,18 @@ PROGRAMS = [
 USER_ENV = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
 
 MISSING = "/nonexistent/keras-transformer"
+# kt's arguments (python -m keras_transformer.cli.main ARGS, as the installed `kt ARGS`), each
+# refused before TensorFlow is imported: one line, exit status 2.
 BAD_INVOCATIONS = {
-    "unknown config": ["training.train", "--config", "no_such_config", "--workdir", "W"],
+    "no command": [],
+    "unknown command": ["trian", "--config", "demo", "--workdir", "W"],
+    "an option instead of a command": ["--config", "demo"],
+    "--version with arguments": ["--version", "train"],
+    "export with no format": ["export"],
+    "export to an unknown format": ["export", "onnx", "--workdir", "W", "--out", "O"],
+    "unknown config": ["train", "--config", "no_such_config", "--workdir", "W"],
     "unknown --set key": [
-        "training.train",
+        "train",
         "--config",
         "demo",
         "--workdir",
@@ -61,7 +71,7 @@ BAD_INVOCATIONS = {
         "training.no_such_key=1",
     ],
     "unknown data.prepare": [
-        "training.train",
+        "train",
         "--config",
         "demo",
         "--workdir",
@@ -70,7 +80,7 @@ BAD_INVOCATIONS = {
         "data.prepare=maybe",
     ],
     "prepare a missing corpus": [
-        "training.prepare",
+        "prepare",
         "--config",
         "base",
         "--workdir",
@@ -78,9 +88,9 @@ BAD_INVOCATIONS = {
         "--set",
         f"data.dir={MISSING}",
     ],
-    "prepare with no data.dir": ["training.prepare", "--config", "base", "--workdir", "W"],
+    "prepare with no data.dir": ["prepare", "--config", "base", "--workdir", "W"],
     "steps not a multiple of steps_per_execution": [
-        "training.train",
+        "train",
         "--config",
         "demo",
         "--workdir",
@@ -89,7 +99,7 @@ BAD_INVOCATIONS = {
         "training.max_steps=10",
     ],
     "evaluate a missing workdir": [
-        "training.evaluate",
+        "evaluate",
         "--workdir",
         MISSING,
         "--src",
@@ -98,7 +108,7 @@ BAD_INVOCATIONS = {
         f"{MISSING}.tgt",
     ],
     "evaluate a .tflite without its workdir": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         "--src",
@@ -107,7 +117,7 @@ BAD_INVOCATIONS = {
         f"{MISSING}.tgt",
     ],
     "evaluate a .tflite with a beam": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         "--workdir",
@@ -120,7 +130,7 @@ BAD_INVOCATIONS = {
         f"{MISSING}.tgt",
     ],
     "evaluate a missing .tflite": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         "--workdir",
@@ -130,9 +140,9 @@ BAD_INVOCATIONS = {
         "--ref",
         f"{MISSING}.tgt",
     ],
-    "evaluate with no model": ["training.evaluate", "--src", "s.src", "--ref", "s.tgt"],
+    "evaluate with no model": ["evaluate", "--src", "s.src", "--ref", "s.tgt"],
     "evaluate two sources with one output": [
-        "training.evaluate",
+        "evaluate",
         "--workdir",
         MISSING,
         "--src",
@@ -145,7 +155,7 @@ BAD_INVOCATIONS = {
         "a.json",
     ],
     "evaluate a .tflite greedy twice": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         "--workdir",
@@ -158,7 +168,7 @@ BAD_INVOCATIONS = {
         "g.json",
     ],
     "evaluate two .tflite files into one output": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         f"{MISSING}.int8.tflite",
@@ -172,7 +182,7 @@ BAD_INVOCATIONS = {
         "a.json",
     ],
     "evaluate two .tflite files with three workdirs": [
-        "training.evaluate",
+        "evaluate",
         "--tflite",
         f"{MISSING}.tflite",
         f"{MISSING}.int8.tflite",
@@ -189,7 +199,7 @@ BAD_INVOCATIONS = {
         "b.json",
     ],
     "evaluate two workdirs": [
-        "training.evaluate",
+        "evaluate",
         "--workdir",
         MISSING,
         MISSING,
@@ -198,26 +208,19 @@ BAD_INVOCATIONS = {
         "--ref",
         f"{MISSING}.tgt",
     ],
-    "report a missing distillation run": [
-        "benchmarks.distill_report",
-        "--run",
-        MISSING,
-        "--teacher",
-        MISSING,
-    ],
-    "export a missing workdir": ["export.saved_model", "--workdir", MISSING, "--out", "O"],
-    "translate with a missing model": ["export.translate", "--model", MISSING, "hello"],
+    "export a missing workdir": ["export", "saved-model", "--workdir", MISSING, "--out", "O"],
+    "translate with a missing model": ["translate", "--model", MISSING, "hello"],
     "translate with no token budget": [
-        "export.translate",
+        "translate",
         "--model",
         MISSING,
         "--batch-tokens",
         "0",
         "hello",
     ],
-    "translate a window of no lines": ["export.translate", "--model", MISSING, "--window", "-1"],
+    "translate a window of no lines": ["translate", "--model", MISSING, "--window", "-1"],
     "an n-best list of no translation": [
-        "export.translate",
+        "translate",
         "--model",
         MISSING,
         "--n-best",
@@ -225,7 +228,7 @@ BAD_INVOCATIONS = {
         "hello",
     ],
     "a sampling flag without --sample": [
-        "export.translate",
+        "translate",
         "--model",
         MISSING,
         "--top-k",
@@ -233,7 +236,7 @@ BAD_INVOCATIONS = {
         "hello",
     ],
     "an n-best list of samples": [
-        "export.translate",
+        "translate",
         "--model",
         MISSING,
         "--sample",
@@ -242,7 +245,7 @@ BAD_INVOCATIONS = {
         "hello",
     ],
     "prefixes from a missing file": [
-        "export.translate",
+        "translate",
         "--model",
         MISSING,
         "--prefix",
@@ -250,7 +253,7 @@ BAD_INVOCATIONS = {
         "hello",
     ],
     "score with a missing model": [
-        "export.score",
+        "score",
         "--model",
         MISSING,
         "--src",
@@ -258,9 +261,9 @@ BAD_INVOCATIONS = {
         "--tgt",
         f"{MISSING}.tgt",
     ],
-    "score with no model": ["export.score", "--src", "s.src", "--tgt", "s.tgt"],
+    "score with no model": ["score", "--src", "s.src", "--tgt", "s.tgt"],
     "translate a corpus with a missing model": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--model",
         MISSING,
         "--src",
@@ -269,7 +272,7 @@ BAD_INVOCATIONS = {
         "O",
     ],
     "translate a missing corpus": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -278,7 +281,7 @@ BAD_INVOCATIONS = {
         "O",
     ],
     "translate a corpus into a missing folder": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -287,7 +290,7 @@ BAD_INVOCATIONS = {
         f"{MISSING}/out.txt",
     ],
     "translate a corpus into a folder": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -295,9 +298,9 @@ BAD_INVOCATIONS = {
         "--out",
         "tests",
     ],
-    "translate a corpus with no model": ["export.translate_corpus", "--src", "s", "--out", "O"],
+    "translate a corpus with no model": ["translate-corpus", "--src", "s", "--out", "O"],
     "a corpus's n-best list of samples": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -309,7 +312,7 @@ BAD_INVOCATIONS = {
         "--sample",
     ],
     "a corpus's sampling flag without --sample": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -320,7 +323,7 @@ BAD_INVOCATIONS = {
         "0.5",
     ],
     "an export's length penalty": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--model",
         ".",
         "--src",
@@ -331,7 +334,7 @@ BAD_INVOCATIONS = {
         "1.0",
     ],
     "a corpus translated by a beam of none": [
-        "export.translate_corpus",
+        "translate-corpus",
         "--workdir",
         ".",
         "--src",
@@ -341,9 +344,17 @@ BAD_INVOCATIONS = {
         "--beam",
         "0",
     ],
-    "tflite from a missing workdir": ["export.tflite", "--workdir", MISSING, "--out", "m.tflite"],
+    "tflite from a missing workdir": [
+        "export",
+        "tflite",
+        "--workdir",
+        MISSING,
+        "--out",
+        "m.tflite",
+    ],
     "tflite to int8 twice": [
-        "export.tflite",
+        "export",
+        "tflite",
         "--workdir",
         MISSING,
         "--out",
@@ -354,23 +365,148 @@ BAD_INVOCATIONS = {
         "m.int8.tflite",
     ],
     "ctranslate2 from a missing workdir": [
-        "export.ctranslate2",
+        "export",
+        "ctranslate2",
         "--workdir",
         MISSING,
         "--out",
         "O",
     ],
     "client with no server": [
-        "export.client",
+        "client",
         "--rest",
         "http://127.0.0.1:9",
         "--model",
         "demo",
         "hello",
     ],
-    "unknown option": ["export.saved_model", "--wrokdir", "W", "--out", "O"],
+    "unknown option": ["export", "saved-model", "--wrokdir", "W", "--out", "O"],
+    "a nucleus above 1": ["translate", "--model", MISSING, "--sample", "--top-p", "1.5", "hi"],
+    "a negative top-k": ["translate", "--model", MISSING, "--sample", "--top-k", "-1", "hi"],
+    "a temperature of 0": ["translate", "--model", MISSING, "--sample", "--temperature", "0"],
+    "translate with a beam of none": ["translate", "--model", MISSING, "--beam", "0", "hi"],
+    "an attention plot of stdin": ["translate", "--model", MISSING, "--plot-attention", "a.png"],
+    "a corpus's negative length penalty": [
+        "translate-corpus",
+        "--workdir",
+        MISSING,
+        "--src",
+        f"{MISSING}.src",
+        "--out",
+        "O",
+        "--alpha",
+        "-1",
+    ],
+    "a corpus's nucleus of 0": [
+        "translate-corpus",
+        "--workdir",
+        MISSING,
+        "--src",
+        f"{MISSING}.src",
+        "--out",
+        "O",
+        "--sample",
+        "--top-p",
+        "0",
+    ],
+    "export with a beam of none": [
+        "export",
+        "saved-model",
+        "--workdir",
+        MISSING,
+        "--out",
+        "O",
+        "--beam",
+        "0",
+    ],
+    "export with a negative length penalty": [
+        "export",
+        "saved-model",
+        "--workdir",
+        MISSING,
+        "--out",
+        "O",
+        "--alpha",
+        "-1",
+    ],
+    "export as version 0": [
+        "export",
+        "saved-model",
+        "--workdir",
+        MISSING,
+        "--out",
+        "O",
+        "--version",
+        "0",
+    ],
+    "export in 0 decoding parts": [
+        "export",
+        "saved-model",
+        "--workdir",
+        MISSING,
+        "--out",
+        "O",
+        "--decode-parts",
+        "0",
+    ],
+    "tflite of sources of no token": [
+        "export",
+        "tflite",
+        "--workdir",
+        MISSING,
+        "--out",
+        "m.tflite",
+        "--max-src-length",
+        "0",
+    ],
+    "evaluate with a negative length penalty": [
+        "evaluate",
+        "--workdir",
+        MISSING,
+        "--src",
+        f"{MISSING}.src",
+        "--ref",
+        f"{MISSING}.tgt",
+        "--beam",
+        "4",
+        "--alpha",
+        "-1",
+    ],
+    "tune with a negative length penalty": [
+        "tune-decoding",
+        "--workdir",
+        MISSING,
+        "--src",
+        "v.src",
+        "--ref",
+        "v.tgt",
+        "--alphas",
+        "0.6",
+        "-1",
+    ],
+    "tune in batches of none": [
+        "tune-decoding",
+        "--workdir",
+        MISSING,
+        "--src",
+        "v.src",
+        "--ref",
+        "v.tgt",
+        "--batch-size",
+        "0",
+    ],
+    "a client that waits no time": [
+        "client",
+        "--rest",
+        "http://127.0.0.1:9",
+        "--model",
+        "demo",
+        "--timeout",
+        "0",
+        "hi",
+    ],
     "tune on a missing validation file": [
-        "training.tune_decoding",
+        "tune-decoding",
         "--workdir",
         MISSING,
         "--src",
@@ -379,6 +515,64 @@ BAD_INVOCATIONS = {
         "v.tgt",
     ],
 }
+# What some of those errors say: the flag and its range, or the choices.
+BAD_INVOCATION_MESSAGES = {
+    "no command": "give a command: train, prepare,",
+    "unknown command": "unknown command 'trian': did you mean 'train'?",
+    "an option instead of a command": "unrecognized arguments: --config",
+    "export with no format": "kt export needs a format: saved-model, tflite, ctranslate2",
+    "export to an unknown format": "unknown export format 'onnx'",
+    "a nucleus above 1": "--top-p must be in (0, 1]",
+    "a negative top-k": "--top-k must be >= 0",
+    "a temperature of 0": "--temperature must be a finite number above 0",
+    "translate with a beam of none": "--beam must be >= 1",
+    "a corpus's negative length penalty": "--alpha must be a finite number >= 0",
+    "a corpus's nucleus of 0": "--top-p must be in (0, 1]",
+    "export with a beam of none": "--beam must be >= 1",
+    "export with a negative length penalty": "--alpha must be a finite number >= 0",
+    "export as version 0": "--version must be >= 1",
+    "export in 0 decoding parts": "--decode-parts must be >= 1",
+    "tflite of sources of no token": "--max-src-length must be >= 1",
+    "evaluate with a negative length penalty": "--alpha must be a finite number >= 0",
+    "tune with a negative length penalty": "--alphas must be a finite number >= 0",
+    "tune in batches of none": "--batch-size must be >= 1",
+    "a client that waits no time": "--timeout must be a finite number of seconds above 0",
+}
+# Runs kt's dispatcher in this interpreter as the installed `kt` runs it, then says on the
+# last line of stdout whether TensorFlow was imported.
+KT_PROBE = (
+    "import sys\n"
+    "from keras_transformer.cli.main import main\n"
+    "try:\n"
+    "    status = main(sys.argv[1:])\n"
+    "except SystemExit as exit:\n"
+    "    status = exit.code\n"
+    "print('tensorflow imported:', 'tensorflow' in sys.modules)\n"
+    "sys.exit(status)\n"
+)
+
+
+def _kt(args, cwd=None, timeout=HANG_TIMEOUT):
+    """``kt ARGS`` in a subprocess with a user's environment (``KT_PROBE``)."""
+    return subprocess.run(
+        [sys.executable, "-c", KT_PROBE, *args],
+        cwd=CHECKOUT if cwd is None else cwd,
+        env=USER_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _kt_prog(args) -> str:
+    """The program name a usage error of ``kt ARGS`` starts with."""
+    known = {*KT_COMMANDS.values()}
+    for words in (2, 1):
+        prog = " ".join(["kt", *args[:words]])
+        if prog in known:
+            return prog
+    return "kt"
 
 
 def _program(args, cwd, timeout=HANG_TIMEOUT):
@@ -401,11 +595,37 @@ def _assert_one_line_error(result, program):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("args", BAD_INVOCATIONS.values(), ids=BAD_INVOCATIONS.keys())
-def test_bad_invocations_print_one_line_and_exit_2(args, tmp_path):
+def _assert_kt_error(result, args):
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"{_kt_prog(args)}: error: "), lines[0]
+
+
+@pytest.mark.parametrize("name", BAD_INVOCATIONS)
+def test_bad_invocations_print_one_line_and_exit_2_before_tensorflow(name):
+    args = BAD_INVOCATIONS[name]
+    result = _kt(args)
+    _assert_kt_error(result, args)
+    assert BAD_INVOCATION_MESSAGES.get(name, "") in result.stderr
+    assert result.stdout.splitlines()[-1] == "tensorflow imported: False"
+    assert not (CHECKOUT / "W").exists() and not (CHECKOUT / "O").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["training.train", "--config", "no_such_config", "--workdir", "W"],
+        ["export.translate", "--model", MISSING, "--sample", "--top-p", "1.5", "hello"],
+        ["benchmarks.distill_report", "--run", MISSING, "--teacher", MISSING],
+    ],
+    ids=["training shim", "export shim", "benchmark"],
+)
+def test_checkout_programs_print_one_line_and_exit_2(args):
+    """The checkout's ``python -m training.*`` / ``export.*`` shims run kt's programs."""
     result = _program(args, cwd=None)
     _assert_one_line_error(result, args[0])
-    assert not (CHECKOUT / "W").exists() and not (CHECKOUT / "O").exists()
+    assert not (CHECKOUT / "W").exists()
 
 
 def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
@@ -431,12 +651,12 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
 def test_errors_name_the_problem():
     assert (
         "use one of ['base', 'big', 'demo', 'multi30k', 'student', 'wmt14_ende']"
-        in _program(BAD_INVOCATIONS["unknown config"], None).stderr
+        in _kt(BAD_INVOCATIONS["unknown config"]).stderr
     )
-    assert "no key 'no_such_key'" in _program(BAD_INVOCATIONS["unknown --set key"], None).stderr
+    assert "no key 'no_such_key'" in _kt(BAD_INVOCATIONS["unknown --set key"]).stderr
     assert (
         "cannot reach TF Serving at http://127.0.0.1:9"
-        in _program(BAD_INVOCATIONS["client with no server"], None).stderr
+        in _kt(BAD_INVOCATIONS["client with no server"]).stderr
     )
 
 
@@ -486,6 +706,86 @@ def test_help_answers_before_tensorflow_is_imported(program):
     assert result.returncode == 0, result.stderr[-2000:]
     assert "usage: " + KT_COMMANDS[program] in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "imported: []"
+
+
+# Every kt subcommand, as its words after `kt`.
+KT_SUBCOMMANDS = [prog.split()[1:] for prog in KT_COMMANDS.values() if prog.startswith("kt ")]
+
+
+def test_kt_help_of_every_command_answers_without_tensorflow():
+    """``kt --help``, ``kt export --help`` and each ``kt COMMAND --help``, in one process:
+    each prints its usage, exits 0, and none imports TensorFlow, Keras or the model."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from keras_transformer.cli.main import main\n"
+        f"for args in {[[], ['export'], *KT_SUBCOMMANDS]!r}:\n"
+        "    out = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(out):\n"
+        "        try:\n"
+        "            status = main([*args, '--help'])\n"
+        "        except SystemExit as exit:\n"
+        "            status = exit.code\n"
+        "    assert status in (0, None), (args, status)\n"
+        "    print(repr(out.getvalue().splitlines()[0]))\n"
+        "heavy = sorted(m for m in ('tensorflow', 'keras', 'keras_transformer.model') if m in "
+        "sys.modules)\n"
+        "print('imported:', heavy)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=CHECKOUT,
+        env=USER_ENV,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == ""
+    *firsts, imported = result.stdout.strip().splitlines()
+    assert imported == "imported: []"
+    progs = ["kt [--version]", "kt export FORMAT", *(" ".join(["kt", *w]) for w in KT_SUBCOMMANDS)]
+    assert len(firsts) == len(progs), firsts
+    for first, prog in zip(firsts, progs):
+        assert first.strip("'\"").startswith(f"usage: {prog} "), (first, prog)
+
+
+def test_kt_help_lists_every_command_with_one_line(capsys):
+    from keras_transformer.cli.main import main
+
+    assert main(["--help"]) == 0
+    listing = capsys.readouterr().out
+    for words in KT_SUBCOMMANDS:
+        (line,) = [
+            line for line in listing.splitlines() if line.startswith(f"  {' '.join(words)}  ")
+        ]
+        assert len(line.split()) > len(words) + 2, line  # the name, then what it does
+    assert main(["export", "--help"]) == 0
+    formats = capsys.readouterr().out
+    assert all(f"  {name}  " in formats for name in ("saved-model", "tflite", "ctranslate2"))
+
+
+def test_kt_version_is_the_packages(capsys):
+    import keras_transformer
+    from keras_transformer.cli.main import main
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"kt {keras_transformer.__version__}\n"
+
+
+def test_kt_commands_run_the_programs_of_their_names():
+    """Each subcommand's module is the program whose PROG is ``kt SUBCOMMAND``."""
+    import importlib
+
+    from keras_transformer.cli.main import COMMANDS, EXPORTS
+
+    progs = {
+        **{f"kt {name}": module for name, (module, _) in COMMANDS.items() if module},
+        **{f"kt export {name}": module for name, (module, _) in EXPORTS.items()},
+    }
+    assert sorted(progs) == sorted(prog for prog in KT_COMMANDS.values() if prog.startswith("kt"))
+    for prog, module in progs.items():
+        program = importlib.import_module(f"keras_transformer.cli.{module}")
+        assert program.PROG == prog and callable(program.main)
 
 
 def _imports(path: Path, top_level_only: bool = False) -> set[str]:
@@ -538,11 +838,24 @@ def test_ctranslate2_program_knows_ctranslate2s_weight_types():
     assert set(QUANTIZATIONS) == set(ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES)
 
 
+def test_tensorflow_logs_default_to_warnings_and_a_users_level_is_kept(monkeypatch):
+    from keras_transformer.cli import common as programs
+
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    programs.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "1"
+    assert not programs._tensorflow_notices_shown()
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # the user asks for everything
+    programs.quiet_tensorflow()
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0" and programs._tensorflow_notices_shown()
+
+
 def test_tensorflow_start_up_notices_are_filtered_but_real_output_kept(capfd):
     from keras_transformer.cli import common as programs
 
     with programs._stderr_filtered(programs._IMPORT_NOTICES):
         os.write(2, b"I0000 port.cc:153] oneDNN custom operations are on. You may see...\n")
+        os.write(2, b"E0000 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n")
         os.write(2, b"a real warning\n")
     captured = capfd.readouterr()
     assert captured.err == "a real warning\n"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 import urllib.error
 import urllib.request
@@ -80,6 +81,8 @@ def main(argv=None) -> int:
     )
     parser.add_argument("sentences", nargs="+")
     args = parser.parse_args(argv)
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        parser.error(f"--timeout must be a finite number of seconds above 0, got {args.timeout}")
 
     def request() -> int:
         if args.rest:

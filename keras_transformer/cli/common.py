@@ -1,4 +1,4 @@
-"""What the checkout's command-line programs (``training.*``, ``export.*``) share.
+"""What the ``kt`` command's programs (``keras_transformer.cli``) share.
 
 Nothing here imports TensorFlow or ``keras_transformer``: a program parses
 its arguments and checks its paths with this module first, so ``--help`` and
@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -50,21 +52,41 @@ def fail(prog: str, message: str) -> NoReturn:
 def setup_logging(level: int = logging.INFO) -> None:
     """Every program logs to stderr in one format; results go to stdout.
 
-    TensorFlow's C++ start-up notices are hidden unless ``TF_CPP_MIN_LOG_LEVEL``
-    is set (warnings and errors still show).
+    TensorFlow's C++ start-up notices are hidden unless the user sets
+    ``TF_CPP_MIN_LOG_LEVEL=0`` (warnings and errors still show; ``quiet_tensorflow``).
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    quiet_tensorflow()
     logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+    # absl's Python logger (TensorFlow's): its INFO lines ("Sharding callback duration")
+    # are TensorFlow's bookkeeping, not the program's news.
+    logging.getLogger("absl").setLevel(max(level, logging.WARNING))
 
 
-# What TensorFlow's C++ runtime prints on import whatever TF_CPP_MIN_LOG_LEVEL says
-# (absl logs before its initialisation): notices, not problems.
+def quiet_tensorflow() -> None:
+    """Hide TensorFlow's C++ INFO logs (``TF_CPP_MIN_LOG_LEVEL=1``) unless the user set the
+    variable; call it before TensorFlow is imported. What TensorFlow prints whatever the
+    variable says is filtered by ``import_library``."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
+# What TensorFlow's C++ runtime prints on import and when it first looks for devices,
+# whatever TF_CPP_MIN_LOG_LEVEL says (absl logs before its initialisation) or as errors:
+# notices, not problems. A machine without a GPU has TensorFlow try CUDA and report that it
+# failed (cuInit, "CUDA error", no driver); the CPU runs the program as asked.
 _IMPORT_NOTICES = re.compile(
     r"All log messages before absl::InitializeLog|oneDNN custom operations are on|"
     r"Could not find cuda drivers|Unable to register cu(DNN|FFT|BLAS) factory|"
     r"computation placer already registered|TensorFlow binary is optimized to use|"
-    r"rebuild TensorFlow with the appropriate compiler flags"
+    r"rebuild TensorFlow with the appropriate compiler flags|"
+    r"failed call to cuInit|CUDA error|cuda_(platform|executor|diagnostics|driver)\.cc|"
+    r"Could not find TensorRT|TF-TRT Warning|no NVIDIA GPU device is present|"
+    r"kernel driver does not appear to be running|successful NUMA node read"
 )
+
+
+def _tensorflow_notices_shown() -> bool:
+    """Whether the user asked for all of TensorFlow's C++ logs: ``TF_CPP_MIN_LOG_LEVEL=0``."""
+    return os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0"
 
 
 @contextlib.contextmanager
@@ -92,12 +114,25 @@ def _stderr_filtered(pattern: re.Pattern):
 
 
 def import_library():
-    """Import TensorFlow and ``keras_transformer`` without TensorFlow's start-up
-    notices; anything else it prints (a real warning, an error) still shows."""
-    with _stderr_filtered(_IMPORT_NOTICES):
-        import tensorflow  # noqa: F401
+    """Import TensorFlow and ``keras_transformer`` without TensorFlow's start-up notices.
+
+    TensorFlow also looks for its devices here (``tf.config.list_physical_devices``), so
+    that the CUDA notices of a machine without a GPU are filtered too. Anything else it
+    prints (a real warning, an error) still shows; with ``TF_CPP_MIN_LOG_LEVEL=0``
+    everything does.
+    """
+    quiet_tensorflow()
+    filtered = (
+        contextlib.nullcontext()
+        if _tensorflow_notices_shown()
+        else _stderr_filtered(_IMPORT_NOTICES)
+    )
+    with filtered:
+        import tensorflow
 
         import keras_transformer
+
+        tensorflow.config.list_physical_devices()
     return keras_transformer
 
 
@@ -135,7 +170,7 @@ def add_model_source(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="an export version folder (exports/demo/1) or the folder above it",
     )
-    group.add_argument("--workdir", type=Path, help="a training.train workdir")
+    group.add_argument("--workdir", type=Path, help="a kt train workdir")
 
 
 def check_model_source(prog: str, args: argparse.Namespace) -> None:
@@ -180,14 +215,43 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
 
 def sampling_parameters(parser: ArgumentParser, args: argparse.Namespace) -> dict:
     """The sampling parameters given, by ``Translator.sample``'s names (the library's
-    defaults stand for the others); a parameter given without ``--sample`` is a usage error."""
+    defaults stand for the others), checked before TensorFlow is imported: a parameter
+    given without ``--sample``, or out of its range (``--top-k`` >= 0, ``--top-p`` in
+    (0, 1], ``--temperature`` a finite number above 0), is a usage error."""
     given = {
         flag: getattr(args, flag) for flag in SAMPLING_FLAGS if getattr(args, flag) is not None
     }
     for flag in given:
         if not args.sample:
             parser.error(f"--{flag.replace('_', '-')} needs --sample")
+    top_k, top_p, temperature = args.top_k, args.top_p, args.temperature
+    if top_k is not None and top_k < 0:
+        parser.error(f"--top-k must be >= 0 (0: no limit, 1: greedy), got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        parser.error(f"--top-p must be in (0, 1] (1: no nucleus), got {top_p}")
+    if temperature is not None and not (temperature > 0.0 and math.isfinite(temperature)):
+        parser.error(f"--temperature must be a finite number above 0, got {temperature}")
     return given
+
+
+def check_alpha(parser: ArgumentParser, args: argparse.Namespace, *flags: str) -> None:
+    """A usage error unless each of ``flags`` (``args`` names of length-penalty exponents,
+    a number or a list) given is a finite number >= 0 (0: no length penalty)."""
+    for flag in flags:
+        value = getattr(args, flag)
+        for alpha in value if isinstance(value, list) else [value]:
+            if alpha is not None and not (math.isfinite(alpha) and alpha >= 0.0):
+                parser.error(
+                    f"--{flag.replace('_', '-')} must be a finite number >= 0 "
+                    f"(0: no length penalty), got {alpha}"
+                )
+
+
+def needs_module(prog: str, module: str, what: str, extra: str) -> None:
+    """Fail unless ``module`` is installed (looked for, not imported): ``what`` needs it,
+    and the ``extra`` of ``keras-transformer-nmt`` installs it."""
+    if importlib.util.find_spec(module) is None:
+        fail(prog, f"{what} needs {module}: pip install 'keras-transformer-nmt[{extra}]'.")
 
 
 def run(

@@ -42,9 +42,11 @@ from pathlib import Path
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_precision_argument,
+    check_alpha,
     existing_file,
     existing_path,
     existing_workdir,
+    needs_module,
     run,
     setup_logging,
 )
@@ -59,7 +61,7 @@ def parse_args(argv=None):
         "--workdir",
         type=Path,
         nargs="+",
-        help="a training.train workdir (with --tflite: its tokenizers; several --tflite: "
+        help="a kt train workdir (with --tflite: its tokenizers; several --tflite: "
         "one a file, or one for all)",
     )
     model_source.add_argument(
@@ -125,6 +127,7 @@ def parse_args(argv=None):
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
+    check_alpha(parser, args, "alpha")
     sets, models = len(args.src), len(args.tflite or [None])
     if len(args.ref) != sets:
         parser.error(f"give one --ref a --src: {sets} --src, {len(args.ref)} --ref")
@@ -161,6 +164,7 @@ def parse_args(argv=None):
             )
         for tflite in args.tflite:
             existing_file(PROG, tflite, "--tflite")
+        needs_module(PROG, "ai_edge_litert", "--tflite", "tflite")
     elif args.workdir is None and args.saved_model is None:
         parser.error("give one of --workdir, --saved-model or --tflite with --workdir")
     elif args.workdir is not None and len(args.workdir) > 1:

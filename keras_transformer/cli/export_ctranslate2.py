@@ -12,7 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from keras_transformer.cli.common import ArgumentParser, existing_workdir, run, setup_logging
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    existing_workdir,
+    needs_module,
+    run,
+    setup_logging,
+)
 
 PROG = "kt export ctranslate2"
 # CTranslate2's weight types (ctranslate2.specs.model_spec.ACCEPTED_MODEL_TYPES), here before
@@ -31,9 +37,7 @@ QUANTIZATIONS = (
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument(
-        "--workdir", required=True, type=Path, help="trained workdir (training.train)"
-    )
+    parser.add_argument("--workdir", required=True, type=Path, help="trained workdir (kt train)")
     parser.add_argument(
         "--out", required=True, type=Path, help="CTranslate2 model directory to create"
     )
@@ -46,6 +50,7 @@ def parse_args(argv=None):
     parser.add_argument("--force", action="store_true", help="replace an existing --out directory")
     args = parser.parse_args(argv)
     existing_workdir(PROG, args.workdir)  # an existing --out: export_ctranslate2
+    needs_module(PROG, "ctranslate2", "the CTranslate2 export", "ct2")
     return args
 
 

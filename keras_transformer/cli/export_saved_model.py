@@ -18,6 +18,8 @@ from pathlib import Path
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_precision_argument,
+    check_alpha,
+    check_at_least_one,
     existing_workdir,
     run,
     setup_logging,
@@ -28,7 +30,7 @@ PROG = "kt export saved-model"
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--workdir", required=True, type=Path, help="a training.train workdir")
+    parser.add_argument("--workdir", required=True, type=Path, help="a kt train workdir")
     parser.add_argument(
         "--out", required=True, type=Path, help="model folder; versions go below it"
     )
@@ -82,7 +84,9 @@ def parse_args(argv=None):
         "inter-op thread)",
     )
     args = parser.parse_args(argv)
-    existing_workdir(PROG, args.workdir)  # the beam and version: export_saved_model
+    check_at_least_one(parser, args, "beam", "version", "step_splits", "decode_parts")
+    check_alpha(parser, args, "alpha")
+    existing_workdir(PROG, args.workdir)
     return args
 
 

@@ -16,14 +16,20 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from keras_transformer.cli.common import ArgumentParser, existing_workdir, run, setup_logging
+from keras_transformer.cli.common import (
+    ArgumentParser,
+    check_at_least_one,
+    existing_workdir,
+    run,
+    setup_logging,
+)
 
 PROG = "kt export tflite"
 
 
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
-    parser.add_argument("--workdir", required=True, type=Path, help="a training.train workdir")
+    parser.add_argument("--workdir", required=True, type=Path, help="a kt train workdir")
     parser.add_argument("--out", required=True, type=Path, help="the .tflite file to write")
     parser.add_argument(
         "--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights"
@@ -46,6 +52,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.int8_out is not None and args.quantize is not None:
         parser.error("--int8-out goes with a float32 --out (no --quantize)")
+    check_at_least_one(parser, args, "max_src_length", "max_tgt_length")
     existing_workdir(PROG, args.workdir)
     return args
 

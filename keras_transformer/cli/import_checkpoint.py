@@ -5,10 +5,10 @@
 ``HF_MODEL_DIR`` is a Hugging Face Marian (OPUS-MT) checkpoint directory:
 config.json, model.safetensors, source.spm, target.spm, vocab.json and
 tokenizer_config.json (what ``save_pretrained`` writes, or a hub download).
-``W`` is then a workdir like a trained one: ``training.evaluate``,
-``training.tune_decoding``, ``export.saved_model``, ``export.tflite``,
-``export.ctranslate2`` and ``export.translate`` take it, and
-``training.train --set model.init_from=W`` fine-tunes it. The library call is
+``W`` is then a workdir like a trained one: ``kt evaluate``,
+``kt tune-decoding``, ``kt export saved-model``, ``kt export tflite``,
+``kt export ctranslate2`` and ``kt translate-corpus`` take it, and
+``kt train --set model.init_from=W`` fine-tunes it. The library call is
 ``keras_transformer.marian.import_marian``.
 """
 

@@ -47,6 +47,7 @@ from keras_transformer.cli.common import (
     existing_file,
     existing_path,
     fail,
+    needs_module,
     run,
     sampling_parameters,
     setup_logging,
@@ -198,7 +199,9 @@ def parse_args(argv=None):
     if args.n_best is not None and args.n_best < 1:
         parser.error(f"--n-best must be >= 1, got {args.n_best}")
     existing_file(PROG, args.prefix, "--prefix")
-    check_at_least_one(parser, args, "batch_size", "batch_tokens", "window")
+    check_at_least_one(parser, args, "beam", "batch_size", "batch_tokens", "window")
+    if args.plot_attention is not None:
+        needs_module(PROG, "matplotlib", "--plot-attention", "plots")
     existing_path(PROG, args.model, "SavedModel")
     return args
 

@@ -16,18 +16,18 @@ gets one line a line of ``--src``: the best translation (greedy or beam
 search), with ``--n-best N`` the N best as Moses lines ``INDEX ||| TEXT |||
 LOG_PROB`` (as ``kt translate --n-best`` writes them), or with
 ``--sample`` a sample (``--top-k``, ``--top-p``, ``--temperature``,
-``--seed`` as ``export.translate --sample``). An empty line gives an empty
+``--seed`` as ``kt translate --sample``). An empty line gives an empty
 line.
 
 ``--workdir`` translates with a training run's Keras model, greedy unless
 ``--beam N`` (``--alpha``, default 0.6, its length penalty), as
-``training.evaluate`` does; ``--model`` with an exported SavedModel (a
+``kt evaluate`` does; ``--model`` with an exported SavedModel (a
 version folder or the folder above it: the newest), at the beam fixed at
 export unless ``--beam 1`` (greedy); its length penalty is fixed at export
 too (``--alpha`` goes with ``--workdir`` only).
 
 The file is read ``--window`` lines at a time, sorted by length and batched
-by ``--batch-tokens`` (as ``export.translate``). After each window the output
+by ``--batch-tokens`` (as ``kt translate``). After each window the output
 is appended and synced to disk, then ``OUT.progress.json`` records the
 source's fingerprint, the settings (mode, beam, model) and the lines done.
 Stopped for any reason, the same command again resumes where the record
@@ -48,6 +48,7 @@ from keras_transformer.cli.common import (
     ArgumentParser,
     add_model_source,
     add_sampling_arguments,
+    check_alpha,
     check_at_least_one,
     check_model_source,
     existing_file,
@@ -59,7 +60,7 @@ from keras_transformer.cli.common import (
 from keras_transformer.cli.translate import add_batch_tokens_argument, add_window_argument
 
 PROG = "kt translate-corpus"
-ALPHA = 0.6  # keras_transformer.decoding.Beam's default, as training.evaluate's --alpha
+ALPHA = 0.6  # keras_transformer.decoding.Beam's default, as kt evaluate's --alpha
 
 
 def parse_args(argv=None):
@@ -107,6 +108,7 @@ def parse_args(argv=None):
             "(kt export saved-model --alpha)"
         )
     check_at_least_one(parser, args, "beam", "n_best", "batch_tokens", "window")
+    check_alpha(parser, args, "alpha")
     check_model_source(PROG, args)
     existing_file(PROG, args.src, "--src")
     if args.out.is_dir():

@@ -20,6 +20,8 @@ from pathlib import Path
 from keras_transformer.cli.common import (
     ArgumentParser,
     add_precision_argument,
+    check_alpha,
+    check_at_least_one,
     existing_file,
     existing_workdir,
     run,
@@ -44,6 +46,8 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if any(beam < 1 for beam in args.beams):
         parser.error("--beams must be >= 1")
+    check_alpha(parser, args, "alphas")
+    check_at_least_one(parser, args, "batch_size")
     existing_workdir(PROG, args.workdir)
     existing_file(PROG, args.src, "--src")
     existing_file(PROG, args.ref, "--ref")

@@ -21,7 +21,7 @@ class LayerNormalization(keras.layers.LayerNormalization):
     the native C++ kernels (``keras_transformer.kernels.native``) when they are
     enabled and build. They are off by default; turn them on with
     ``keras_transformer.kernels.native.set_enabled(True)``, the environment variable
-    ``KERAS_TRANSFORMER_NATIVE_OPS=1`` or, in ``training.train``, the config
+    ``KERAS_TRANSFORMER_NATIVE_OPS=1`` or, in ``kt train``, the config
     key ``training.native_ops: true``. Inference always uses TensorFlow's ops, so exported
     SavedModels and
     TFLite models contain only standard ops; the two paths agree to float32
