@@ -35,7 +35,6 @@ def _code_lines(source: str, node: ast.AST) -> int:
 BEING_SPLIT = {
     "keras_transformer/training/callbacks.py",
     "keras_transformer/training/loop.py",
-    "keras_transformer/training/trainer.py",
 }
 
 
