@@ -2,7 +2,8 @@
 
 ``--config`` is a name in ``training/configs`` (demo, multi30k, base, big) or
 a YAML path; ``--set section.key=value`` overrides any key (values parsed as
-YAML). Re-running the same command after an interruption resumes from the
+YAML); ``--print-config`` prints the resolved config as YAML and exits. Re-running
+the same command after an interruption resumes from the
 last backup at its step, on the batches an uninterrupted run would have used
 next, from the input position saved with it (no batch before it is read
 again). The workdir's layout is ``keras_transformer.Workdir``'s.
