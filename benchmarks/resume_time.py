@@ -8,7 +8,7 @@ already used).
 
 The input is the training program's for ``--config multi30k --set data.dir=CORPUS --set
 training.cache=false`` (streamed from the text, tokenized, shuffled through 10,000 examples,
-batched by length at 1,536 tokens a batch; ``training.trainer.datasets``), read by
+batched by length at 1,536 tokens a batch; ``training.inputs.datasets``), read by
 ``training.loop.fit_in_steps`` as the program's ``fit`` loop reads it. ``--pairs N`` trains on
 the corpus's first N pairs (copied to a folder of their own): the old way's resume at 90% reads
 most of a pass, and a pass over all 4.5M pairs takes ~13 minutes on a 2-core VM.
@@ -119,8 +119,9 @@ def measure(args) -> dict:
     import numpy as np
 
     import keras_transformer as kt
-    from keras_transformer.training import trainer
     from keras_transformer.training.backup import TrainingBackup
+    from keras_transformer.training.batches import datasets
+    from keras_transformer.training.build import build_tokenizers
     from keras_transformer.training.corpora import load_corpus
     from keras_transformer.training.run_config import load_config
 
@@ -137,21 +138,21 @@ def measure(args) -> dict:
         *args.set,
     ]
     config = load_config(args.config, overrides)
-    corpus = load_corpus(config["data"])
+    corpus = load_corpus(config.data)
     pairs = len(corpus["train"])
-    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, work / "tokenizer_run")
+    src_tok, tgt_tok = build_tokenizers(config, corpus, work / "tokenizer_run")
 
     def make_data():  # the training batches alone (no validation split to build)
-        return trainer.datasets(config, {**corpus, "valid": []}, src_tok, tgt_tok)[0]
+        return datasets(config.training, {**corpus, "valid": []}, src_tok, tgt_tok)[0]
 
     rows = [int(batch[1].shape[0]) for batch in make_data().take(SAMPLE_BATCHES)]
     per_batch = float(np.mean(rows))
-    options = config["training"]
+    options = config.training
     model_config = kt.TransformerConfig.from_preset(
         "tiny",
         src_vocab_size=src_tok.vocab_size,
         tgt_vocab_size=tgt_tok.vocab_size,
-        max_length=max(options["max_src_length"], options["max_tgt_length"] + 1),
+        max_length=max(options.max_src_length, options.max_tgt_length + 1),
         num_layers=1,
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hang_guard import HANG_TIMEOUT
 
-from keras_transformer.training.run_config import check_data, corpus_sources, load_config
+from keras_transformer.training.run_config import CorpusSource, corpus_sources, load_config
 
 pytestmark = pytest.mark.programs
 
@@ -48,7 +48,7 @@ def two_sources(tmp_path, weights=(1, 3), tags=("<a>", "<b>"), **extra) -> list[
     ]
 
 
-def tiny_config(sources, *overrides: str) -> dict:
+def tiny_config(sources, *overrides: str):
     return load_config(
         "demo",
         [
@@ -78,7 +78,10 @@ def tiny_config(sources, *overrides: str) -> dict:
         ([{"dir": "a", "tag": "<b t>"}], r"tag='<b t>': .*cannot hold whitespace"),
         ([{"dir": "a", "tag": 3}], r"tag=3: a tag is a non-empty string"),
         ([{"dir": "a", "tag": "＜bt＞"}], r"NFKC normalisation changes it"),
-        ([{"dir": "a", "weigth": 1}], r"no key\(s\) \['weigth'\]"),
+        (
+            [{"dir": "a", "weigth": 1}],
+            r"data.sources\[0\].weigth: unknown key; did you mean data.sources\[0\].weight\?",
+        ),
         ([{"dir": "a", "kind": "csv"}], r"data.sources\[0\].kind='csv': use synthetic, text"),
     ],
 )
@@ -91,7 +94,11 @@ def test_sources_resolve_with_defaults_and_the_eval_source_by_index_or_name():
     sources = corpus_sources(
         {"sources": [{"dir": "corpora/x"}, {"kind": "tsv", "tsv": {"train": "t/y.tsv"}}]}
     )
-    assert sources == [
+    assert sources == (
+        CorpusSource(kind="text", dir="corpora/x", weight=1.0, tag=None, name="x"),
+        CorpusSource(kind="tsv", tsv={"train": "t/y.tsv"}, weight=1.0, tag=None, name="y.tsv"),
+    )
+    assert [source.to_dict() for source in sources] == [
         {"kind": "text", "dir": "corpora/x", "weight": 1.0, "tag": None, "name": "x"},
         {"kind": "tsv", "tsv": {"train": "t/y.tsv"}, "weight": 1.0, "tag": None, "name": "y.tsv"},
     ]
@@ -104,7 +111,7 @@ def test_sources_resolve_with_defaults_and_the_eval_source_by_index_or_name():
     with pytest.raises(ValueError, match="several corpora have it"):
         corpus_sources({"sources": [{"dir": "x/a"}, {"dir": "y/a"}], "eval_source": "a"})
     with pytest.raises(ValueError, match="this config has one corpus"):
-        check_data(load_config("demo", ["data.eval_source=1"]))
+        load_config("demo", ["data.eval_source=1"])
 
 
 def test_a_single_corpus_config_is_unchanged():
@@ -112,13 +119,12 @@ def test_a_single_corpus_config_is_unchanged():
     are what they were before several corpora existed."""
     from keras_transformer.data import PairSource
     from keras_transformer.training.corpora import load_corpus
-    from keras_transformer.training.trainer import _preparation
+    from keras_transformer.training.prepared import preparation
 
     config = load_config("demo", ["data.synthetic={train: 30, valid: 3, test: 3, seed: 1}"])
-    check_data(config)
-    assert corpus_sources(config["data"]) is None
-    assert isinstance(load_corpus(config["data"])["train"], PairSource)
-    assert set(_preparation(config)["source"]) == {"kind", "dir", "synthetic", "tsv", "tfds"}
+    assert config.data.sources is None
+    assert isinstance(load_corpus(config.data)["train"], PairSource)
+    assert set(preparation(config)["source"]) == {"kind", "dir", "synthetic", "tsv", "tfds"}
 
 
 def _program(args, timeout=HANG_TIMEOUT):
@@ -138,7 +144,7 @@ def _program(args, timeout=HANG_TIMEOUT):
     [
         ("[{kind: text, dir: corpora/x, weight: 0}]", "data.sources[0].weight=0: use a positive"),
         ("[]", "data.sources=[]: list one corpus or more"),
-        ("{kind: text}", "use a list or null"),
+        ("{kind: text}", "list one corpus or more"),
         ("[{dir: x, tag: ''}]", "data.sources[0].tag='': a tag is a non-empty string"),
         ("[{dir: x, tag: 'a b'}]", "cannot hold whitespace"),
     ],
@@ -193,14 +199,15 @@ def test_tags_are_one_piece_of_the_source_model_only(tmp_path):
 def _mixed_input(tmp_path, config, workdir):
     import keras
 
+    from keras_transformer.training.batches import datasets
+    from keras_transformer.training.build import build_tokenizers
     from keras_transformer.training.corpora import load_corpus
-    from keras_transformer.training.trainer import build_tokenizers, datasets
 
-    keras.utils.set_random_seed(config["training"]["seed"])
+    keras.utils.set_random_seed(config.training.seed)
     workdir.mkdir(parents=True, exist_ok=True)
-    corpus = load_corpus(config["data"])
+    corpus = load_corpus(config.data)
     src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)
-    return corpus, src_tok, datasets(config, corpus, src_tok, tgt_tok)
+    return corpus, src_tok, datasets(config.training, corpus, src_tok, tgt_tok)
 
 
 def test_weighted_sampling_matches_the_weights_and_tags_start_the_sources(tmp_path):
@@ -284,8 +291,10 @@ def test_several_corpora_are_prepared_each_into_its_own_shards(tmp_path, capsys)
     import numpy as np
 
     from keras_transformer.data import PreparationError, PreparedShards, StalePreparationError
-    from keras_transformer.training import trainer
+    from keras_transformer.training.batches import datasets
+    from keras_transformer.training.build import build_tokenizers
     from keras_transformer.training.corpora import load_corpus
+    from keras_transformer.training.prepared import find_prepared, training_input_identity
 
     sources = two_sources(tmp_path)  # 60 pairs tagged <a> (weight 1), 240 tagged <b> (3)
     _prepare(tmp_path, sources, "data.examples_per_shard=40")
@@ -300,32 +309,32 @@ def test_several_corpora_are_prepared_each_into_its_own_shards(tmp_path, capsys)
     assert preparations[0].fingerprint["source"]["tag"] == "<a>"
 
     config = tiny_config(sources, "data.examples_per_shard=40")
-    corpus = load_corpus(config["data"])
-    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, workdir)  # the workdir's
-    prepared = trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+    corpus = load_corpus(config.data)
+    src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)  # the workdir's
+    prepared = find_prepared(config, workdir, corpus, src_tok, tgt_tok)
     assert [p.directory for p in prepared] == [p.directory for p in preparations]
-    train, _ = trainer.datasets(config, corpus, src_tok, tgt_tok, prepared)
+    train, _ = datasets(config.training, corpus, src_tok, tgt_tok, prepared)
     tag_ids = [int(src_tok.tokenize(tag).numpy()[0]) for tag in ("<a>", "<b>")]
     firsts = np.concatenate([inputs[0][:, 0] for inputs, _ in train.take(100).as_numpy_iterator()])
     assert set(np.unique(firsts)) == set(tag_ids)  # each example starts with its corpus's tag
     share = float(np.mean(firsts == tag_ids[1]))
     assert abs(share - 0.75) < 4 * math.sqrt(0.75 * 0.25 / len(firsts)), share
-    assert trainer.training_input_identity(prepared) != trainer.training_input_identity(None)
+    assert training_input_identity(prepared) != training_input_identity(None)
 
     retagged = tiny_config(two_sources(tmp_path, tags=("<a>", "<c>")))
-    with pytest.raises(StalePreparationError, match="source-1 is stale .*source.*training.prepare"):
-        trainer.find_prepared(retagged, workdir, load_corpus(retagged["data"]), src_tok, tgt_tok)
+    with pytest.raises(StalePreparationError, match="source-1 is stale .*source.*kt prepare"):
+        find_prepared(retagged, workdir, load_corpus(retagged.data), src_tok, tgt_tok)
     reweighted = tiny_config(two_sources(tmp_path, weights=(5, 1)))  # weights only sample
-    assert trainer.find_prepared(reweighted, workdir, corpus, src_tok, tgt_tok) is not None
+    assert find_prepared(reweighted, workdir, corpus, src_tok, tgt_tok) is not None
     off = tiny_config(sources, "data.prepare=false")
-    assert trainer.find_prepared(off, workdir, corpus, src_tok, tgt_tok) is None
+    assert find_prepared(off, workdir, corpus, src_tok, tgt_tok) is None
     import shutil
 
     shutil.rmtree(workdir / "prepared" / "source-1")
     with pytest.raises(PreparationError, match="some of the data.sources only \\(not for large\\)"):
-        trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+        find_prepared(config, workdir, corpus, src_tok, tgt_tok)
     again = tiny_config(sources, "data.examples_per_shard=40", "data.prepare=true")
-    assert len(trainer.find_prepared(again, workdir, corpus, src_tok, tgt_tok)) == 2  # remade
+    assert len(find_prepared(again, workdir, corpus, src_tok, tgt_tok)) == 2  # remade
     assert PreparedShards.exists(workdir / "prepared" / "source-1")
 
 

@@ -55,7 +55,7 @@ REPORT_ROWS = [
 
 
 def test_the_student_is_multi30ks_recipe_with_a_small_model_and_budget():
-    student, teacher = load_config("student"), load_config("multi30k")
+    student, teacher = load_config("student").to_dict(), load_config("multi30k").to_dict()
     for section in ("data", "tokenizer", "evaluation"):
         assert student[section] == teacher[section], section
     differ = {
@@ -80,7 +80,7 @@ def chain(tiny_workdir, tmp_path_factory):
         write_parallel_files(pairs, corpus, split)
     teacher = root / "teacher"
     shutil.copytree(tiny_workdir, teacher, ignore=shutil.ignore_patterns("export*", "*.tflite"))
-    config = load_config("student")
+    config = load_config("student").to_dict()
     for section, values in TINY_STUDENT.items():
         config[section].update(values)
     student = root / "student.yaml"

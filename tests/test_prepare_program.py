@@ -12,8 +12,11 @@ from hang_guard import HANG_TIMEOUT
 from keras_transformer import Workdir
 from keras_transformer.cli import prepare
 from keras_transformer.data import PreparedShards, StalePreparationError
-from keras_transformer.training import trainer
+from keras_transformer.training import batches
+from keras_transformer.training.batches import datasets
+from keras_transformer.training.build import build_tokenizers
 from keras_transformer.training.corpora import load_corpus
+from keras_transformer.training.prepared import find_prepared, preparation
 from keras_transformer.training.run_config import load_config
 
 pytestmark = pytest.mark.programs
@@ -36,15 +39,15 @@ def _arguments(workdir, *overrides):
 
 @pytest.fixture
 def shard_reads(monkeypatch):
-    """The prepared folders that trainer.datasets reads its training batches from."""
+    """The prepared folders that batches.datasets reads its training batches from."""
     reads = []
 
     def recorded(prepared, **kwargs):
         reads.append(prepared.directory)
         return sharded_dataset(prepared, **kwargs)
 
-    sharded_dataset = trainer.sharded_dataset
-    monkeypatch.setattr(trainer, "sharded_dataset", recorded)
+    sharded_dataset = batches.sharded_dataset
+    monkeypatch.setattr(batches, "sharded_dataset", recorded)
     return reads
 
 
@@ -64,12 +67,10 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
 
     def train_batches(*overrides):
         config = load_config("demo", [*TINY, *overrides])
-        corpus = load_corpus(config["data"])
-        src_tok, tgt_tok = trainer.build_tokenizers(
-            config, corpus, workdir
-        )  # the workdir's, reused
-        prepared = trainer.find_prepared(config, workdir, corpus, src_tok, tgt_tok)
-        train, _ = trainer.datasets(config, corpus, src_tok, tgt_tok, prepared)
+        corpus = load_corpus(config.data)
+        src_tok, tgt_tok = build_tokenizers(config, corpus, workdir)  # the workdir's, reused
+        prepared = find_prepared(config, workdir, corpus, src_tok, tgt_tok)
+        train, _ = datasets(config.training, corpus, src_tok, tgt_tok, prepared)
         return train
 
     (src, _), tgt_out = next(iter(train_batches()))
@@ -77,7 +78,7 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
     train_batches("data.prepare=false")
     assert len(shard_reads) == 1  # the text, not the shards
     with pytest.raises(
-        StalePreparationError, match="max_src_length: prepared with 24, now 32.*training.prepare"
+        StalePreparationError, match="max_src_length: prepared with 24, now 32.*kt prepare"
     ):
         train_batches("training.max_src_length=32")
     with pytest.raises(StalePreparationError, match="source"):
@@ -106,14 +107,14 @@ def test_prepare_then_train_on_the_shards(tmp_path, capsys, shard_reads):
 
 def test_training_prepares_on_the_first_run_with_prepare_true(tmp_path, shard_reads):
     config = load_config("demo", [*TINY, "data.prepare=true"])
-    corpus = load_corpus(config["data"])
-    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path)
-    trainer.datasets(
-        config,
+    corpus = load_corpus(config.data)
+    src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path)
+    datasets(
+        config.training,
         corpus,
         src_tok,
         tgt_tok,
-        trainer.find_prepared(config, tmp_path, corpus, src_tok, tgt_tok),
+        find_prepared(config, tmp_path, corpus, src_tok, tgt_tok),
     )
     assert shard_reads == [Workdir(tmp_path).prepared_dir]
     PreparedShards.load(shard_reads[0]).check(
@@ -121,7 +122,7 @@ def test_training_prepares_on_the_first_run_with_prepare_true(tmp_path, shard_re
         tgt_tok,
         max_src_length=24,
         max_tgt_length=24,
-        source=trainer._preparation(config)["source"],
+        source=preparation(config)["source"],
     )
 
 

@@ -653,7 +653,10 @@ def test_errors_name_the_problem():
         "use one of ['base', 'big', 'demo', 'multi30k', 'student', 'wmt14_ende']"
         in _kt(BAD_INVOCATIONS["unknown config"]).stderr
     )
-    assert "no key 'no_such_key'" in _kt(BAD_INVOCATIONS["unknown --set key"]).stderr
+    assert (
+        "training.no_such_key: unknown key; the keys are max_src_length"
+        in _kt(BAD_INVOCATIONS["unknown --set key"]).stderr
+    )
     assert (
         "cannot reach TF Serving at http://127.0.0.1:9"
         in _kt(BAD_INVOCATIONS["client with no server"]).stderr

@@ -52,15 +52,15 @@ with tfds.testing.mock_data(num_examples=40, policy=tfds.testing.MockPolicy.USE_
 
 def test_the_recipe_is_the_papers():
     config = load_config("wmt14_ende")
-    data, training = config["data"], config["training"]
-    assert data["tfds"]["name"] == "wmt14_translate/de-en"
-    assert (data["tfds"]["src_key"], data["tfds"]["tgt_key"]) == ("en", "de")  # English → German
-    assert (data["tfds"]["valid"], data["tfds"]["test"]) == (
+    data, training = config.data, config.to_dict()["training"]
+    assert data.tfds["name"] == "wmt14_translate/de-en"
+    assert (data.tfds["src_key"], data.tfds["tgt_key"]) == ("en", "de")  # English → German
+    assert (data.tfds["valid"], data.tfds["test"]) == (
         "validation",
         "test",
     )  # newstest2013, 2014
-    assert config["tokenizer"]["vocab_size"] == 37000 and config["tokenizer"]["shared"]
-    assert config["model"]["preset"] == "base"
+    assert config.tokenizer.vocab_size == 37000 and config.tokenizer.shared
+    assert config.model.preset == "base"
     assert training["batch_tokens"] * training["accumulate_steps"] == 25000
     steps = training["max_steps"] or training["epochs"] * training["steps_per_epoch"]
     assert steps == 100000 and training["average_last"] == 5

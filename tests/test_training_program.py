@@ -15,7 +15,12 @@ from loopback import run_workers
 
 from keras_transformer import Workdir
 from keras_transformer.hardware import cpu_record
-from keras_transformer.training.run_config import apply_override, config_path, load_config
+from keras_transformer.training.run_config import (
+    RunConfig,
+    apply_override,
+    config_path,
+    load_config,
+)
 from keras_transformer.training.strategy import make_strategy
 
 pytestmark = pytest.mark.programs
@@ -51,26 +56,68 @@ def test_configs_load_and_overrides_are_typed(tmp_path):
             "training.label_smoothing=0.2",
         ],
     )
-    assert config["training"]["epochs"] == 3 and config["training"]["jit"] is True
-    assert config["model"]["norm_first"] is True
-    assert config["training"]["label_smoothing"] == 0.2
-    Workdir(tmp_path).save_config(config)
-    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == config
+    assert config.training.epochs == 3 and config.training.jit is True
+    assert config.model.overrides["norm_first"] is True
+    assert config.training.label_smoothing == 0.2
+    Workdir(tmp_path).save_config(config.to_dict())
+    assert yaml.safe_load((tmp_path / "config.yaml").read_text()) == config.to_dict()
     assert config_path(str(tmp_path / "config.yaml")) == tmp_path / "config.yaml"
+    assert load_config(str(tmp_path / "config.yaml")) == config  # a saved config reads back
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("training.epocs=3", "no key 'epocs'"),
-        ("nosuch.key=1", "not a config section"),
+        ("training.epocs=3", r"training.epocs: unknown key; did you mean training.epochs\?"),
+        ("nosuch.key=1", "nosuch: unknown section; the sections are data, tokenizer"),
         ("training.epochs", "section.key=value"),
+        ("model.d_modle=3", r"model.d_modle: unknown key; did you mean model.d_model\?"),
+        ("data.synthetic.train.x=1", "data.synthetic.train is not a mapping"),
     ],
 )
 def test_bad_overrides_say_what_is_wrong(override, message):
-    config = load_config("demo")
+    values = load_config("demo").to_dict()
     with pytest.raises(ValueError, match=message):
-        apply_override(config, override)
+        apply_override(values, override)
+
+
+def test_the_model_keys_are_transformer_config_fields():
+    import dataclasses
+
+    import keras_transformer as kt
+    from keras_transformer.training.run_config import TRANSFORMER_FIELDS
+
+    fields = tuple(field.name for field in dataclasses.fields(kt.TransformerConfig))
+    assert TRANSFORMER_FIELDS == fields
+
+
+def test_an_old_config_yaml_reads_back(tmp_path):
+    """A workdir's config.yaml from before the typed config (plain dicts, keys added since
+    missing, data.sources as written) reads back, and Workdir still reads it as a mapping."""
+    old = {
+        "data": {"kind": "synthetic", "synthetic": {"train": 30, "valid": 3, "test": 3}},
+        "tokenizer": {"vocab_size": 200, "shared": True},
+        "model": {"preset": "tiny", "d_model": 32, "num_layers": 1},
+        "training": {"max_src_length": 24, "max_tgt_length": 24, "epochs": 1, "verbose": 0},
+        "evaluation": {"max_sentences": 4},
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    config = RunConfig.from_dict(Workdir(tmp_path).config)
+    assert config.training.patience == 3 and config.training.epochs == 1  # a default, as saved
+    assert config.model.preset == "tiny" and config.model.options() == {
+        "d_model": 32,
+        "num_layers": 1,
+    }
+    assert config.model.to_dict() == old["model"]
+    assert config.to_dict()["data"]["synthetic"] == old["data"]["synthetic"]
+    assert Workdir(tmp_path).shared_vocabulary is True
+    several = {
+        **old,
+        "data": {"sources": [{"dir": "a", "weight": 2}, {"dir": "b", "tag": "<bt>"}]},
+    }
+    sources = RunConfig.from_dict(several).data.sources
+    assert [(s.name, s.weight, s.tag) for s in sources] == [("a", 2.0, None), ("b", 1.0, "<bt>")]
+    assert RunConfig.from_dict(RunConfig.from_dict(several).to_dict()).data.sources == sources
 
 
 def test_every_config_resolves_every_schema_key_and_each_can_be_set():
@@ -83,14 +130,14 @@ def test_every_config_resolves_every_schema_key_and_each_can_be_set():
 
     assert section_defaults("tokenizer")["max_sentences"] == DEFAULT_MAX_SENTENCES
     for name in sorted(path.stem for path in Path(config_path("demo")).parent.glob("*.yaml")):
-        config = load_config(name)
+        saved = load_config(name).to_dict()
         for section, schema in SECTIONS.items():
-            assert set(config[section]) == {field.name for field in dataclasses.fields(schema)}, (
+            assert set(saved[section]) == {field.name for field in dataclasses.fields(schema)}, (
                 name,
                 section,
             )
     base = load_config("base", ["training.shuffle_buffer=5", "evaluation.max_sentences=null"])
-    assert base["training"]["shuffle_buffer"] == 5 and base["evaluation"]["max_sentences"] is None
+    assert base.training.shuffle_buffer == 5 and base.evaluation.max_sentences is None
 
 
 def test_a_config_file_gets_the_defaults_and_its_mistakes_named(tmp_path):
@@ -101,36 +148,125 @@ def test_a_config_file_gets_the_defaults_and_its_mistakes_named(tmp_path):
         "data: {kind: text, dir: corpus}\ntraining: {max_src_length: 50, max_tgt_length: 60}\n"
     )
     config = load_config(str(path), ["training.jit=true"])
-    assert config["training"] == {
+    assert config.to_dict()["training"] == {
         **section_defaults("training"),
         "max_src_length": 50,
         "max_tgt_length": 60,
         "jit": True,
     }
-    assert config["tokenizer"] == section_defaults("tokenizer") and config["model"] == {}
+    assert config.to_dict()["tokenizer"] == section_defaults("tokenizer")
+    assert config.to_dict()["model"] == {}
     for text, message in [
         (
             "training: {max_src_length: 5, max_tgt_length: 5, epocs: 3}",
-            r"no key\(s\) \['epocs'\] in section 'training'",
+            rf"training.epocs: unknown key; did you mean training.epochs\? \({path}\)",
         ),
         ("training: {max_src_length: 5}", "training.max_tgt_length is required"),
         (
             "training: {max_src_length: 5, max_tgt_length: 5, jit: 'yes'}",
-            "training.jit='yes': use true or false",
+            "training.jit='yes': expected true or false",
         ),
         (
             "training: {max_src_length: 5, max_tgt_length: 5, cache: 3}",
-            "use auto, true or false or a string",
+            "expected auto, true or false or a string",
         ),
-        ("trainer: {}", r"unknown section\(s\) \['trainer'\]"),
+        ("trainer: {}", r"trainer: unknown section; did you mean training\?"),
     ]:
         path.write_text(text + "\n")
         with pytest.raises(ValueError, match=message):
             load_config(str(path))
     with pytest.raises(
-        ValueError, match="training.mixed_precision='fp8': use auto, fp32, bf16 or fp16"
+        ValueError,
+        match=r"training.mixed_precision='fp8': expected auto, fp32, bf16 or fp16 "
+        r"\(--set training.mixed_precision=fp8\)",
     ):
         load_config("demo", ["training.mixed_precision=fp8"])
+
+
+# kt train in a fresh process that fails if TensorFlow was imported: a config's mistakes and
+# --print-config need none.
+WITHOUT_TENSORFLOW = """
+import sys
+from keras_transformer.cli import train
+try:
+    status = train.main(sys.argv[1:])
+except SystemExit as exit:
+    status = exit.code
+assert "tensorflow" not in sys.modules, "TensorFlow was imported"
+sys.exit(status)
+"""
+
+
+def _train_without_tensorflow(*args):
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_TENSORFLOW, *args],
+        cwd=CHECKOUT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_TIMEOUT,
+    )
+
+
+@pytest.mark.parametrize(
+    "override, error",
+    [
+        (
+            "training.patiance=3",
+            "training.patiance: unknown key; did you mean training.patience? "
+            "(--set training.patiance=3)",
+        ),
+        (
+            "training.patience=abc",
+            "training.patience='abc': expected an integer (--set training.patience=abc)",
+        ),
+    ],
+)
+def test_a_bad_key_or_value_is_one_line_and_status_2(tmp_path, override, error):
+    workdir = tmp_path / "run"
+    result = _train_without_tensorflow(
+        "--config", "demo", "--workdir", str(workdir), "--set", override
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"kt train: error: {error}"]
+    assert not workdir.exists()
+
+
+def test_print_config_reads_back_through_load_config(tmp_path):
+    overrides = [
+        "training.epochs=5",
+        "model.d_model=32",
+        "data.sources=[{dir: corpora/a, weight: 1}, {dir: corpora/b, weight: 2, tag: '<bt>'}]",
+    ]
+    arguments = [item for override in overrides for item in ("--set", override)]
+    result = _train_without_tensorflow(
+        "--config", "demo", *arguments, "--mixed-precision", "bf16", "--print-config"
+    )
+    assert result.returncode == 0, result.stderr
+    path = tmp_path / "printed.yaml"
+    path.write_text(result.stdout)
+    printed = load_config(str(path))
+    expected = load_config("demo", [*overrides, "training.mixed_precision=bf16"])
+    assert printed == expected and printed.data.sources[1].tag == "<bt>"
+    assert list(yaml.safe_load(result.stdout)) == [
+        "data",
+        "tokenizer",
+        "model",
+        "training",
+        "evaluation",
+    ]
+
+
+def test_a_relative_data_dir_is_the_current_folders_then_the_checkouts(tmp_path, monkeypatch):
+    from keras_transformer.training import run_config
+
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert run_config.resolve_path("mine") == Path("mine")
+    assert run_config.resolve_path(tmp_path / "x") == tmp_path / "x"
+    checkout = Path(__file__).resolve().parents[1]
+    assert run_config.CHECKOUT == checkout  # the tests run from a source checkout
+    assert run_config.resolve_path("training/configs") == checkout / "training" / "configs"
+    assert run_config.resolve_path("nowhere") == Path("nowhere")  # an error names it
 
 
 def test_unknown_config_lists_the_known_ones():
@@ -393,19 +529,18 @@ def test_two_replicas_validate_exactly_and_accumulate_in_both_loops():
 
 
 def test_static_batch_sizes_are_rounded_to_the_replicas():
-    from keras_transformer.training.trainer import batching_for_replicas
+    from keras_transformer.training.batches import batching_for_replicas
 
     config = load_config("demo", ["training.batch_tokens=null", "training.batch_size=7"])
-    assert batching_for_replicas(config, 2)["training"]["batch_size"] == 6
-    assert batching_for_replicas(config, 8)["training"]["batch_size"] == 8  # at least one row each
-    assert config["training"]["batch_size"] == 7  # the saved config is the one asked for
+    assert batching_for_replicas(config.training, 2).batch_size == 6
+    assert batching_for_replicas(config.training, 8).batch_size == 8  # at least one row each
+    assert config.training.batch_size == 7  # the saved config is the one asked for
     static = load_config(
         "demo", ["training.static_shapes=true", "training.batch_tokens=650"]
     )  # 10 rows of 65
-    assert batching_for_replicas(static, 4)["training"]["batch_tokens"] == 8 * 65
-    assert batching_for_replicas(load_config("demo"), 4) == load_config(
-        "demo"
-    )  # buckets: padded instead
+    assert batching_for_replicas(static.training, 4).batch_tokens == 8 * 65
+    demo = load_config("demo").training
+    assert batching_for_replicas(demo, 4) == demo  # buckets: padded instead
 
 
 def _train_command(workdir, *extra):
@@ -673,24 +808,29 @@ def test_backup_killed_while_written_still_restores(tmp_path):
 
 def test_step_plan_counts_updates_and_ends_short_epochs():
     from keras_transformer.training.loop import StepPlan
+    from keras_transformer.training.run_config import TrainingSection
+
+    def section(**options):
+        return TrainingSection(max_src_length=8, max_tgt_length=8, **options)
 
     plan = StepPlan.from_options(
-        {"steps_per_epoch": 4, "epochs": 5, "max_steps": 10, "backup_every_steps": 3}
+        section(steps_per_epoch=4, epochs=5, max_steps=10, backup_every_steps=3)
     )
     assert (plan.total, plan.epochs_in_total) == (10, 3)  # the first bound reached ends the run
     assert [step for step in range(1, 11) if plan.is_epoch_end(step)] == [4, 8, 10]
     assert [step for step in range(1, 11) if plan.backs_up_at(step)] == [3, 6, 9, 10]
     assert StepPlan(steps_per_epoch=4, epochs=2, max_steps=100).total == 8
-    epochs_only = StepPlan.from_options({"steps_per_epoch": 4, "epochs": 2})
+    epochs_only = StepPlan.from_options(section(steps_per_epoch=4, epochs=2))
     assert [step for step in range(1, 9) if epochs_only.backs_up_at(step)] == [4, 8]
     for options, message in [
         ({"steps_per_epoch": 4, "epochs": None}, "epochs or training.max_steps"),
         ({"steps_per_epoch": 4, "max_steps": 10, "steps_per_execution": 4}, "max_steps=10"),
-        ({"steps_per_epoch": 4, "epochs": 1, "backup_every_steps": "often"}, "'epoch'"),
         ({"steps_per_epoch": 4, "epochs": 1, "accumulate_steps": 0}, "accumulate_steps"),
     ]:
         with pytest.raises(ValueError, match=message):
-            StepPlan.from_options(options)
+            StepPlan.from_options(section(**options))
+    with pytest.raises(ValueError, match="training.backup_every_steps='often': expected epoch"):
+        load_config("demo", ["training.backup_every_steps=often"])
 
 
 @pytest.mark.parametrize("loop", ["fit", "custom"])
@@ -1046,8 +1186,9 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
     import itertools
 
     from keras_transformer.data import PairSource
+    from keras_transformer.training.batches import datasets
+    from keras_transformer.training.build import build_tokenizers
     from keras_transformer.training.corpora import load_corpus
-    from keras_transformer.training.trainer import build_tokenizers, datasets
 
     config = load_config(
         "demo",
@@ -1058,13 +1199,13 @@ def test_training_split_is_shuffled_whole_by_default(tmp_path):
             "training.shuffle_buffer=null",
         ],
     )
-    corpus = load_corpus(config["data"])
+    corpus = load_corpus(config.data)
     corpus["train"] = PairSource.from_pairs(sorted(corpus["train"], key=lambda pair: len(pair[0])))
     src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path)
 
     def longest_source_in_first_batches(shuffle_buffer):
-        config["training"]["shuffle_buffer"] = shuffle_buffer
-        train, _ = datasets(config, corpus, src_tok, tgt_tok)
+        options = config.replace("training", shuffle_buffer=shuffle_buffer).training
+        train, _ = datasets(options, corpus, src_tok, tgt_tok)
         return max(
             int((src.numpy() != 0).sum(axis=1).max()) for (src, _), _ in itertools.islice(train, 4)
         )
@@ -1149,35 +1290,36 @@ def test_corpus_from_tfds_offline():
 
 
 def test_large_training_splits_are_neither_cached_nor_shuffled_whole():
-    from keras_transformer.training.trainer import IN_MEMORY_PAIRS, training_input
+    from keras_transformer.training.batches import IN_MEMORY_PAIRS, training_input
+    from keras_transformer.training.run_config import TrainingSection
+
+    def options(**values):
+        return TrainingSection(max_src_length=8, max_tgt_length=8, **values)
 
     small, large = IN_MEMORY_PAIRS, IN_MEMORY_PAIRS + 1
-    assert training_input({"cache": "auto", "shuffle_buffer": None}, small) == {
+    assert training_input(options(cache="auto", shuffle_buffer=None), small) == {
         "cache": True,
         "shuffle_buffer": small,
     }
-    assert training_input({"shuffle_buffer": 50}, large) == {"cache": False, "shuffle_buffer": 50}
-    assert training_input({"cache": "/tmp/x", "shuffle_buffer": 5}, large)["cache"] == "/tmp/x"
-    assert training_input({"cache": False, "shuffle_buffer": None}, 10)["cache"] is False
+    assert training_input(options(shuffle_buffer=50), large) == {
+        "cache": False,
+        "shuffle_buffer": 50,
+    }
+    assert training_input(options(cache="/tmp/x", shuffle_buffer=5), large)["cache"] == "/tmp/x"
+    assert training_input(options(cache=False, shuffle_buffer=None), 10)["cache"] is False
     with pytest.raises(
         ValueError, match=r"training.shuffle_buffer=null .* 1,000,001 pairs.*shuffle_buffer=200000"
     ):
-        training_input({"shuffle_buffer": None}, large)
-    with pytest.raises(ValueError, match="training.cache must be"):
-        training_input({"cache": 3, "shuffle_buffer": 5}, 10)
+        training_input(options(shuffle_buffer=None), large)
+    with pytest.raises(ValueError, match="training.cache=3: expected auto, true or false"):
+        load_config("demo", ["training.cache=3"])
     for name in ("demo", "multi30k", "base", "big", "wmt14_ende"):  # every key can be --set
         config = load_config(
             name,
             ["training.shuffle_buffer=7", "training.cache=false", "tokenizer.max_sentences=null"],
         )
-        assert (
-            config["training"]["shuffle_buffer"] == 7
-            and config["tokenizer"]["max_sentences"] is None
-        )
-    assert (
-        load_config("base")["training"]["shuffle_buffer"]
-        == load_config("big")["training"]["shuffle_buffer"]
-    )
+        assert config.training.shuffle_buffer == 7 and config.tokenizer.max_sentences is None
+    assert load_config("base").training.shuffle_buffer == load_config("big").training.shuffle_buffer
 
 
 def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
@@ -1190,7 +1332,8 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
         write_parallel_files,
     )
     from keras_transformer.tokenization import train_sentencepiece
-    from keras_transformer.training import trainer
+    from keras_transformer.training import batches
+    from keras_transformer.training.build import build_tokenizers
     from keras_transformer.training.corpora import load_corpus
 
     splits = demo_splits(train=300, valid=10, test=0, seed=2)
@@ -1205,8 +1348,8 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
             "training.shuffle_buffer=32",
         ],
     )
-    corpus = load_corpus(config["data"])
-    src_tok, tgt_tok = trainer.build_tokenizers(config, corpus, tmp_path / "run")
+    corpus = load_corpus(config.data)
+    src_tok, tgt_tok = build_tokenizers(config, corpus, tmp_path / "run")
     text = PairSource.from_text_files(
         tmp_path / "data" / "train.src", tmp_path / "data" / "train.tgt"
     ).read()
@@ -1214,22 +1357,22 @@ def test_text_corpus_streams_into_tokenizers_and_batches(tmp_path, monkeypatch):
         text.sources + text.targets, tmp_path / "old" / "spm", vocab_size=200
     )
     assert src_tok.model_bytes == unlimited.read_bytes()  # the sample is the whole (small) corpus
-    monkeypatch.setattr(trainer, "IN_MEMORY_PAIRS", 100)  # 300 pairs are now "large": no cache
+    monkeypatch.setattr(batches, "IN_MEMORY_PAIRS", 100)  # 300 pairs are now "large": no cache
     calls = []
 
     def recorded(pairs, *args, **options):
         calls.append(options)
         return make_dataset(pairs, *args, **options)
 
-    monkeypatch.setattr(trainer, "make_dataset", recorded)
-    train, valid = trainer.datasets(config, corpus, src_tok, tgt_tok)
+    monkeypatch.setattr(batches, "make_dataset", recorded)
+    train, valid = batches.datasets(config.training, corpus, src_tok, tgt_tok)
     assert (calls[0]["cache"], calls[0]["shuffle_buffer"]) == (False, 32)
     sentences = sum(int(src.shape[0]) for (src, _), _ in train.take(100))
     assert sentences > 300  # repeats: more than one pass over the files
     assert valid is not None and corpus["valid"] == [(s, t) for s, t in splits["valid"]]
-    config["training"]["shuffle_buffer"] = None
+    unbounded = config.replace("training", shuffle_buffer=None).training
     with pytest.raises(ValueError, match="set a bound"):
-        trainer.datasets(config, corpus, src_tok, tgt_tok)
+        batches.datasets(unbounded, corpus, src_tok, tgt_tok)
 
 
 @pytest.mark.parametrize("name", ["demo", "multi30k", "student", "base", "big", "wmt14_ende"])
@@ -1237,12 +1380,12 @@ def test_shipped_configs_build_valid_models(name):
     import keras_transformer as kt
 
     config = load_config(name)
-    model = dict(config["model"])
-    preset = model.pop("preset")
-    kt.TransformerConfig.from_preset(preset, vocab_size=config["tokenizer"]["vocab_size"], **model)
+    kt.TransformerConfig.from_preset(
+        config.model.preset, vocab_size=config.tokenizer.vocab_size, **config.model.options()
+    )
     from keras_transformer.training.steps import StepPlan
 
-    plan = StepPlan.from_options(config["training"])  # the step counts fit together
+    plan = StepPlan.from_options(config.training)  # the step counts fit together
     assert plan.total >= plan.steps_per_epoch
 
 

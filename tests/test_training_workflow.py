@@ -173,7 +173,7 @@ def _snapshots(tmp_path, values, metric="bleu", last=1, best=3):
 
 
 def test_the_best_epochs_are_averaged(tmp_path):
-    from keras_transformer.training.trainer import choose_final_weights
+    from keras_transformer.training.finish import choose_final_weights
 
     keeper, model, start = _snapshots(tmp_path, [2.0, 7.0, 3.0, 6.0, 1.0, 5.0])
     assert keeper.best_epochs() == [2, 4, 6] and keeper.kept_epochs() == [2, 4, 6]
@@ -202,7 +202,7 @@ def test_the_best_epochs_are_averaged(tmp_path):
 def test_the_average_is_kept_only_when_it_is_not_worse(
     tmp_path, metric, values, averaged_value, kept
 ):
-    from keras_transformer.training.trainer import choose_final_weights
+    from keras_transformer.training.finish import choose_final_weights
 
     keeper, model, start = _snapshots(tmp_path, values, metric=metric, last=3, best=1)
     averaged = keeper.last_epochs(3)
@@ -215,7 +215,7 @@ def test_the_average_is_kept_only_when_it_is_not_worse(
 
 
 def test_without_best_epochs_the_average_is_checked_against_the_last(tmp_path):
-    from keras_transformer.training.trainer import choose_final_weights
+    from keras_transformer.training.finish import choose_final_weights
 
     # The slow-CPU Multi30k run: val BLEU 5.29, 9.76, 12.20, 20.21, the average of the last 3
     # far below the last epoch.
@@ -322,12 +322,15 @@ def _program(*args, timeout=HANG_TIMEOUT):
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("training.early_stopping=accuracy", "training.early_stopping='accuracy': use bleu, loss"),
+        (
+            "training.early_stopping=accuracy",
+            "training.early_stopping='accuracy': expected bleu, loss or null",
+        ),
         ("training.early_stopping=bleu", "needs validation BLEU: set evaluation.bleu_sentences"),
         ("training.patience=0", "training.patience=0: use an integer >= 1"),
         ("training.keep_best=0", "training.keep_best=0: use an integer >= 1"),
         ("training.min_delta=-1", "training.min_delta=-1: use a number >= 0"),
-        ("training.average=mean", "training.average='mean': use last or best"),
+        ("training.average=mean", "training.average='mean': expected last or best"),
         ("training.average=best", "training.average=best averages the training.keep_best best"),
     ],
 )
@@ -367,7 +370,7 @@ def test_the_program_stops_early_resumes_and_records_the_choice(tmp_path, monkey
     best epoch's 8.0."""
     import keras
 
-    from keras_transformer.training import callbacks, trainer
+    from keras_transformer.training import callbacks, finish, trainer
     from keras_transformer.training.backup import TrainingBackup
     from keras_transformer.training.loop import optimizer_step
     from keras_transformer.training.run_config import load_config
@@ -383,14 +386,14 @@ def test_the_program_stops_early_resumes_and_records_the_choice(tmp_path, monkey
             raise Killed(f"killed while validating epoch {epoch}")
         return {"bleu": script.get(epoch, 9.0), "chrf": 0.0}
 
-    choose = trainer.choose_final_weights
+    choose = finish.choose_final_weights
 
     def choose_final_weights(*args, **kwargs):
         state["final"] = True
         return choose(*args, **kwargs)
 
     monkeypatch.setattr(callbacks.ValidationBleu, "score", scripted_score)
-    monkeypatch.setattr(trainer, "choose_final_weights", choose_final_weights)
+    monkeypatch.setattr(finish, "choose_final_weights", choose_final_weights)
     config = load_config(
         "demo",
         [

@@ -63,11 +63,14 @@ def test_worker_index_numbers_workers_as_tf_distribute_numbers_input_pipelines()
 
 
 def test_each_worker_gets_its_share_of_the_batch():
-    from keras_transformer.training.trainer import worker_batching
+    import dataclasses
 
-    options = {"max_src_length": 40, "max_tgt_length": 39, "batch_tokens": 4096}
+    from keras_transformer.training.batches import worker_batching
+    from keras_transformer.training.run_config import TrainingSection
+
+    options = TrainingSection(max_src_length=40, max_tgt_length=39, batch_tokens=4096)
     assert worker_batching(options, 4) == {"batch_tokens": 1024, "batch_size": None}
-    sized = {**options, "batch_tokens": None, "batch_size": 64}
+    sized = dataclasses.replace(options, batch_tokens=None, batch_size=64)
     assert worker_batching(sized, 4) == {"batch_tokens": None, "batch_size": 16}
     with pytest.raises(ValueError, match="over 128 workers gives each 32 tokens a batch, fewer"):
         worker_batching(options, 128)
@@ -268,8 +271,9 @@ import keras
 import numpy as np
 import keras_transformer as kt
 from keras_transformer.data import PreparedShards
-from keras_transformer.training import trainer
 from keras_transformer.training.backup import TrainingBackup
+from keras_transformer.training.batches import datasets
+from keras_transformer.training.run_config import TrainingSection
 from keras_transformer.training.loop import StepPlan, custom_fit, optimizer_step
 from keras_transformer.training.workers import PerWorkerInput, worker_count, worker_index
 from keras_transformer.training.strategy import make_strategy
@@ -286,8 +290,8 @@ strategy = make_strategy(mode)
 workers = worker_count(strategy)
 part = (worker_index(strategy), workers) if workers > 1 else None  # as the trainer decides
 index = 0 if part is None else part[0]
-config = {"training": {"max_src_length": 16, "max_tgt_length": 16, "batch_tokens": 128,
-                       "shuffle_buffer": 64, "seed": 3}}
+options = TrainingSection(max_src_length=16, max_tgt_length=16, batch_tokens=128,
+                          shuffle_buffer=64, seed=3)
 prepared = PreparedShards.load(directory)
 # Epochs of 2 updates of 2 micro-batches, backups every 3 updates: killed at the end of step 4,
 # resumed at step 3, mid-epoch.
@@ -319,8 +323,8 @@ def train(name, kill=False):
         model.compile(optimizer=kt.paper_adam(kt.TransformerSchedule(16, 5), epsilon=1.0,
                                               gradient_accumulation_steps=2),
                       loss=kt.MaskedLabelSmoothedCrossEntropy(0.1), steps_per_execution=2)
-    train_input, _ = trainer.datasets(config, {"train": None, "valid": []}, None, None, prepared,
-                                      part=part)
+    train_input, _ = datasets(options, {"train": None, "valid": []}, None, None, prepared,
+                              part=part)
     assert isinstance(train_input, PerWorkerInput) == (part is not None), type(train_input)
     backup = TrainingBackup(os.path.join(os.path.dirname(out), f"worker{index}", name))
     try:
@@ -371,9 +375,10 @@ def prepared_shards(tmp_path_factory):
 
 
 def test_too_few_shard_files_for_the_workers_is_an_error(prepared_shards):
-    from keras_transformer.training.trainer import prepared_batches
+    from keras_transformer.training.batches import prepared_batches
+    from keras_transformer.training.run_config import TrainingSection
 
-    options = {"max_src_length": 16, "max_tgt_length": 16, "batch_tokens": 128}
+    options = TrainingSection(max_src_length=16, max_tgt_length=16, batch_tokens=128)
     files = len(prepared_shards.files)
     with pytest.raises(ValueError, match=f"fewer than the {files + 1} input pipelines"):
         prepared_batches(prepared_shards, options, part=(0, files + 1))

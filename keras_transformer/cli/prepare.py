@@ -19,10 +19,9 @@ import time
 from pathlib import Path
 
 from keras_transformer.cli.common import ArgumentParser, existing_path, fail, run, setup_logging
-from keras_transformer.training.run_config import check_data, check_prepare_mode, load_config
+from keras_transformer.training.run_config import RunConfig, load_config, resolve_path
 
 PROG = "kt prepare"
-CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def parse_args(argv=None):
@@ -44,34 +43,31 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def checked_config(args) -> dict:
+def checked_config(args) -> RunConfig:
     """The config with ``--set`` applied and its corpus paths checked, before TensorFlow."""
     try:
         config = load_config(args.config, args.set)
-        check_prepare_mode(config)
-        check_data(config)
     except ValueError as error:
         fail(PROG, str(error))
     if args.workdir.exists() and not args.workdir.is_dir():
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
-    data = config.get("data") or {}
+    data = config.data
 
     def resolved(path) -> Path:
-        path = Path(path)
-        return path if path.is_absolute() else CHECKOUT / path
+        return resolve_path(path)
 
-    if data.get("sources") is not None:
+    if data.sources is not None:
         return config  # each corpus is checked as it is read, a missing one named
-    if data.get("kind") == "text":
-        if not data.get("dir"):
+    if data.kind == "text":
+        if not data.dir:
             fail(
                 PROG,
                 "data.kind=text needs data.dir (a folder with train.src/train.tgt, ...): "
                 "add --set data.dir=PATH.",
             )
-        existing_path(PROG, resolved(data["dir"]) / "train.src", "training file")
-    elif data.get("kind") == "tsv" and (data.get("tsv") or {}).get("train"):
-        existing_path(PROG, resolved(data["tsv"]["train"]), "training file")
+        existing_path(PROG, resolved(data.dir) / "train.src", "training file")
+    elif data.kind == "tsv" and (data.tsv or {}).get("train"):
+        existing_path(PROG, resolved(data.tsv["train"]), "training file")
     return config
 
 
@@ -97,11 +93,12 @@ def main(argv=None) -> int:
     config = checked_config(args)
 
     def prepare() -> int:
+        from keras_transformer.training.build import build_tokenizers
         from keras_transformer.training.corpora import load_corpus
-        from keras_transformer.training.trainer import build_tokenizers, prepared_train_split
+        from keras_transformer.training.prepared import prepared_train_split
 
         started = time.perf_counter()
-        corpus = load_corpus(config["data"], base_dir=CHECKOUT)
+        corpus = load_corpus(config.data)
         src_tok, tgt_tok = build_tokenizers(config, corpus, args.workdir)
         prepared = prepared_train_split(
             config, args.workdir, corpus, src_tok, tgt_tok, rebuild=args.force

@@ -2,7 +2,8 @@
 
 ``--config`` is a name in ``training/configs`` (demo, multi30k, base, big) or
 a YAML path; ``--set section.key=value`` overrides any key (values parsed as
-YAML). Re-running the same command after an interruption resumes from the
+YAML); ``--print-config`` prints the resolved config as YAML and exits. Re-running
+the same command after an interruption resumes from the
 last backup at its step, on the batches an uninterrupted run would have used
 next, from the input position saved with it (no batch before it is read
 again). The workdir's layout is ``keras_transformer.Workdir``'s.
@@ -20,12 +21,7 @@ from keras_transformer.cli.common import (
     run,
     setup_logging,
 )
-from keras_transformer.training.run_config import (
-    check_data,
-    check_prepare_mode,
-    check_training,
-    load_config,
-)
+from keras_transformer.training.run_config import RunConfig, load_config
 from keras_transformer.training.steps import StepPlan
 from keras_transformer.training.strategy import STRATEGIES, StrategyError
 
@@ -39,9 +35,8 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--workdir",
-        required=True,
         type=Path,
-        help="where tokenizers, checkpoints, logs and metrics go",
+        help="where tokenizers, checkpoints, logs and metrics go (required to train)",
     )
     parser.add_argument(
         "--set",
@@ -60,38 +55,35 @@ def parse_args(argv=None):
     parser.add_argument(
         "--jit", action="store_true", default=None, help="compile the train step with XLA"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as YAML and exit (nothing is trained)",
+    )
+    args = parser.parse_args(argv)
+    if args.workdir is None and not args.print_config:
+        parser.error("the following arguments are required: --workdir")
+    return args
 
 
-def resolved_config(args) -> dict:
-    """The config with ``--set`` and the switches applied; bad names fail here, before TF loads."""
+def resolved_config(args) -> RunConfig:
+    """The config with ``--set`` and the switches applied; a bad name or value fails here,
+    as one line, before TensorFlow loads."""
+    switches = {}
+    if args.strategy:
+        switches["strategy"] = args.strategy
+    if args.mixed_precision:
+        switches["mixed_precision"] = args.mixed_precision
+    if args.jit:
+        switches["jit"] = True
     try:
         config = load_config(args.config, args.set)
-        check_prepare_mode(config)
-        check_training(config)
-        check_data(config)
+        if switches:
+            config = config.replace("training", **switches)
+        StepPlan.from_options(config.training)
     except ValueError as error:
         fail(PROG, str(error))
-    training = config.setdefault("training", {})
-    if args.strategy:
-        training["strategy"] = args.strategy
-    if args.mixed_precision:
-        training["mixed_precision"] = args.mixed_precision
-    if args.jit:
-        training["jit"] = True
-    if training["mixed_precision"] not in TRAINING_PRECISIONS:
-        fail(
-            PROG,
-            f"training.mixed_precision={training['mixed_precision']!r}: "
-            f"use one of {list(TRAINING_PRECISIONS)}.",
-        )
-    if training["strategy"] not in STRATEGIES:
-        fail(PROG, f"training.strategy={training['strategy']!r}: use one of {list(STRATEGIES)}.")
-    try:
-        StepPlan.from_options(training)
-    except ValueError as error:
-        fail(PROG, str(error))
-    if args.workdir.exists() and not args.workdir.is_dir():
+    if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
     return config
 
@@ -100,6 +92,9 @@ def main(argv=None) -> int:
     setup_logging()
     args = parse_args(argv)
     config = resolved_config(args)
+    if args.print_config:
+        sys.stdout.write(config.to_yaml())
+        return 0
 
     def train() -> int:
         from keras_transformer.training.trainer import run as run_training

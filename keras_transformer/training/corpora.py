@@ -4,12 +4,13 @@ corpus, or several (``data.sources``) sampled by weight, each with an optional t
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from keras_transformer.data import PairSource, demo_splits
 from keras_transformer.tokenization import sample_sentences
-from keras_transformer.training.run_config import CORPUS_KEYS, corpus_sources, eval_source_index
+from keras_transformer.training.run_config import DataSection, resolve_path
 
 SPLITS = ("train", "valid", "test")
 
@@ -81,30 +82,29 @@ def tagged(pairs: list[tuple[str, str]], tag: str | None) -> list[tuple[str, str
     return [(f"{tag} {source}", target) for source, target in pairs]
 
 
-def load_sources(data: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+def load_sources(data: DataSection, base_dir: Path | None = None) -> dict[str, Any]:
     """``load_corpus`` for ``data.sources``: ``train`` is a ``SourceMix``; ``valid`` and
     ``test`` are those of ``data.eval_source`` (the first corpus by default), tagged with
     its tag. A corpus that cannot be read is a ``ValueError`` naming it."""
-    sources = corpus_sources(data)
-    chosen = eval_source_index(data, sources)
+    chosen = data.eval_source_index()
     weighted, evaluation = [], None
-    for index, options in enumerate(sources):
-        label = f"data.sources[{index}] ({options['name']})"
+    for index, source in enumerate(data.sources):
+        label = f"data.sources[{index}] ({source.name})"
         try:
-            splits = load_corpus({key: options.get(key) for key in CORPUS_KEYS}, base_dir)
+            splits = load_corpus(source.corpus(), base_dir)
         except (ValueError, FileNotFoundError) as error:
             raise ValueError(f"{label}: {error}") from error
         if not len(splits["train"]):
             raise ValueError(f"{label}: the training split has no pairs.")
-        weighted.append(
-            WeightedSource(options["name"], splits["train"], options["weight"], options["tag"])
-        )
+        weighted.append(WeightedSource(source.name, splits["train"], source.weight, source.tag))
         if index == chosen:
-            evaluation = {split: tagged(splits[split], options["tag"]) for split in SPLITS[1:]}
+            evaluation = {split: tagged(splits[split], source.tag) for split in SPLITS[1:]}
     return {"train": SourceMix(tuple(weighted)), **evaluation}
 
 
-def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+def load_corpus(
+    data: DataSection | Mapping[str, Any], base_dir: Path | None = None
+) -> dict[str, Any]:
     """``{"train": PairSource, "valid": [(src, tgt), ...], "test": [...]}``; valid, test may be [].
 
     The training split is a ``PairSource``: streamed, never read into memory
@@ -123,10 +123,18 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
     With ``data.sources`` (several corpora, each a mapping of the keys above plus
     ``weight``, ``tag`` and ``name``), ``train`` is a ``SourceMix`` (``load_sources``).
 
-    Relative paths are resolved against ``base_dir`` (normally the checkout).
+    Relative paths are resolved against ``base_dir``, or without one by
+    ``run_config.resolve_path`` (the current folder, then a source checkout).
+
+    Args:
+        data: the config's ``data`` section, or one corpus's keys (kind, dir, synthetic,
+            tsv, tfds) as a mapping.
+        base_dir: what relative paths are relative to (``None``: ``resolve_path``).
     """
-    if data.get("sources") is not None:
-        return load_sources(data, base_dir)
+    if isinstance(data, DataSection):
+        if data.sources is not None:
+            return load_sources(data, base_dir)
+        data = data.corpus()
     kind = data.get("kind")
     if kind == "synthetic":
         sizes = data.get("synthetic")
@@ -204,7 +212,9 @@ def load_corpus(data: dict[str, Any], base_dir: Path | None = None) -> dict[str,
 
 def _resolve(path: str, base_dir: Path | None) -> Path:
     path = Path(path)
-    return path if path.is_absolute() or base_dir is None else base_dir / path
+    if base_dir is None:
+        return resolve_path(path)
+    return path if path.is_absolute() else base_dir / path
 
 
 def _text_files(directory: Path, split: str) -> tuple[Path | None, Path | None]:

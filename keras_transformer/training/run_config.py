@@ -1,29 +1,98 @@
 """Training configs: YAML files in ``training/configs/`` plus ``--set a.b=value``
-overrides; the resolved config is saved in the work directory
-(``keras_transformer.Workdir.save_config``).
+overrides, resolved into a frozen, typed ``RunConfig``; its ``to_dict`` is what the work
+directory's ``config.yaml`` holds (``keras_transformer.Workdir.save_config``).
 
 The schema below is the one place where every key of the ``data``, ``tokenizer``,
 ``training`` and ``evaluation`` sections is named, typed and given its default:
 ``load_config`` fills in what a file leaves out (so ``--set`` reaches every key with
-every config), refuses unknown keys and values of the wrong type, and the programs
-read the resolved values. The ``model`` section holds ``TransformerConfig`` fields
-(plus ``preset``) and is validated there.
+every config), refuses unknown keys (naming the closest known one) and values of the
+wrong type, checks the settings that depend on each other, and the programs read the
+resolved values as attributes (``config.training.patience``). The ``model`` section holds
+``TransformerConfig`` field names (plus ``preset`` and ``init_from``); its keys are checked
+here and its values by ``TransformerConfig`` when the model is built.
+
+This module imports neither TensorFlow nor a module that does: the programs load and
+check a config before TensorFlow starts.
 """
 
+from __future__ import annotations
+
 import dataclasses
-import math
-import types
 import typing
-import unicodedata
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import yaml
 
+from keras_transformer.training.config_checks import admits, allowed_values, describe, unknown_key
+from keras_transformer.training.config_sources import (
+    CORPUS_KEYS,
+    CorpusSource,
+    corpus_sources,
+    eval_source_index,
+)
+
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+# The source checkout this package runs from (its training/ recipes name corpora from it, as
+# ../shared/...), or None for an installed package.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else None
+
+
+def resolve_path(path: str | Path) -> Path:
+    """A path a config names (``data.dir``, ``model.init_from``, ...), as the programs read it.
+
+    Args:
+        path: absolute, or relative to the current folder or, in a source checkout, to the
+            checkout (where the recipes' ``../shared/...`` paths start).
+
+    Returns:
+        ``path`` if absolute; else the current folder's ``path`` if it exists, else the
+        checkout's if that exists, else the current folder's (so an error names it).
+    """
+    path = Path(path)
+    if path.is_absolute() or path.exists() or CHECKOUT is None:
+        return path
+    return CHECKOUT / path if (CHECKOUT / path).exists() else path
+
+
 # data.prepare: train on the workdir's prepared shards when it has them (auto), prepare them
 # on the first run (true), or always read the text (false).
 PREPARE_MODES = ("auto", True, False)
+# training.early_stopping's metrics (null: off) and training.average's choices.
+VALIDATION_METRICS = (None, "bleu", "loss")
+AVERAGES = ("last", "best")
+# The keys of the model section: TransformerConfig's fields (tests/test_training_program.py
+# checks that they match; that module imports TensorFlow, this one must not), its two
+# shorthands, the preset they override and the finished run a model starts from.
+TRANSFORMER_FIELDS = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "d_model",
+    "num_heads",
+    "d_ff",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "activation",
+    "norm_first",
+    "layer_norm_epsilon",
+    "max_length",
+    "learned_positions",
+    "position_encoding",
+    "embedding_scale",
+    "share_embeddings",
+    "tie_embeddings",
+    "final_logits_bias",
+    "pad_id",
+    "unk_id",
+    "bos_id",
+    "eos_id",
+)
+MODEL_KEYS = ("preset", "init_from", "vocab_size", "num_layers", *TRANSFORMER_FIELDS)
 
 
 # --------------------------------------------------------------------------- the schema
@@ -35,7 +104,7 @@ class DataSection:
 
     kind: Literal["synthetic", "text", "tsv", "tfds"] = "text"
     dir: str | None = (
-        None  # text: {dir}/{split}.src|.tgt (or .gz); a relative path from the checkout
+        None  # text: {dir}/{split}.src|.tgt (or .gz); relative: to the current folder, or the checkout
     )
     prepare: Literal["auto", True, False] = (
         "auto"  # train on W/prepared shards: when present | make them | never
@@ -46,8 +115,23 @@ class DataSection:
     )
     tsv: dict | None = None  # kind tsv: {train, valid, test} file paths (source<TAB>target)
     tfds: dict | None = None  # kind tfds: {name, train, valid, test, src_key, tgt_key, data_dir}
-    sources: list | None = None  # several corpora: [{kind, dir, ..., weight, tag, name}, ...]
+    sources: tuple[CorpusSource, ...] | None = None  # several corpora, each a CorpusSource
     eval_source: int | str = 0  # with sources: the one (index or name) valid and test come from
+
+    def corpus(self) -> dict[str, Any]:
+        """The single corpus's keys (kind, dir, synthetic, tsv, tfds), as ``load_corpus``
+        reads them."""
+        return {key: getattr(self, key) for key in CORPUS_KEYS}
+
+    def eval_source_index(self) -> int:
+        """The index in ``sources`` of the corpus that valid and test come from."""
+        return eval_source_index(self.eval_source, self.sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        values = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        if self.sources is not None:
+            values["sources"] = [source.to_dict() for source in self.sources]
+        return values
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +144,33 @@ class TokenizerSection:
     max_sentences: int | None = (
         500_000  # a random sample a model (= tokenization.DEFAULT_MAX_SENTENCES)
     )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSection:
+    """``model``: a ``TransformerConfig`` preset and the fields that override it, or the
+    finished run whose model a run starts from (``init_from``).
+
+    The keys are checked at load (``MODEL_KEYS``); the values by ``TransformerConfig``
+    when the model is built (``options``)."""
+
+    preset: str | None = None  # null: base
+    init_from: str | None = None  # a finished workdir whose model and tokenizer are used
+    overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # field: value
+
+    def options(self) -> dict[str, Any]:
+        """``TransformerConfig.from_preset``'s overrides."""
+        return dict(self.overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **({} if self.preset is None else {"preset": self.preset}),
+            **self.overrides,
+            **({} if self.init_from is None else {"init_from": self.init_from}),
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +214,9 @@ class TrainingSection:
     backup_every_steps: Literal["epoch"] | int = "epoch"
     verbose: int = 2
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
 
 @dataclasses.dataclass(frozen=True)
 class EvaluationSection:
@@ -111,6 +225,9 @@ class EvaluationSection:
     bleu_sentences: int = 0  # validation sentences translated (greedy) after each epoch; 0: none
     max_sentences: int | None = None  # test sentences scored at the end; null: all
 
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
 
 SECTIONS = {
     "data": DataSection,
@@ -118,6 +235,104 @@ SECTIONS = {
     "training": TrainingSection,
     "evaluation": EvaluationSection,
 }
+SECTION_ORDER = ("data", "tokenizer", "model", "training", "evaluation")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A training run's resolved config: every section typed, checked and complete.
+
+    Made by ``load_config`` (a file and ``--set`` overrides) or ``RunConfig.from_dict``
+    (a saved ``config.yaml``); ``to_dict`` gives the plain mapping that is saved.
+    """
+
+    data: DataSection
+    tokenizer: TokenizerSection
+    model: ModelSection
+    training: TrainingSection
+    evaluation: EvaluationSection
+
+    @classmethod
+    def from_dict(
+        cls,
+        values: Mapping[str, Any],
+        where: str = "the config",
+        origins: Mapping[str, str] | None = None,
+    ) -> RunConfig:
+        """Makes the config of a mapping of sections, as a YAML file or ``to_dict`` holds it.
+
+        Args:
+            values: the sections; a missing key takes the schema's default.
+            where: what ``values`` was read from, for the messages.
+            origins: ``section.key`` → the ``--set`` override that gave its value, for the
+                messages.
+
+        Returns:
+            The ``RunConfig``.
+
+        Raises:
+            ValueError: one line naming the first unknown key (and the closest known one),
+                missing required key, value of the wrong type or inconsistent setting.
+        """
+        if not isinstance(values, Mapping):
+            raise ValueError(
+                f"{where} must hold a mapping of sections (data, tokenizer, model, training, ...)."
+            )
+        for name in values:
+            if name not in SECTION_ORDER:
+                raise ValueError(unknown_key(where, str(name), SECTION_ORDER, "section"))
+        sections = {
+            name: _section(name, schema, values.get(name) or {}, where, origins or {})
+            for name, schema in SECTIONS.items()
+        }
+        config = cls(model=_model_section(values.get("model") or {}, where), **sections)
+        config.check()
+        return config
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain YAML-serializable dicts, one per section (``config.yaml``)."""
+        return {name: getattr(self, name).to_dict() for name in SECTION_ORDER}
+
+    def replace(self, section: str, **changes: Any) -> RunConfig:
+        """The config with ``changes`` made to ``section``, checked again.
+
+        Raises:
+            ValueError: a changed value of the wrong type, or an inconsistent setting.
+        """
+        values = self.to_dict()
+        values[section] = {**values[section], **changes}
+        return RunConfig.from_dict(values, where=f"the {section} section")
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the first setting that contradicts another."""
+        check_training(self.training, self.evaluation)
+        check_data(self.data)
+
+    def needs_validation(self) -> str | None:
+        """The setting that needs a validation split (early stopping, the best epochs), or
+        ``None``."""
+        options = self.training
+        if options.early_stopping:
+            return f"training.early_stopping={options.early_stopping}"
+        if options.keep_best is not None:
+            return f"training.keep_best={options.keep_best}"
+        if options.average == "best":
+            return "training.average=best"
+        return None
+
+    def validation_metric(self, has_valid: bool) -> str | None:
+        """The metric that ranks epochs (the best epoch, ``keep_best``, the final check of an
+        average): ``training.early_stopping``'s when set, else ``bleu`` when validation BLEU
+        runs, else ``loss``; ``None`` without a validation split."""
+        if not has_valid:
+            return None
+        if self.training.early_stopping:
+            return self.training.early_stopping
+        return "bleu" if self.evaluation.bleu_sentences else "loss"
+
+    def to_yaml(self) -> str:
+        """``to_dict`` as YAML, in the sections' order."""
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
 
 
 def section_defaults(section: str) -> dict[str, Any]:
@@ -129,99 +344,53 @@ def section_defaults(section: str) -> dict[str, Any]:
     }
 
 
-def with_defaults(section: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` (a section, possibly partial) over the schema's defaults."""
-    return {**section_defaults(section), **options}
+# --------------------------------------------------------------------------- checking values
 
 
-def _allowed(annotation) -> list:
-    """The plain types and literal values an annotation admits."""
-    origin = typing.get_origin(annotation)
-    if origin is Union or origin is types.UnionType:  # Optional[X] or X | None
-        return [item for argument in typing.get_args(annotation) for item in _allowed(argument)]
-    if origin is Literal:
-        return [("literal", value) for value in typing.get_args(annotation)]
-    return [annotation]
-
-
-def _admits(allowed: list, value) -> bool:
-    for item in allowed:
-        if isinstance(item, tuple):
-            if value == item[1] and type(value) is type(item[1]):
-                return True
-        elif item is type(None):
-            if value is None:
-                return True
-        elif item is float:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return True
-        elif item is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return True
-        elif isinstance(value, item):
-            return True
-    return False
-
-
-def _describe(allowed: list) -> str:
-    def literal(value) -> str:
-        return (
-            {True: "true", False: "false", None: "null"}.get(value, value)
-            if not isinstance(value, str)
-            else value
-        )
-
-    names = [
-        literal(item[1])
-        if isinstance(item, tuple)
-        else {
-            type(None): "null",
-            int: "an integer",
-            float: "a number",
-            bool: "true or false",
-            str: "a string",
-            dict: "a mapping",
-            list: "a list",
-        }.get(item, getattr(item, "__name__", str(item)))
-        for item in allowed
-    ]
-    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
-
-
-def resolve_config(config: dict[str, Any], where: str = "the config") -> dict[str, Any]:
-    """``config`` with every schema key present (defaults filled in), or a ``ValueError``
-    naming the first unknown key, missing required key or value of the wrong type."""
-    unknown = sorted(set(config) - set(SECTIONS) - {"model"})
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown section(s) {unknown}; the sections are "
-            f"{sorted([*SECTIONS, 'model'])}."
-        )
-    resolved = dict(config)
-    resolved["model"] = dict(config.get("model") or {})
-    for section, schema in SECTIONS.items():
-        options = config.get(section) or {}
-        if not isinstance(options, dict):
-            raise ValueError(f"{where}: {section} must be a mapping of keys, got {options!r}.")
-        fields = {field.name: field for field in dataclasses.fields(schema)}
-        unknown = sorted(set(options) - set(fields))
-        if unknown:
+def _section(
+    name: str, schema, options: Any, where: str, origins: Mapping[str, str]
+) -> DataSection | TokenizerSection | TrainingSection | EvaluationSection:
+    """Section ``name`` of a config: ``options`` checked against ``schema``, the defaults
+    filled in."""
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{where}: {name} must be a mapping of keys, got {options!r}.")
+    fields = {field.name: field for field in dataclasses.fields(schema)}
+    for key in options:
+        if key not in fields:
+            raise ValueError(unknown_key(where, f"{name}.{key}", list(fields)))
+    hints = typing.get_type_hints(schema)
+    values = {**section_defaults(name), **options}
+    for key in fields:
+        if key not in values:
+            raise ValueError(f"{where}: {name}.{key} is required (no default); set it.")
+        if key == "sources":
+            continue  # corpus_sources checks them
+        allowed = allowed_values(hints[key])
+        if not admits(allowed, values[key]):
+            dotted = f"{name}.{key}"
             raise ValueError(
-                f"{where}: no key(s) {unknown} in section {section!r}; known keys: "
-                f"{sorted(fields)}."
+                f"{dotted}={values[key]!r}: expected {describe(allowed)} "
+                f"({origins.get(dotted, where)})"
             )
-        hints = typing.get_type_hints(schema)
-        values = with_defaults(section, options)
-        for name in fields:
-            if name not in values:
-                raise ValueError(f"{where}: {section}.{name} is required (no default).")
-            allowed = _allowed(hints[name])
-            if not _admits(allowed, values[name]):
-                raise ValueError(
-                    f"{where}: {section}.{name}={values[name]!r}: use {_describe(allowed)}."
-                )
-        resolved[section] = values
-    return resolved
+    if name == "data":
+        values["sources"] = corpus_sources(values)
+    return schema(**values)
+
+
+def _model_section(options: Any, where: str) -> ModelSection:
+    """The ``model`` section: its keys checked (``MODEL_KEYS``)."""
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{where}: model must be a mapping of keys, got {options!r}.")
+    for key in options:
+        if key not in MODEL_KEYS:
+            raise ValueError(unknown_key(where, f"model.{key}", MODEL_KEYS))
+    overrides = {key: value for key, value in options.items() if key not in ("preset", "init_from")}
+    for key in ("preset", "init_from"):
+        if options.get(key) is not None and not isinstance(options[key], str):
+            raise ValueError(f"{where}: model.{key}={options[key]!r}: use a string.")
+    return ModelSection(
+        preset=options.get("preset"), init_from=options.get("init_from"), overrides=overrides
+    )
 
 
 # --------------------------------------------------------------------------- files and overrides
@@ -241,268 +410,123 @@ def config_path(name_or_path: str) -> Path:
     return candidate
 
 
-def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-    """The config as nested dicts, every schema key resolved, with each
-    ``section.key=value`` override applied.
+def load_config(name_or_path: str, overrides: Sequence[str] = ()) -> RunConfig:
+    """Reads a config file, applies ``section.key=value`` overrides and checks the result.
 
-    Values are parsed as YAML (``true``, ``3``, ``1e-3``, ``[1, 2]``). Only keys of
-    the schema can be set, so a typo fails instead of being ignored; keys under
-    ``model`` are free (they are TransformerConfig fields, validated there).
+    Values are parsed as YAML (``true``, ``3``, ``1e-3``, ``[1, 2]``). Only keys of the
+    schema can be set, so a typo fails instead of being ignored.
+
+    Args:
+        name_or_path: a name in ``training/configs`` (``demo``) or a YAML path.
+        overrides: ``section.key=value`` strings, applied in order (``--set``).
+
+    Returns:
+        The resolved ``RunConfig``.
+
+    Raises:
+        ValueError: one line naming the unknown config, the unreadable file, the unknown
+            key (and the closest known one), the value of the wrong type (and the type
+            expected) or the inconsistent setting.
     """
     path = config_path(name_or_path)
     try:
         with open(path, encoding="utf-8") as handle:
-            config = yaml.safe_load(handle) or {}
+            values = yaml.safe_load(handle) or {}
     except yaml.YAMLError as error:
-        raise ValueError(f"{path} is not valid YAML: {error}") from error
-    if not isinstance(config, dict):
+        first = str(error).strip().splitlines()[0]
+        raise ValueError(f"{path} is not valid YAML ({first}).") from error
+    if not isinstance(values, dict):
         raise ValueError(
             f"{path} must hold a mapping of sections (data, tokenizer, model, training, ...)."
         )
-    config = resolve_config(config, str(path))
+    origins: dict[str, str] = {}
     for override in overrides:
-        apply_override(config, override)
-    return resolve_config(config, "--set")
+        apply_override(values, override, origins)
+    return RunConfig.from_dict(values, str(path), origins)
 
 
-def apply_override(config: dict[str, Any], override: str) -> None:
+def apply_override(values: dict[str, Any], override: str, origins: dict[str, str] | None = None):
+    """Sets the key that ``override`` (``section.key=value``) names in the config mapping
+    ``values``.
+
+    Args:
+        values: a config's sections as plain dicts (a YAML file's), changed in place.
+        override: ``section.key=value`` (or ``section.key.inner=value`` inside a mapping);
+            the value is parsed as YAML.
+        origins: where ``section.key`` → ``override`` is recorded, for the messages of
+            ``RunConfig.from_dict``.
+
+    Raises:
+        ValueError: one line naming a malformed override, an unknown section or key (and
+            the closest known one) or a value that is not YAML.
+    """
+    where = f"--set {override}"
     if "=" not in override:
-        raise ValueError(f"Override {override!r} must look like section.key=value.")
+        raise ValueError(f"{where}: write it as section.key=value, e.g. training.epochs=3.")
     dotted, raw = override.split("=", 1)
     keys = dotted.strip().split(".")
-    node = config
-    for depth, key in enumerate(keys[:-1]):
-        if not isinstance(node.get(key), dict):
+    if keys[0] not in SECTION_ORDER:
+        raise ValueError(unknown_key(where, keys[0], SECTION_ORDER, "section"))
+    if len(keys) > 1:
+        known = MODEL_KEYS if keys[0] == "model" else [f.name for f in fields_of(keys[0])]
+        if keys[1] not in known:
+            raise ValueError(unknown_key(where, ".".join(keys[:2]), known))
+    node = values
+    for depth, key in enumerate(keys[:-1], start=1):
+        inner = node.get(key)
+        if inner is None and depth == 1:
+            inner = {}  # a section the file leaves out (or empty)
+        if not isinstance(inner, dict):
             raise ValueError(
-                f"Override {override!r}: {'.'.join(keys[: depth + 1])!r} is not a config section."
+                f"{where}: {'.'.join(keys[:depth])} is not a mapping here; set it whole "
+                f"({'.'.join(keys[:depth])}={{...}})."
             )
-        node = node[key]
-    last = keys[-1]
-    if last not in node and keys[0] != "model":
-        raise ValueError(
-            f"Override {override!r}: no key {last!r} in section "
-            f"{'.'.join(keys[:-1]) or '<root>'!r}; "
-            f"known keys: {sorted(node)}."
-        )
+        node[key] = node = dict(inner)
     try:
-        node[last] = yaml.safe_load(raw)
+        node[keys[-1]] = yaml.safe_load(raw)
     except yaml.YAMLError as error:
-        raise ValueError(
-            f"Override {override!r}: the value is not valid YAML ({error})."
-        ) from error
+        first = str(error).strip().splitlines()[0]
+        raise ValueError(f"{where}: the value is not valid YAML ({first}); quote it.") from error
+    if origins is not None:
+        origins[".".join(keys[:2])] = where
 
 
-def check_prepare_mode(config: dict[str, Any]) -> None:
-    """Raise ``ValueError`` unless ``data.prepare`` is one of ``PREPARE_MODES``."""
-    mode = with_defaults("data", config.get("data") or {})["prepare"]
-    if not (mode == "auto" or mode is True or mode is False):
-        raise ValueError(
-            f"data.prepare={mode!r}: use auto (the prepared shards when the workdir has them), "
-            "true (prepare them on the first run) or false."
-        )
+def fields_of(section: str) -> tuple[dataclasses.Field, ...]:
+    """The schema's fields of ``section`` (one of ``SECTIONS``)."""
+    return dataclasses.fields(SECTIONS[section])
 
 
-def check_training(config: dict[str, Any]) -> None:
+# --------------------------------------------------------------------------- settings together
+
+
+def check_training(training: TrainingSection, evaluation: EvaluationSection) -> None:
     """Raise ``ValueError`` naming the first inconsistent early-stopping, snapshot or
-    averaging setting of ``config`` (types are ``resolve_config``'s)."""
-    options = with_defaults("training", config.get("training") or {})
-    evaluation = with_defaults("evaluation", config.get("evaluation") or {})
+    averaging setting (the types are checked already)."""
     for name in ("patience", "keep_best", "average_last"):
-        value = options[name]
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
+        value = getattr(training, name)
+        if value is not None and value < 1:
             raise ValueError(f"training.{name}={value!r}: use an integer >= 1.")
-    min_delta = options["min_delta"]
-    if isinstance(min_delta, bool) or not isinstance(min_delta, (int, float)) or min_delta < 0:
-        raise ValueError(f"training.min_delta={min_delta!r}: use a number >= 0.")
-    metric = options["early_stopping"]
-    if metric not in VALIDATION_METRICS:
-        raise ValueError(
-            f"training.early_stopping={metric!r}: use bleu (validation BLEU), loss (validation "
-            "loss) or null (off)."
-        )
-    if metric == "bleu" and not evaluation["bleu_sentences"]:
+    if training.min_delta < 0:
+        raise ValueError(f"training.min_delta={training.min_delta!r}: use a number >= 0.")
+    if training.early_stopping == "bleu" and not evaluation.bleu_sentences:
         raise ValueError(
             "training.early_stopping=bleu needs validation BLEU: set evaluation.bleu_sentences "
             "> 0 (e.g. 500), or use training.early_stopping=loss."
         )
-    if options["average"] not in AVERAGES:
-        raise ValueError(
-            f"training.average={options['average']!r}: use last (the last average_last epochs) "
-            "or best (the keep_best best ones)."
-        )
-    if options["average"] == "best" and options["keep_best"] is None:
+    if training.average == "best" and training.keep_best is None:
         raise ValueError(
             "training.average=best averages the training.keep_best best epochs: set "
             "training.keep_best (e.g. 3)."
         )
 
 
-# training.early_stopping's metrics (null: off) and training.average's choices.
-VALIDATION_METRICS = (None, "bleu", "loss")
-AVERAGES = ("last", "best")
-
-
-def needs_validation(config: dict[str, Any]) -> str | None:
-    """The setting that needs a validation split (early stopping, the best epochs), or ``None``."""
-    options = with_defaults("training", config.get("training") or {})
-    if options["early_stopping"]:
-        return f"training.early_stopping={options['early_stopping']}"
-    if options["keep_best"] is not None:
-        return f"training.keep_best={options['keep_best']}"
-    if options["average"] == "best":
-        return "training.average=best"
-    return None
-
-
-def validation_metric(config: dict[str, Any], has_valid: bool) -> str | None:
-    """The metric that ranks epochs (the best epoch, ``keep_best``, the final check of an
-    average): ``training.early_stopping``'s when set, else ``bleu`` when validation BLEU
-    runs, else ``loss``; ``None`` without a validation split."""
-    if not has_valid:
-        return None
-    options = with_defaults("training", config.get("training") or {})
-    evaluation = with_defaults("evaluation", config.get("evaluation") or {})
-    if options["early_stopping"]:
-        return options["early_stopping"]
-    return "bleu" if evaluation["bleu_sentences"] else "loss"
+def check_data(data: DataSection) -> None:
+    """Raise ``ValueError`` for a ``data.eval_source`` without ``data.sources``."""
+    if data.sources is None and data.eval_source != 0:
+        raise ValueError(
+            f"data.eval_source={data.eval_source!r} picks one of several data.sources; this "
+            "config has one corpus (no data.sources)."
+        )
 
 
 # --------------------------------------------------------------------------- several corpora
-
-# The keys of one corpus in data.sources: those of a single-corpus data section, plus its share
-# of the training pairs (weight), the token put before its source sentences (tag) and a name.
-CORPUS_KEYS = ("kind", "dir", "synthetic", "tsv", "tfds")
-SOURCE_KEYS = (*CORPUS_KEYS, "weight", "tag", "name")
-
-
-def _source_name(source: dict[str, Any], index: int) -> str:
-    """A corpus's ``name``, or one made from where it is read."""
-    if source.get("name"):
-        return str(source["name"])
-    for path in (source.get("dir"), (source.get("tsv") or {}).get("train")):
-        if path:
-            return Path(str(path)).name
-    if (source.get("tfds") or {}).get("name"):
-        return str(source["tfds"]["name"])
-    return f"{source.get('kind', 'text')}{index}"
-
-
-def check_tag(tag: Any, where: str) -> None:
-    """Raise ``ValueError`` unless ``tag`` can be a reserved piece of the tokenizer: a
-    non-empty string without whitespace (a tag is one piece, written before a sentence)."""
-    if not isinstance(tag, str) or not tag:
-        raise ValueError(f"{where}={tag!r}: a tag is a non-empty string such as '<bt>' or '<fr>'.")
-    if any(character.isspace() for character in tag) or "\u2581" in tag:
-        raise ValueError(
-            f"{where}={tag!r}: a tag is one piece of the tokenizer and cannot hold whitespace "
-            "(or '\u2581'); use e.g. '<bt>'."
-        )
-    if unicodedata.normalize("NFKC", tag) != tag:
-        raise ValueError(
-            f"{where}={tag!r}: the tokenizer's NFKC normalisation changes it, so it would not stay "
-            f"one piece; write it as {unicodedata.normalize('NFKC', tag)!r}."
-        )
-
-
-def corpus_sources(data: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """``data.sources`` checked, each corpus with its defaults (``kind: text``, ``weight: 1``,
-    ``tag: null``, a ``name``), or ``None`` for a single-corpus ``data`` section.
-
-    Args:
-        data: the ``data`` section.
-
-    Returns:
-        The corpora, in order, or ``None`` without ``data.sources``.
-
-    Raises:
-        ValueError: ``sources`` is not a non-empty list of mappings, a corpus has an unknown
-            key, a value of the wrong type, a weight that is not a positive number or a tag
-            that cannot be one piece, or ``eval_source`` names no corpus.
-    """
-    sources = data.get("sources")
-    if sources is None:
-        return None
-    if not isinstance(sources, list) or not sources:
-        raise ValueError(
-            f"data.sources={sources!r}: list one corpus or more, e.g. [{{kind: text, dir: DIR, "
-            "weight: 1}}, {kind: text, dir: DIR2, weight: 2, tag: '<bt>'}]; or drop the key for "
-            "a single corpus."
-        )
-    hints = typing.get_type_hints(DataSection)
-    resolved = []
-    for index, source in enumerate(sources):
-        where = f"data.sources[{index}]"
-        if not isinstance(source, dict):
-            raise ValueError(
-                f"{where}={source!r}: each corpus is a mapping such as "
-                "{kind: text, dir: DIR, weight: 1}."
-            )
-        unknown = sorted(set(source) - set(SOURCE_KEYS))
-        if unknown:
-            raise ValueError(f"{where}: no key(s) {unknown}; known keys: {sorted(SOURCE_KEYS)}.")
-        for key in CORPUS_KEYS:
-            if key in source:
-                allowed = _allowed(hints[key])
-                if not _admits(allowed, source[key]):
-                    raise ValueError(f"{where}.{key}={source[key]!r}: use {_describe(allowed)}.")
-        weight = source.get("weight", 1)
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, (int, float))
-            or not math.isfinite(weight)
-            or weight <= 0
-        ):
-            raise ValueError(
-                f"{where}.weight={weight!r}: use a positive number (the corpus's share of the "
-                "sampled training pairs, relative to the other weights)."
-            )
-        tag = source.get("tag")
-        if tag is not None:
-            check_tag(tag, f"{where}.tag")
-        if source.get("name") is not None and not isinstance(source["name"], str):
-            raise ValueError(f"{where}.name={source['name']!r}: use a string.")
-        resolved.append(
-            {
-                "kind": "text",
-                **{key: source[key] for key in CORPUS_KEYS if key in source},
-                "weight": float(weight),
-                "tag": tag,
-                "name": _source_name(source, index),
-            }
-        )
-    eval_source_index(data, resolved)
-    return resolved
-
-
-def eval_source_index(data: dict[str, Any], sources: list[dict[str, Any]]) -> int:
-    """The index in ``sources`` of the corpus that ``data.eval_source`` names (an index, or a
-    corpus's ``name``); the first by default. Raises ``ValueError`` when it names none."""
-    chosen = data.get("eval_source", 0)
-    if isinstance(chosen, int) and not isinstance(chosen, bool):
-        if not 0 <= chosen < len(sources):
-            raise ValueError(
-                f"data.eval_source={chosen}: use an index of data.sources (0 to "
-                f"{len(sources) - 1}) or a corpus's name."
-            )
-        return chosen
-    names = [source["name"] for source in sources]
-    if names.count(chosen) != 1:
-        raise ValueError(
-            f"data.eval_source={chosen!r}: "
-            + ("no corpus has that name" if chosen not in names else "several corpora have it")
-            + f"; the names are {names} (or use an index)."
-        )
-    return names.index(chosen)
-
-
-def check_data(config: dict[str, Any]) -> None:
-    """Raise ``ValueError`` naming the first bad setting of ``data.sources`` (``corpus_sources``)
-    or a ``data.eval_source`` without ``data.sources``."""
-    data = with_defaults("data", config.get("data") or {})
-    if corpus_sources(data) is None and data["eval_source"] != 0:
-        raise ValueError(
-            f"data.eval_source={data['eval_source']!r} picks one of several data.sources; this "
-            "config has one corpus (no data.sources)."
-        )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from keras_transformer.training.run_config import with_defaults
+from keras_transformer.training.run_config import TrainingSection
 
 
 class BackupError(ValueError):
@@ -71,21 +71,20 @@ class StepPlan:
                 )
 
     @classmethod
-    def from_options(cls, options: dict) -> StepPlan:
-        """The plan of a config's ``training`` section (``backup_every_steps``:
-        ``epoch`` or a number)."""
-        options = with_defaults("training", options)
-        every = options["backup_every_steps"]
-        if every != "epoch" and (not isinstance(every, int) or isinstance(every, bool)):
-            raise ValueError(
-                f"training.backup_every_steps must be 'epoch' or a number of steps, got {every!r}."
-            )
+    def from_options(cls, options: TrainingSection) -> StepPlan:
+        """The plan of a config's ``training`` section (``backup_every_steps``: ``epoch`` or
+        a number of updates).
+
+        Raises:
+            ValueError: the step counts do not fit together (``StepPlan``'s checks).
+        """
+        every = options.backup_every_steps
         return cls(
-            steps_per_epoch=options["steps_per_epoch"],
-            epochs=options["epochs"],
-            max_steps=options["max_steps"],
-            accumulate_steps=options["accumulate_steps"],
-            steps_per_execution=options["steps_per_execution"],
+            steps_per_epoch=options.steps_per_epoch,
+            epochs=options.epochs,
+            max_steps=options.max_steps,
+            accumulate_steps=options.accumulate_steps,
+            steps_per_execution=options.steps_per_execution,
             backup_every_steps=None if every == "epoch" else every,
         )
 
