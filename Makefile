@@ -68,9 +68,8 @@ TATOEBA ?= ../shared/corpora/tatoeba_fr_en
 TATOEBA_RUN ?= runs/tatoeba
 tatoeba: $(STAMP)
 	@test -f $(TATOEBA)/valid.src || { echo "$(TATOEBA) not found: see ../shared/corpora/README.md"; exit 1; }
-	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config multi30k --workdir $(TATOEBA_RUN) \
-	  --set data.dir=$(TATOEBA) --set training.shuffle_buffer=null --set evaluation.max_sentences=100000 \
-	  $(TRAIN_ARGS)
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt train --config tatoeba --workdir $(TATOEBA_RUN) \
+	  --set data.dir=$(TATOEBA) $(TRAIN_ARGS)
 	$(call export_and_score,$(TATOEBA_RUN),$(TATOEBA)/valid)
 
 # One many-to-one model, German and French → English, on both corpora with one shared vocabulary

@@ -1,7 +1,7 @@
 """Tokenize the training split once, into shuffled shards:
 ``kt prepare --config base --workdir runs/base --set data.dir=DATA``.
 
-Trains the workdir's tokenizers as ``training.train`` does (or reuses them),
+Trains the workdir's tokenizers as ``kt train`` does (or reuses them),
 then writes the training pairs, tokenized, length-filtered and shuffled, to
 ``W/prepared/`` (``keras_transformer.data.prepare_shards``); with
 ``data.sources``, each corpus (tagged) to ``W/prepared/source-N/``. A training run
@@ -27,7 +27,7 @@ PROG = "kt prepare"
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument(
-        "--config", required=True, help="config name in training/configs or a YAML path"
+        "--config", required=True, help="a built-in config (demo, multi30k, ...) or a YAML path"
     )
     parser.add_argument("--workdir", required=True, type=Path, help="the training run's folder")
     parser.add_argument(
@@ -35,7 +35,7 @@ def parse_args(argv=None):
         action="append",
         default=[],
         metavar="SECTION.KEY=VALUE",
-        help="override a config value (repeatable), as for training.train",
+        help="override a config value (repeatable), as for kt train",
     )
     parser.add_argument(
         "--force", action="store_true", help="prepare again even if a matching preparation exists"

@@ -1,6 +1,6 @@
 """Train a Transformer: ``kt train --config demo --workdir runs/demo``.
 
-``--config`` is a name in ``training/configs`` (demo, multi30k, base, big) or
+``--config`` is a built-in config's name (demo, multi30k, student, base, big, ...) or
 a YAML path; ``--set section.key=value`` overrides any key (values parsed as
 YAML); ``--print-config`` prints the resolved config as YAML and exits. Re-running
 the same command after an interruption resumes from the
@@ -31,7 +31,7 @@ PROG = "kt train"
 def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument(
-        "--config", required=True, help="config name in training/configs or a YAML path"
+        "--config", required=True, help="a built-in config (demo, multi30k, ...) or a YAML path"
     )
     parser.add_argument(
         "--workdir",

@@ -20,6 +20,7 @@ from keras_transformer.training.epochs import (
     metric_name,
     metric_value,
 )
+from keras_transformer.training.run_config import check_early_stopping
 from keras_transformer.training.scoring import score_translations
 
 log = logging.getLogger("training")
@@ -99,7 +100,7 @@ class EarlyStopping(EpochCallback):
             metric (`None`: the loop's logs only).
 
     Raises:
-        ValueError: an unknown metric, or ``patience < 1``.
+        ValueError: an unknown metric, ``patience < 1`` or ``min_delta < 0``.
     """
 
     def __init__(
@@ -110,10 +111,7 @@ class EarlyStopping(EpochCallback):
         record: EpochRecord | None = None,
     ):
         super().__init__(record)
-        if metric not in METRICS:
-            raise ValueError(f"training.early_stopping={metric!r}: use one of {sorted(METRICS)}.")
-        if patience < 1:
-            raise ValueError(f"training.patience must be >= 1, got {patience}.")
+        check_early_stopping(metric, patience, min_delta)
         self.metric, self.patience, self.min_delta = metric, patience, float(min_delta)
         self.best: float | None = None  # the value the next improvement is measured from
         self.best_epoch: int | None = None

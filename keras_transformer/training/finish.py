@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import keras
 
@@ -16,13 +16,11 @@ from keras_transformer.training.corpora import SourceMix
 from keras_transformer.training.curves import plot_learning_curves
 from keras_transformer.training.epochs import better, metric_name, metric_value
 from keras_transformer.training.loop import evaluator, optimizer_step
+from keras_transformer.training.phases import RunSetup, Trained, TrainingData
 from keras_transformer.training.scoring import score_translations
 from keras_transformer.training.snapshots import KeepSnapshots, average_weights
 from keras_transformer.training.workers import is_chief
 from keras_transformer.translate import Translator
-
-if TYPE_CHECKING:
-    from keras_transformer.training.trainer import RunSetup, Trained, TrainingData
 
 log = logging.getLogger("training")
 

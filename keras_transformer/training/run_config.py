@@ -104,7 +104,7 @@ class DataSection:
 
     kind: Literal["synthetic", "text", "tsv", "tfds"] = "text"
     dir: str | None = (
-        None  # text: {dir}/{split}.src|.tgt (or .gz); relative: to the current folder, or the checkout
+        None  # text: {dir}/{split}.src|.tgt (or .gz); relative: to the current folder or checkout
     )
     prepare: Literal["auto", True, False] = (
         "auto"  # train on W/prepared shards: when present | make them | never
@@ -499,15 +499,33 @@ def fields_of(section: str) -> tuple[dataclasses.Field, ...]:
 # --------------------------------------------------------------------------- settings together
 
 
+def check_early_stopping(metric: str | None, patience: int, min_delta: float) -> None:
+    """Check early stopping's settings (the config's and ``EarlyStopping``'s one check).
+
+    Args:
+        metric: ``"bleu"``, ``"loss"`` or ``None`` (off).
+        patience: the validations without improvement that end the run.
+        min_delta: the least change that counts as an improvement.
+
+    Raises:
+        ValueError: one of them is out of range, named as its config key.
+    """
+    if metric not in VALIDATION_METRICS:
+        raise ValueError(f"training.early_stopping={metric!r}: expected bleu, loss or null.")
+    if patience < 1:
+        raise ValueError(f"training.patience={patience!r}: use an integer >= 1.")
+    if min_delta < 0:
+        raise ValueError(f"training.min_delta={min_delta!r}: use a number >= 0.")
+
+
 def check_training(training: TrainingSection, evaluation: EvaluationSection) -> None:
     """Raise ``ValueError`` naming the first inconsistent early-stopping, snapshot or
     averaging setting (the types are checked already)."""
-    for name in ("patience", "keep_best", "average_last"):
+    check_early_stopping(training.early_stopping, training.patience, training.min_delta)
+    for name in ("keep_best", "average_last"):
         value = getattr(training, name)
         if value is not None and value < 1:
             raise ValueError(f"training.{name}={value!r}: use an integer >= 1.")
-    if training.min_delta < 0:
-        raise ValueError(f"training.min_delta={training.min_delta!r}: use a number >= 0.")
     if training.early_stopping == "bleu" and not evaluation.bleu_sentences:
         raise ValueError(
             "training.early_stopping=bleu needs validation BLEU: set evaluation.bleu_sentences "

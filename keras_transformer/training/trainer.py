@@ -24,7 +24,6 @@ last step and only scores.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -61,6 +60,12 @@ from keras_transformer.training.corpora import SourceMix, load_corpus
 from keras_transformer.training.epochs import EpochRecord
 from keras_transformer.training.finish import finish
 from keras_transformer.training.loop import custom_fit, fit_in_steps
+from keras_transformer.training.phases import (
+    EpochCallbacks,
+    RunSetup,
+    Trained,
+    TrainingData,
+)
 from keras_transformer.training.prepared import (
     describe_prepared,
     find_prepared,
@@ -81,63 +86,6 @@ from keras_transformer.translate import Translator
 from keras_transformer.workdir import Workdir
 
 log = logging.getLogger("training")
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSetup:
-    """What every phase works with: the config, the strategy and where outputs go."""
-
-    config: RunConfig  # with model.init_from's architecture and tokenizer, when set
-    strategy: tf.distribute.Strategy
-    workdir: Path  # this process's: the run's, or a non-chief worker's W/worker_N
-    run_workdir: Path  # the run's
-    chief: bool
-    precision: Any  # resolve_precision's choice
-    source: Workdir | None  # the finished run whose model this one starts from
-
-    @property
-    def run_dir(self) -> Workdir:
-        return Workdir(self.workdir)
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingData:
-    """The prepare-data phase's result: the corpus, the tokenizers and the input."""
-
-    corpus: dict[str, Any]
-    src_tok: Any
-    tgt_tok: Any
-    loop: str  # fit or custom (training_loop)
-    train_data: Callable[[], tf.data.Dataset]  # the training batches, from the start
-    valid: tf.data.Dataset | None
-
-
-@dataclasses.dataclass(frozen=True)
-class EpochCallbacks:
-    """The per-epoch callbacks, in the order they run, and the backup that tracks them."""
-
-    backup: TrainingBackup
-    keeper: KeepSnapshots
-    bleu: ValidationBleu | None
-    stopper: EarlyStopping | None
-    budget: TimeBudget
-    history: EpochHistory
-
-    def in_order(self) -> list[keras.callbacks.Callback]:
-        # Any order: they share the epoch's results and time through one EpochRecord.
-        found = [self.keeper, self.bleu, self.stopper, self.budget, self.history]
-        return [callback for callback in found if callback is not None]
-
-
-@dataclasses.dataclass(frozen=True)
-class Trained:
-    """The train phase's result."""
-
-    model: kt.Transformer
-    translator: Translator
-    callbacks: EpochCallbacks
-    metric: str | None  # the validation metric that ranks epochs
-    history: dict[str, list[float]]
 
 
 class _TrainingBatches:

@@ -108,8 +108,10 @@ def exported_graph_as_written():
 
     Example:
 
+    >>> double = tf.function(lambda x: 2 * x, input_signature=[tf.TensorSpec([], tf.float32)])
     >>> with exported_graph_as_written():
-    ...     outputs = saved_model.signatures["serving_default"](inputs=texts)
+    ...     print(double(tf.constant(1.5)).numpy())
+    3.0
     """
     with _REWRITES_LOCK:
         before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer")

@@ -122,8 +122,14 @@ def load_signature(path: str | Path, name: str) -> SignatureExport | None:
 
     Example:
 
-    >>> export = load_signature("exports/demo/1", "serving_default")
-    >>> export.signatures["serving_default"](inputs=tf.constant(["ein Satz"]))
+    >>> module = tf.Module()
+    >>> module.double = tf.function(
+    ...     lambda x: 2 * x, input_signature=[tf.TensorSpec([None], tf.float32)]
+    ... )
+    >>> tf.saved_model.save(module, "doubler", signatures={"double": module.double})
+    >>> export = load_signature("doubler", "double")
+    >>> export.signatures["double"](x=tf.constant([1.0, 2.0]))["output_0"].numpy()
+    array([2., 4.], dtype=float32)
     """
     # Internal modules: a TensorFlow that moved them loads the whole export instead.
     try:
