@@ -20,7 +20,7 @@ thread count, each writing one line a line of input:
 - ``program``: ``python -m export.translate`` in its own process (stdin and
   stdout the files) over that SavedModel, with ``--batch-tokens`` and
   ``--window``; its time includes starting Python, importing TensorFlow,
-  loading the SavedModel and the first calls' graph optimisation, as a run of
+  loading the SavedModel's signature and its first call, as a run of
   the program does;
 - ``ctranslate2``: the workdir converted by ``export_ctranslate2`` (float32),
   ``Translator.translate_iterable`` with ``max_batch_size=--batch-tokens``,
