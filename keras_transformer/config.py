@@ -4,13 +4,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
-
-from keras_transformer.layers.feed_forward import ACTIVATIONS
-from keras_transformer.layers.positional import POSITION_ENCODINGS, check_embedding_scale
 
 # Reserved token ids, shared by tokenizers, data pipelines and decoders.
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+# The feed-forward activations and the sinusoidal tables' layouts the layers implement
+# (keras_transformer.layers.feed_forward, .positional). This module imports no TensorFlow:
+# a run config is checked against it before TensorFlow loads.
+ACTIVATIONS = ("relu", "gelu", "swish", "silu")
+POSITION_ENCODINGS = ("interleaved", "halves")
+
+
+def check_embedding_scale(embedding_scale) -> float | None:
+    """``embedding_scale`` as a float (``None`` stays ``None``: √d_model), or a
+    ``ValueError`` if it is not a positive finite number."""
+    if embedding_scale is None:
+        return None
+    if (
+        isinstance(embedding_scale, bool)
+        or not isinstance(embedding_scale, (int, float))
+        or not math.isfinite(embedding_scale)
+        or embedding_scale <= 0
+    ):
+        raise ValueError(
+            "embedding_scale must be a positive number, or None for √d_model, got "
+            f"{embedding_scale!r}."
+        )
+    return float(embedding_scale)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,12 +79,9 @@ def test_bad_options_are_refused_when_called(translator):
         translator.translate(SENTENCES, batch_size=0)
 
 
-def test_the_program_defaults_are_the_librarys_and_it_counts_a_files_lines(tmp_path):
-    from keras_transformer import translate
-    from keras_transformer.cli import translate as program
+def test_the_program_counts_a_files_lines(tmp_path):
     from keras_transformer.file_translation import lines_in
 
-    assert (program.BATCH_TOKENS, program.WINDOW) == (translate.BATCH_TOKENS, translate.WINDOW)
     path = tmp_path / "input.txt"
     for text, lines in [("a\n\nb\n", 3), ("a\nb", 2), ("", 0), ("\n", 1)]:
         path.write_text(text)

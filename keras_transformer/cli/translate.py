@@ -52,12 +52,9 @@ from keras_transformer.cli.common import (
     sampling_parameters,
     setup_logging,
 )
+from keras_transformer.translation.batching import BATCH_TOKENS, WINDOW
 
 PROG = "kt translate"
-# keras_transformer.translate.BATCH_TOKENS and WINDOW, for --help before TensorFlow is imported
-# (tests/test_file_translation.py keeps them equal).
-BATCH_TOKENS = 2048
-WINDOW = 10_000
 
 
 def add_batch_tokens_argument(parser: ArgumentParser) -> None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import keras
 
+from keras_transformer.config import ACTIVATIONS
 from keras_transformer.layers.dense import Dense
 from keras_transformer.layers.dropout import Dropout
 from keras_transformer.layers.initializers import clone_initializer
 
-# "swish" (Marian's) is x·sigmoid(x); "silu" is another name for it.
-ACTIVATIONS = ("relu", "gelu", "swish", "silu")
+# ACTIVATIONS: "swish" (Marian's) is x·sigmoid(x); "silu" is another name for it.
 
 
 def check_activation(activation: str) -> str:

@@ -8,9 +8,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.config import POSITION_ENCODINGS, check_embedding_scale
 from keras_transformer.layers.dropout import Dropout
-
-POSITION_ENCODINGS = ("interleaved", "halves")
 
 
 def check_position_encoding(position_encoding: str) -> str:
@@ -64,24 +63,6 @@ def sinusoidal_table(
     ):  # columns 0, 2, 4, .. (the sines), then 1, 3, 5, .. (the cosines)
         table = np.concatenate([table[:, 0::2], table[:, 1::2]], axis=1)
     return table.astype(np.float32)
-
-
-def check_embedding_scale(embedding_scale) -> float | None:
-    """``embedding_scale`` as a float (``None`` stays ``None``: √d_model), or a
-    ``ValueError`` if it is not a positive finite number."""
-    if embedding_scale is None:
-        return None
-    if (
-        isinstance(embedding_scale, bool)
-        or not isinstance(embedding_scale, (int, float))
-        or not math.isfinite(embedding_scale)
-        or embedding_scale <= 0
-    ):
-        raise ValueError(
-            "embedding_scale must be a positive number, or None for √d_model, got "
-            f"{embedding_scale!r}."
-        )
-    return float(embedding_scale)
 
 
 def default_embeddings_initializer(d_model: int) -> keras.initializers.Initializer:

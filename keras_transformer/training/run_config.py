@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import yaml
 
+from keras_transformer.config import TransformerConfig
 from keras_transformer.training.config_checks import admits, allowed_values, describe, unknown_key
 from keras_transformer.training.config_sources import (
     CORPUS_KEYS,
@@ -63,35 +64,9 @@ PREPARE_MODES = ("auto", True, False)
 # training.early_stopping's metrics (null: off) and training.average's choices.
 VALIDATION_METRICS = (None, "bleu", "loss")
 AVERAGES = ("last", "best")
-# The keys of the model section: TransformerConfig's fields (tests/test_training_program.py
-# checks that they match; that module imports TensorFlow, this one must not), its two
-# shorthands, the preset they override and the finished run a model starts from.
-TRANSFORMER_FIELDS = (
-    "src_vocab_size",
-    "tgt_vocab_size",
-    "num_encoder_layers",
-    "num_decoder_layers",
-    "d_model",
-    "num_heads",
-    "d_ff",
-    "dropout",
-    "attention_dropout",
-    "activation_dropout",
-    "activation",
-    "norm_first",
-    "layer_norm_epsilon",
-    "max_length",
-    "learned_positions",
-    "position_encoding",
-    "embedding_scale",
-    "share_embeddings",
-    "tie_embeddings",
-    "final_logits_bias",
-    "pad_id",
-    "unk_id",
-    "bos_id",
-    "eos_id",
-)
+# The keys of the model section: TransformerConfig's fields, its two shorthands, the preset
+# they override and the finished run a model starts from.
+TRANSFORMER_FIELDS = tuple(field.name for field in dataclasses.fields(TransformerConfig))
 MODEL_KEYS = ("preset", "init_from", "vocab_size", "num_layers", *TRANSFORMER_FIELDS)
 
 
