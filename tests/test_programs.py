@@ -650,7 +650,7 @@ def test_what_exists_but_is_not_a_run_or_an_export_is_one_line_too(tmp_path):
 
 def test_errors_name_the_problem():
     assert (
-        "use one of ['base', 'big', 'demo', 'multi30k', 'student', 'wmt14_ende']"
+        "use one of ['base', 'big', 'demo', 'multi30k', 'student', 'tatoeba', 'wmt14_ende']"
         in _kt(BAD_INVOCATIONS["unknown config"]).stderr
     )
     assert (
