@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-
-import keras
+from typing import TYPE_CHECKING
 
 from keras_transformer import hardware
+
+if TYPE_CHECKING:  # the names import without TensorFlow: kt's --help lists them
+    import keras
 
 # training.mixed_precision / --precision names → Keras dtype policies.
 PRECISIONS = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}

@@ -827,13 +827,6 @@ def test_import_boundaries(package, forbidden, top_level_only):
     assert not offenders, offenders
 
 
-def test_program_precision_names_are_the_librarys():
-    import keras_transformer as kt
-    from keras_transformer.cli.common import PRECISION_NAMES
-
-    assert tuple(sorted(kt.PRECISIONS)) == PRECISION_NAMES
-
-
 def test_ctranslate2_program_knows_ctranslate2s_weight_types():
     ctranslate2 = pytest.importorskip("ctranslate2")
     from keras_transformer.cli.export_ctranslate2 import QUANTIZATIONS

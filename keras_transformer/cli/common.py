@@ -1,6 +1,6 @@
 """What the ``kt`` command's programs (``keras_transformer.cli``) share.
 
-Nothing here imports TensorFlow or ``keras_transformer``: a program parses
+Nothing here imports TensorFlow (only ``keras_transformer.precision``'s names): a program parses
 its arguments and checks its paths with this module first, so ``--help`` and
 a bad invocation answer in a fraction of a second, as one line
 (``prog: error: ...``, exit status 2), before TensorFlow is imported.
@@ -21,12 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
-# keras_transformer.precision.PRECISIONS' names, for --precision before TensorFlow is
-# imported (tests/test_programs.py keeps the two equal).
-PRECISION_NAMES = ("bf16", "fp16", "fp32")
-# Training also takes "auto": keras_transformer.precision.choose_precision picks one for the
-# hardware.
-TRAINING_PRECISIONS = ("auto", *PRECISION_NAMES)
+from keras_transformer.precision import AUTO, PRECISIONS
+
+# --precision's names (keras_transformer.precision imports no TensorFlow). Training also takes
+# "auto": keras_transformer.precision.choose_precision picks one for the hardware.
+PRECISION_NAMES = tuple(sorted(PRECISIONS))
+TRAINING_PRECISIONS = (AUTO, *PRECISION_NAMES)
 LOG_FORMAT = "%(asctime)s %(levelname).1s %(name)s: %(message)s"
 USAGE_ERROR = 2
 
