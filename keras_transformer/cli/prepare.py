@@ -53,9 +53,6 @@ def checked_config(args) -> RunConfig:
         fail(PROG, f"--workdir {args.workdir} is a file, not a folder.")
     data = config.data
 
-    def resolved(path) -> Path:
-        return resolve_path(path)
-
     if data.sources is not None:
         return config  # each corpus is checked as it is read, a missing one named
     if data.kind == "text":
@@ -65,9 +62,9 @@ def checked_config(args) -> RunConfig:
                 "data.kind=text needs data.dir (a folder with train.src/train.tgt, ...): "
                 "add --set data.dir=PATH.",
             )
-        existing_path(PROG, resolved(data.dir) / "train.src", "training file")
+        existing_path(PROG, resolve_path(data.dir) / "train.src", "training file")
     elif data.kind == "tsv" and (data.tsv or {}).get("train"):
-        existing_path(PROG, resolved(data.tsv["train"]), "training file")
+        existing_path(PROG, resolve_path(data.tsv["train"]), "training file")
     return config
 
 

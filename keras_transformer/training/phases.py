@@ -64,7 +64,7 @@ class EpochCallbacks:
     budget: TimeBudget
     history: EpochHistory
 
-    def in_order(self) -> list[keras.callbacks.Callback]:
+    def as_list(self) -> list[keras.callbacks.Callback]:
         # Any order: they share the epoch's results and time through one EpochRecord.
         found = [self.keeper, self.bleu, self.stopper, self.budget, self.history]
         return [callback for callback in found if callback is not None]

@@ -410,7 +410,7 @@ def train(setup: RunSetup, data: TrainingData, model: kt.Transformer) -> Trained
         data.valid,
         config.training,
         setup.run_dir,
-        callbacks.in_order(),
+        callbacks.as_list(),
         callbacks.backup,
     )
     return Trained(model, translator, callbacks, metric, callbacks.history.whole(history))

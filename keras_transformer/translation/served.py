@@ -158,8 +158,6 @@ class SavedModelBackend:
     """
 
     def __init__(self, path: str | os.PathLike, beam_size: int | None = None):
-        # The graph's SentencePiece ops are registered: keras_transformer.tokenization imports TF
-        # Text.
         self.path = saved_model_version(path)
         # One signature is loaded now, the one this backend translates with; the others
         # (prefixes, n-best, scores, samples) when first called.
