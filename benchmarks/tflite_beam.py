@@ -4,7 +4,8 @@ and BLEU of each, on a file of sentences.
     python -m benchmarks.tflite_beam --workdir runs/multi30k \\
         --src ../shared/corpora/multi30k_de_en/test.src \\
         --ref ../shared/corpora/multi30k_de_en/test.tgt \\
-        [--beam 4] [--alpha 0.6] [--sentences 200] [--threads 1] [--keep DIR] [--json out.json]
+        [--beam 4] [--alpha 0.6] [--sentences 200] [--threads 1] [--repeats 3] [--keep DIR] \\
+        [--json out.json]
 
 The workdir is converted twice by ``export_tflite`` (float32, the widths it was
 trained with): greedy, and a beam search of ``--beam`` hypotheses with the
@@ -12,7 +13,9 @@ length penalty ``--alpha``. Each file translates the first ``--sentences``
 lines of ``--src`` in LiteRT (``LiteRTTranslator``, ``--threads`` CPU threads,
 1 by default as a phone app gets), batch 1, one sentence at a time after one
 untimed warm-up sentence; ms/sentence is the interpreter's time (tokenizing
-and detokenizing outside it). BLEU and chrF: sacrebleu, as ``kt evaluate``
+and detokenizing outside it) in the fastest of ``--repeats`` passes, the two
+files taking turns pass by pass, so that a busy moment of a shared machine
+weighs on neither alone. BLEU and chrF: sacrebleu, as ``kt evaluate``
 scores (``training.scoring``). The reference is greedy decoding in this
 process (``Translator``, the decoder of the SavedModel's ``translate_greedy``:
 the same ids, ``tests/test_tflite.py``); ``agreement`` is the share of
@@ -59,13 +62,16 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", type=int, default=200, help="the first N lines")
     parser.add_argument("--threads", type=int, default=1, help="LiteRT's CPU threads")
     parser.add_argument(
+        "--repeats", type=int, default=3, help="timed passes a file, in turn; the fastest counts"
+    )
+    parser.add_argument(
         "--keep", type=Path, default=None, help="write the two .tflite files in this folder"
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.beam < 2:
         parser.error(f"--beam must be >= 2 (the greedy file is the other), got {args.beam}")
-    for flag in ("sentences", "threads"):
+    for flag in ("sentences", "threads", "repeats"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag} must be >= 1, got {getattr(args, flag)}")
     if args.alpha is not None and not (math.isfinite(args.alpha) and args.alpha >= 0):
@@ -109,19 +115,26 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="tflite_beam_") as tmp:
         folder = args.keep or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        files = {}
         for name, beam in (("greedy", None), ("beam", args.beam)):
             alpha = args.alpha if beam else None
             path = export_tflite(trained, folder / f"{name}.tflite", beam=beam, alpha=alpha)
-            lite = LiteRTTranslator(
+            files[name] = LiteRTTranslator(
                 path, trained.src_tokenizer, trained.tgt_tokenizer, num_threads=args.threads
             )
-            run = lite.run(sources)
+        runs = {name: [] for name in files}
+        for repeat in range(args.repeats):  # the files in turn, pass by pass
+            for name, lite in files.items():
+                runs[name].append(lite.run(sources, warm_up=repeat == 0))
+        for name, lite in files.items():
+            run = min(runs[name], key=lambda run: run.seconds)
             results[name] = {
                 "decoding": lite.decoding,
                 "engine": "tflite",
                 "alpha": lite.alpha,
                 "size_bytes": lite.size_bytes,
                 "seconds": round(run.seconds, 3),
+                "passes_seconds": [round(each.seconds, 3) for each in runs[name]],
                 "ms_per_sentence": round(run.ms_per_sentence, 3),
                 **score_translations(run.texts, references),
             }
@@ -134,6 +147,7 @@ def main(argv=None) -> int:
         "src": str(args.src),
         "sentences": len(sources),
         "threads": args.threads,
+        "repeats": args.repeats,
         "results": results,
         "goals": goals(results),
     }

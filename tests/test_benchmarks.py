@@ -686,15 +686,17 @@ def test_tflite_beam_times_and_scores_a_beam_file_against_a_greedy_one(tiny_work
     out = tmp_path / "tflite_beam.json"
     argv = ["--workdir", str(tiny_workdir), "--src", str(src), "--ref", str(ref)]
     argv += ["--beam", "2", "--alpha", "1.0", "--sentences", "6", "--keep", str(tmp_path / "files")]
-    assert tflite_beam.main([*argv, "--json", str(out)]) == 0
+    assert tflite_beam.main([*argv, "--repeats", "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["sentences"] == 6 and report["threads"] == 1 and report["cpu"]["model"]
+    assert report["repeats"] == 2
     results = report["results"]
     assert (results["greedy"]["decoding"], results["beam"]["decoding"]) == ("greedy", "beam2")
     assert results["beam"]["alpha"] == 1.0 and results["greedy"]["agreement"] == 1.0
     assert results["greedy"]["bleu"] == results["library_greedy"]["bleu"]
     for name in ("greedy", "beam"):
         assert results[name]["ms_per_sentence"] > 0 and results[name]["sentences"] == 6
+        assert results[name]["seconds"] == min(results[name]["passes_seconds"])
         assert (tmp_path / "files" / f"{name}.tflite").stat().st_size == results[name]["size_bytes"]
     ratio, bleu = report["goals"]
     assert ratio["value"] == round(
