@@ -289,6 +289,25 @@ def test_beam_file_is_the_librarys_beam_search_with_builtin_ops_only(trained, he
     assert search == {"beam": BEAM, "alpha": ALPHA, "stopping": "heuristic"}
 
 
+def test_beam_file_gives_the_saved_models_beam_ids(trained, held_out, beam_model, tmp_path):
+    """The SavedModel of the same beam and alpha (``translate_ids``) gives the file's ids, EOS
+    included, on the held-out sentences."""
+    from keras_transformer.exporters import export_saved_model
+
+    path, model, _ = trained
+    _, ids = held_out
+    exported = export_saved_model(path, tmp_path / "exports", beam_size=BEAM, alpha=ALPHA)
+    served = tf.saved_model.load(str(exported)).signatures["translate_ids"](
+        source_ids=tf.constant(ids)
+    )
+    lite = _run(beam_model, ids)
+    eos = model.config.eos_id
+    for row_lite, row_served in zip(lite, served["target_ids"].numpy()):
+        assert eos in row_lite and eos in row_served
+        stop = list(row_served).index(eos) + 1
+        np.testing.assert_array_equal(row_lite[:stop], row_served[:stop])
+
+
 def test_greedy_file_records_no_search(float_model):
     """A greedy file is what it was before beam search came: no metadata of ours."""
     from keras_transformer.exporters.tflite import read_search_metadata

@@ -85,6 +85,9 @@ class TFLiteTranslator(tf.Module):
         max_tgt_length: the output width.
         search: ``Greedy()`` (the default) or ``Beam(...)``: its best
             hypothesis is the output.
+
+    Raises:
+        ValueError: ``search`` is not greedy or a beam (a ``Sample``).
     """
 
     def __init__(
