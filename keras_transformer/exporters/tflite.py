@@ -270,7 +270,8 @@ def export_tflite(
         )
         write_atomically({Path(out): flatbuffer})
         bar.update()
-    log.info("wrote %s (%.1f MB)", out, len(flatbuffer) / 1e6)
+    decoding = f"beam {search.size}, alpha {search.alpha}" if isinstance(search, Beam) else "greedy"
+    log.info("wrote %s (%.1f MB, %s)", out, len(flatbuffer) / 1e6, decoding)
     return Path(out)
 
 
