@@ -12,7 +12,8 @@ written in place (a row a beam), and stops at EOS, or once the beam search is
 done: no Flex delegate (SELECT_TF_OPS) is needed, so any stock LiteRT runtime
 runs it (``ai_edge_litert.interpreter.Interpreter``, the ``[tflite]`` extra).
 The search is the library's (``decoding.decode`` with static shapes), so a
-file gives the ids of ``Translator`` and the SavedModel with the same search.
+file gives the ids of ``Translator`` and the SavedModel with the same search
+(within its output width).
 Tokenize on the device with the SentencePiece model of the run;
 ``LiteRTTranslator`` runs such a file on the host, text in and text out.
 """
@@ -190,7 +191,7 @@ def read_search_metadata(flatbuffer: bytes) -> dict | None:
         ``{"beam": size, "alpha": ..., "stopping": ...}``, or ``None`` for a
         file without the ``SEARCH_METADATA`` entry (a greedy file).
     """
-    from ai_edge_litert import schema_py_generated as schema
+    from tensorflow.lite.python import schema_py_generated as schema
 
     model = schema.Model.GetRootAs(flatbuffer, 0)
     for index in range(model.MetadataLength()):
