@@ -138,7 +138,7 @@ def tflite_row(path: Path, sentences: list[str], src_sp, tgt_sp) -> dict:
     tokens = int(np.count_nonzero(result.target_ids))
     return {
         "artifact": "tflite",
-        "decoder": "greedy",
+        "decoder": translator.decoding,
         "batch": 1,
         "sentences": len(sentences),
         "seconds": result.seconds,

@@ -668,3 +668,40 @@ def test_file_translation_times_every_way_through_a_file(tiny_workdir, tmp_path)
     # The SavedModel gives "" for the empty line, the Keras model what it decodes from EOS.
     assert results["saved_model"]["agreement"] >= 12 / 13
     assert results["program"]["agreement"] == results["saved_model"]["agreement"]
+
+
+def test_tflite_beam_times_and_scores_a_beam_file_against_a_greedy_one(tiny_workdir, tmp_path):
+    """``benchmarks.tflite_beam`` on the tiny workdir's test sentences: a greedy and a beam-2
+    file, each timed in LiteRT and scored, the greedy file as the library's greedy decoder,
+    and the goals as measured ratios; a beam of 1 is the parser's error."""
+    import json
+
+    from benchmarks import tflite_beam
+    from keras_transformer.data import demo_splits
+
+    pairs = demo_splits(train=2000, valid=20, test=20, seed=1)["test"]  # tests/conftest.py's
+    src, ref = tmp_path / "test.src", tmp_path / "test.tgt"
+    src.write_text("".join(f"{s}\n" for s, _ in pairs))
+    ref.write_text("".join(f"{t}\n" for _, t in pairs))
+    out = tmp_path / "tflite_beam.json"
+    argv = ["--workdir", str(tiny_workdir), "--src", str(src), "--ref", str(ref)]
+    argv += ["--beam", "2", "--alpha", "1.0", "--sentences", "6", "--keep", str(tmp_path / "files")]
+    assert tflite_beam.main([*argv, "--repeats", "2", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["sentences"] == 6 and report["threads"] == 1 and report["cpu"]["model"]
+    assert report["repeats"] == 2
+    results = report["results"]
+    assert (results["greedy"]["decoding"], results["beam"]["decoding"]) == ("greedy", "beam2")
+    assert results["beam"]["alpha"] == 1.0 and results["greedy"]["agreement"] == 1.0
+    assert results["greedy"]["bleu"] == results["library_greedy"]["bleu"]
+    for name in ("greedy", "beam"):
+        assert results[name]["ms_per_sentence"] > 0 and results[name]["sentences"] == 6
+        assert results[name]["seconds"] == min(results[name]["passes_seconds"])
+        assert (tmp_path / "files" / f"{name}.tflite").stat().st_size == results[name]["size_bytes"]
+    ratio, bleu = report["goals"]
+    assert ratio["value"] == round(
+        results["beam"]["ms_per_sentence"] / results["greedy"]["ms_per_sentence"], 2
+    )
+    assert bleu["value"] == round(results["beam"]["bleu"] - results["library_greedy"]["bleu"], 2)
+    with pytest.raises(SystemExit):
+        tflite_beam.main([*argv[:6], "--beam", "1"])

@@ -1,5 +1,6 @@
 """TFLite export: builtin ops only, and the LiteRT interpreter gives the same
-ids as our greedy decoder (float) or differs only at near-ties (dynamic-range int8)."""
+ids as our greedy decoder (float) or differs only at near-ties (dynamic-range int8);
+a beam-search file gives the library's beam search, with the same signature."""
 
 import os
 import subprocess
@@ -17,6 +18,7 @@ pytestmark = pytest.mark.programs
 CHECKOUT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 MAX_SRC, MAX_TGT = 32, 24
+BEAM, ALPHA = 4, 0.6
 SENTENCES = [
     "the big dog sees 3 red cats",
     "a boy sleeps",
@@ -230,3 +232,171 @@ def test_bf16_trained_workdir_exports_a_float32_graph_by_the_cli(trained, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert out.stat().st_size > 0 and not list(tmp_path.glob(".staging-*"))
     np.testing.assert_array_equal(_run(out.read_bytes(), ids), _reference(model, ids))
+
+
+@pytest.fixture(scope="module")
+def held_out(trained):
+    """The tiny workdir's test sources (``tests/conftest.py``'s synthetic split), as ids."""
+    from keras_transformer import Workdir
+    from keras_transformer.data import demo_splits, encode_sources
+
+    path, _, _ = trained
+    sources = [source for source, _ in demo_splits(train=2000, valid=20, test=20, seed=1)["test"]]
+    src_tokenizer, _ = Workdir(path).load_tokenizers()
+    ids = encode_sources(src_tokenizer, tf.constant(sources), MAX_SRC)
+    return sources, tf.cast(ids.to_tensor(shape=[len(sources), MAX_SRC]), tf.int32).numpy()
+
+
+@pytest.fixture(scope="module")
+def beam_model(trained):
+    from keras_transformer.exporters.tflite import convert, tflite_search
+
+    _, model, _ = trained
+    return convert(model, MAX_SRC, MAX_TGT, search=tflite_search(beam=BEAM, alpha=ALPHA))
+
+
+def _library_beam(model, ids, **choice):
+    """The library's best beam hypothesis a sentence, padded to ``MAX_TGT`` ids."""
+    from keras_transformer.decoding import Beam, KernelChoice, Limits, decode
+
+    out = decode(
+        model, ids, Beam(BEAM, ALPHA), Limits(max_length=MAX_TGT), choice=KernelChoice(**choice)
+    )
+    tokens = out.tokens[:, 0].numpy()
+    return np.pad(tokens, [[0, 0], [0, MAX_TGT - tokens.shape[1]]])
+
+
+def test_beam_file_is_the_librarys_beam_search_with_builtin_ops_only(trained, held_out, beam_model):
+    """Beam 4 in LiteRT: the ids of the library's beam search, sentence for sentence, with a
+    growing cache (the SavedModel's and ``Translator``'s decoder) and with static shapes;
+    builtin ops only, the greedy file's signature, and the search in the file's metadata."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    from keras_transformer.exporters.tflite import read_search_metadata
+
+    _, model, _ = trained
+    _, ids = held_out
+    builtins, customs = op_names(beam_model)
+    assert not customs, f"custom/Flex ops: {customs}"
+    assert {"WHILE", "TOPK_V2"} <= builtins
+    signatures = Interpreter(model_content=beam_model).get_signature_list()
+    assert signatures == {"serving_default": {"inputs": ["source_ids"], "outputs": ["target_ids"]}}
+    lite = _run(beam_model, ids)
+    assert lite.shape == (len(ids), MAX_TGT)
+    np.testing.assert_array_equal(lite, _library_beam(model, ids))
+    np.testing.assert_array_equal(lite, _library_beam(model, ids, static_shapes=True))
+    search = read_search_metadata(beam_model)
+    assert search == {"beam": BEAM, "alpha": ALPHA, "stopping": "heuristic"}
+
+
+def test_beam_file_gives_the_saved_models_beam_ids(trained, held_out, beam_model, tmp_path):
+    """The SavedModel of the same beam and alpha (``translate_ids``) gives the file's ids, EOS
+    included, on the held-out sentences."""
+    from keras_transformer.exporters import export_saved_model
+
+    path, model, _ = trained
+    _, ids = held_out
+    exported = export_saved_model(path, tmp_path / "exports", beam_size=BEAM, alpha=ALPHA)
+    served = tf.saved_model.load(str(exported)).signatures["translate_ids"](
+        source_ids=tf.constant(ids)
+    )
+    lite = _run(beam_model, ids)
+    eos = model.config.eos_id
+    for row_lite, row_served in zip(lite, served["target_ids"].numpy()):
+        assert eos in row_lite and eos in row_served
+        stop = list(row_served).index(eos) + 1
+        np.testing.assert_array_equal(row_lite[:stop], row_served[:stop])
+
+
+def test_greedy_file_records_no_search(float_model):
+    """A greedy file is what it was before beam search came: no metadata of ours."""
+    from keras_transformer.exporters.tflite import read_search_metadata
+
+    assert read_search_metadata(float_model) is None
+
+
+def test_beam_file_translates_as_the_translator_beam_search(
+    trained, held_out, beam_model, tmp_path
+):
+    """``LiteRTTranslator`` runs a beam file unchanged: the texts of ``Translator``'s beam 4,
+    and the search it reads from the file."""
+    from keras_transformer import Translator
+    from keras_transformer.exporters import LiteRTTranslator
+
+    path, model, _ = trained
+    sources, _ = held_out
+    file = tmp_path / "beam.tflite"
+    file.write_bytes(beam_model)
+    lite = LiteRTTranslator.from_workdir(file, path)
+    assert (lite.beam, lite.alpha, lite.decoding) == (BEAM, ALPHA, "beam4")
+    reference = Translator(
+        model,
+        lite.src_tokenizer,
+        lite.tgt_tokenizer,
+        beam_size=BEAM,
+        alpha=ALPHA,
+        max_length=MAX_TGT,
+        max_src_length=MAX_SRC,
+    )
+    assert lite.translate(sources) == reference.translate(sources)
+
+
+def test_int8_beam_file_converts_and_runs(trained, held_out, beam_model):
+    """``quantize="dynamic"`` with a beam: builtins only, smaller, and each output a
+    hypothesis that ends with EOS within the width."""
+    from keras_transformer.exporters.tflite import convert, tflite_search
+
+    _, model, _ = trained
+    _, ids = held_out
+    quantized = convert(
+        model, MAX_SRC, MAX_TGT, quantize="dynamic", search=tflite_search(beam=BEAM)
+    )
+    assert not op_names(quantized)[1]
+    assert len(quantized) < 0.5 * len(beam_model)
+    out = _run(quantized, ids[:4])
+    eos = model.config.eos_id
+    for row in out:
+        assert eos in row, row
+        end = list(row).index(eos)
+        assert row[0] != eos and not (row[end + 1 :] != model.config.pad_id).any(), row
+
+
+def test_search_of_a_file(capsys):
+    """``beam`` and ``alpha``: greedy by default and at 1, the SavedModel's alpha by default,
+    refused out of range or alpha alone; the CLI's help names that default."""
+    from keras_transformer.cli import export_tflite as program
+    from keras_transformer.decoding import Beam, Greedy
+    from keras_transformer.exporters.tflite import tflite_search
+
+    assert tflite_search() == Greedy() == tflite_search(beam=1)
+    assert tflite_search(beam=3) == Beam(3, Beam().alpha)
+    assert tflite_search(beam=2, alpha=1.2) == Beam(2, 1.2)
+    with pytest.raises(ValueError, match="give beam=N as well"):
+        tflite_search(alpha=0.6)
+    with pytest.raises(ValueError, match="beam_size must be >= 1"):
+        tflite_search(beam=0)
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
+        tflite_search(beam=2, alpha=float("nan"))
+    with pytest.raises(SystemExit):
+        program.parse_args(["--help"])
+    assert f"(default: {Beam().alpha}, as kt export" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_writes_a_beam_file(trained, held_out, tmp_path):
+    """``kt export tflite --beam 2``: a file of that beam search."""
+    from keras_transformer.cli.export_tflite import main
+    from keras_transformer.exporters.tflite import read_search_metadata
+
+    path, model, _ = trained
+    _, ids = held_out
+    out = tmp_path / "beam2.tflite"
+    argv = ["--workdir", str(path), "--out", str(out), "--beam", "2", "--alpha", "1.0"]
+    argv += ["--max-src-length", str(MAX_SRC), "--max-tgt-length", str(MAX_TGT)]
+    assert main(argv) == 0
+    flatbuffer = out.read_bytes()
+    assert read_search_metadata(flatbuffer) == {"beam": 2, "alpha": 1.0, "stopping": "heuristic"}
+    from keras_transformer.decoding import Beam, Limits, decode
+
+    want = decode(model, ids[:4], Beam(2, 1.0), Limits(max_length=MAX_TGT)).tokens[:, 0].numpy()
+    want = np.pad(want, [[0, 0], [0, MAX_TGT - want.shape[1]]])
+    np.testing.assert_array_equal(_run(flatbuffer, ids[:4]), want)

@@ -14,8 +14,9 @@ translated by ``keras_transformer.Translator.from_workdir``, a SavedModel by
 ``Translator.from_saved_model`` (its signatures, as TF Serving runs them), a
 ``.tflite`` file of ``kt export tflite`` by
 ``keras_transformer.exporters.LiteRTTranslator`` (LiteRT, ``--threads`` CPU
-threads, one sentence at a time, greedy; ``--workdir`` is the run it was
-exported from, for its tokenizers): its JSON adds the file's size and the
+threads, one sentence at a time, by the search inside the file, greedy or
+``kt export tflite --beam N``; ``--workdir`` is the run it was exported
+from, for its tokenizers): its JSON adds the file's size and the
 interpreter's milliseconds a sentence (tokenizing outside the time, after one
 untimed warm-up sentence).
 
@@ -160,7 +161,8 @@ def parse_args(argv=None):
             )
         if args.beam not in (None, 1):
             parser.error(
-                f"--tflite decodes greedy (the decoding is inside the file): --beam {args.beam}"
+                f"--tflite decodes as the file was exported (kt export tflite [--beam N]), "
+                f"not by --beam {args.beam}"
             )
         for tflite in args.tflite:
             existing_file(PROG, tflite, "--tflite")
@@ -194,7 +196,7 @@ def main(argv=None) -> int:
         def run_lite(sources: list[str]) -> tuple[list[str], dict]:
             result = lite.run(sources, progress=True)
             about = {
-                "decoding": "greedy",
+                "decoding": lite.decoding,
                 "tflite": str(tflite),
                 "size_bytes": lite.size_bytes,
                 "threads": lite.num_threads,

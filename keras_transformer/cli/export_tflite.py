@@ -1,13 +1,15 @@
 """Convert a trained workdir to a TFLite translator with builtin ops only:
-``kt export tflite --workdir runs/demo --out demo.tflite [--quantize dynamic]``;
+``kt export tflite --workdir runs/demo --out demo.tflite [--quantize dynamic] [--beam 4]``;
 ``--int8-out demo.int8.tflite`` writes the int8 (``--quantize dynamic``) file as well, of the
 model this process loaded once.
 
 The model takes token ids for one sentence, ``source_ids`` int32
 ``[1, max_src_length]`` (subword ids + EOS, padded with 0), and returns
 ``target_ids`` int32 ``[1, max_tgt_length + 1]`` (the target, EOS, then 0):
-greedy decoding in a ``while`` loop over a fixed-size KV cache, no Flex
-delegate, so any stock LiteRT runtime runs it. The library call is
+greedy decoding, or with ``--beam N [--alpha A]`` the best hypothesis of a beam
+search (as ``kt export saved-model --beam N``; ``--beam 1`` is greedy), in a
+``while`` loop over a fixed-size KV cache, no Flex delegate, so any stock
+LiteRT runtime runs it. The library call is
 ``keras_transformer.exporters.export_tflite``.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from keras_transformer.cli.common import (
     ArgumentParser,
+    check_alpha,
     check_at_least_one,
     existing_workdir,
     run,
@@ -49,10 +52,25 @@ def parse_args(argv=None):
         default=None,
         help="also write the dynamic-range int8 file here (the model loaded once)",
     )
+    parser.add_argument(
+        "--beam",
+        type=int,
+        default=None,
+        help="beam size fixed in the file (default and 1: greedy); the best hypothesis comes out",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="the beam search's length penalty exponent (default: 0.6, as kt export saved-model)",
+    )
     args = parser.parse_args(argv)
     if args.int8_out is not None and args.quantize is not None:
         parser.error("--int8-out goes with a float32 --out (no --quantize)")
-    check_at_least_one(parser, args, "max_src_length", "max_tgt_length")
+    check_at_least_one(parser, args, "max_src_length", "max_tgt_length", "beam")
+    check_alpha(parser, args, "alpha")
+    if args.alpha is not None and args.beam is None:
+        parser.error("--alpha is the beam search's length penalty: give --beam N as well")
     existing_workdir(PROG, args.workdir)
     return args
 
@@ -77,6 +95,8 @@ def main(argv=None) -> int:
                     quantize=quantize,
                     max_src_length=args.max_src_length,
                     max_tgt_length=args.max_tgt_length,
+                    beam=args.beam,
+                    alpha=args.alpha,
                     progress=True,
                 )
             )

@@ -4,7 +4,7 @@ Each takes a ``TrainedModel``, a ``Workdir`` or a workdir path.
 
 - ``export_saved_model``: a TF Serving model version, strings in and out
   (loads with ``tensorflow`` + ``tensorflow_text`` only);
-- ``export_tflite``: a builtins-only TFLite translator over token ids;
+- ``export_tflite``: a builtins-only TFLite translator over token ids, greedy or beam search;
 - ``export_ctranslate2``: a CTranslate2 model directory (``[ct2]`` extra),
   imported on first use.
 
