@@ -1,0 +1,352 @@
+"""The translator as a static web page that translates offline, in the browser, with LiteRT.js.
+
+``export_web`` writes a folder that any static server can serve (everything is fetched relative
+to the page, from the same host):
+
+- ``index.html``, ``page.js``, ``translator.js``, ``text.js``: the page (plain HTML and ES
+  modules, an import map, no bundler). It defines ``window.kt.ready`` (a Promise resolved once
+  the model and tokenizers are loaded) and ``window.kt.translate(line)`` (a Promise of one
+  line's translation); its form translates a text box line by line.
+- ``model.tflite``: the builtins-only translator of ``export_tflite`` (decoding inside the file).
+- the run's SentencePiece model(s), and ``translator.json``: the ids (pad, EOS, unk, BOS), the
+  vocabulary sizes, ``max_src_length`` and ``max_tgt_length``, the search, the file names.
+- ``vendor/``: LiteRT.js (``@litertjs/core``), its WebAssembly loader and SentencePiece compiled
+  to WebAssembly (``@sctg/sentencepiece-js``, the maintained fork of ``sentencepiece-js``:
+  SentencePiece's own C++, so its ids equal the Python and TF Text ones), with shims for the two
+  Node modules that package imports but the page never uses (``fs``, ``buffer``).
+- ``litert/``: LiteRT.js's single-threaded, non-JSPI WebAssembly runtime, in its two builds:
+  ``litert_wasm_internal`` (relaxed SIMD) and ``litert_wasm_compat_internal`` (for browsers
+  without relaxed SIMD); LiteRT.js fetches the one its browser runs, never both. The threaded
+  build needs ``SharedArrayBuffer``, hence cross-origin isolation (COOP/COEP headers) that a
+  plain static server does not send; the JSPI build is for WebGPU/WebNN partitioning, which a
+  CPU translator does not use.
+
+Text is prepared exactly as ``LiteRTTranslator`` prepares it: whitespace normalised, the source
+SentencePiece ids + EOS cut to ``max_src_length`` and padded, a blank line translates to ``""``,
+the output read up to its first EOS and detokenized.
+
+The JavaScript packages come from npm at the versions of ``keras_transformer/web/package.json``
+and ``package-lock.json``: ``npm ci`` installs them once into a cache folder
+(``$KT_WEB_CACHE``, else ``$XDG_CACHE_HOME/keras-transformer`` or ``~/.cache/keras-transformer``,
+one folder per lock file), or ``node_modules=`` names a ``node_modules`` folder made from that
+lock file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from keras_transformer.files import replace_directory, staging_directory
+
+log = logging.getLogger(__name__)
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"  # the page and package.json
+PAGE_FILES = ("index.html", "page.js", "translator.js", "text.js")
+SHIMS = ("fs.js", "buffer.js")
+# page path -> path in node_modules
+VENDOR = {
+    "vendor/litertjs-core.js": "@litertjs/core/dist/index.js",
+    "vendor/litertjs-wasm-utils.js": "@litertjs/wasm-utils/dist/index.js",
+    "vendor/sentencepiece.js": "@sctg/sentencepiece-js/dist/index.js",
+}
+LITERT_WASM_DIR = "litert/"
+LITERT_WASM = tuple(
+    f"{name}.{kind}"
+    for name in ("litert_wasm_internal", "litert_wasm_compat_internal")
+    for kind in ("js", "wasm")
+)
+LICENSES = {  # page path -> path in node_modules, where the package ships one
+    "vendor/LICENSE.sentencepiece-js": "@sctg/sentencepiece-js/LICENSE",
+}
+MODEL = "model.tflite"
+CONFIG = "translator.json"
+NPM_FIX = "install Node.js and npm (apt-get install -y nodejs npm), or pass node_modules"
+
+
+def lock_hash() -> str:
+    """The first 12 hex digits of the SHA-256 of ``package-lock.json``: the cache folder's key."""
+    return hashlib.sha256((WEB_DIR / "package-lock.json").read_bytes()).hexdigest()[:12]
+
+
+def cache_dir(dev: bool = False) -> Path:
+    """The folder that ``npm ci`` installs the page's packages into (``dev``: with
+    puppeteer-core, for the tests and benchmarks), one per lock file.
+
+    Args:
+        dev: with the devDependencies.
+
+    Returns:
+        ``$KT_WEB_CACHE/web-HASH[-dev]``, where ``KT_WEB_CACHE`` defaults to
+        ``$XDG_CACHE_HOME/keras-transformer`` (``~/.cache/keras-transformer``).
+    """
+    root = os.environ.get("KT_WEB_CACHE")
+    if not root:
+        cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        root = Path(cache) / "keras-transformer"
+    return Path(root) / f"web-{lock_hash()}{'-dev' if dev else ''}"
+
+
+def _missing(modules: Path) -> list[str]:
+    """The files of ``VENDOR`` and ``LITERT_WASM`` that ``modules`` lacks."""
+    wanted = [*VENDOR.values(), *(f"@litertjs/core/wasm/{name}" for name in LITERT_WASM)]
+    return [name for name in wanted if not (modules / name).is_file()]
+
+
+def install_node_modules(dev: bool = False) -> Path:
+    """The ``node_modules`` of the page's lock file, installed with ``npm ci`` unless it is there.
+
+    The install goes to a temp folder beside the cache folder, then is renamed in.
+
+    Args:
+        dev: with the devDependencies (puppeteer-core).
+
+    Returns:
+        The ``node_modules`` folder.
+
+    Raises:
+        ValueError: npm is missing or ``npm ci`` failed.
+
+    Example::
+
+        from keras_transformer.exporters.web import install_node_modules
+        install_node_modules(dev=True)
+    """
+    target = cache_dir(dev)
+    modules = target / "node_modules"
+    if modules.is_dir() and not _missing(modules):
+        return modules
+    npm = shutil.which("npm")
+    if npm is None:
+        raise ValueError(f"npm not found, needed for the page's JavaScript packages: {NPM_FIX}.")
+    staging = staging_directory(target)
+    try:
+        for name in ("package.json", "package-lock.json"):
+            shutil.copyfile(WEB_DIR / name, staging / name)
+        command = [npm, "ci", "--no-audit", "--no-fund", *([] if dev else ["--omit=dev"])]
+        log.info("installing the page's JavaScript packages into %s", target)
+        result = subprocess.run(command, cwd=staging, capture_output=True, text=True)
+        if result.returncode != 0:
+            lines = (result.stderr or result.stdout).strip().splitlines() or ["no output"]
+            raise ValueError(f"npm ci failed in {staging} ({lines[-1]}): {NPM_FIX}.")
+        replace_directory(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return modules
+
+
+def find_node_modules(node_modules: str | os.PathLike | None = None) -> Path:
+    """``node_modules`` checked, or the cached install (``install_node_modules``) when ``None``.
+
+    Args:
+        node_modules: a ``node_modules`` folder made by ``npm ci`` from the page's lock file.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: the folder lacks a file the page needs, npm is missing or ``npm ci`` failed.
+    """
+    if node_modules is None:
+        return install_node_modules()
+    modules = Path(node_modules)
+    missing = _missing(modules)
+    if missing:
+        raise ValueError(
+            f"{modules} lacks {missing[0]}: give the node_modules of `npm ci` run beside "
+            f"{WEB_DIR / 'package-lock.json'}."
+        )
+    return modules
+
+
+def tflite_widths(path: str | os.PathLike) -> tuple[int, int]:
+    """The input and output widths of a translator of ``export_tflite``.
+
+    Args:
+        path: the ``.tflite`` file.
+
+    Returns:
+        ``(max_src_length, max_tgt_length + 1)``.
+
+    Raises:
+        ValueError: ``path`` has no ``serving_default`` signature ``source_ids`` → ``target_ids``.
+    """
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError:
+        import tensorflow as tf
+
+        Interpreter = tf.lite.Interpreter
+    interpreter = Interpreter(model_path=str(path))
+    signature = interpreter.get_signature_list().get("serving_default", {})
+    if "source_ids" not in signature.get("inputs", []) or "target_ids" not in signature.get(
+        "outputs", []
+    ):
+        raise ValueError(
+            f"{path} is not a translator of export_tflite (no serving_default: source_ids -> "
+            "target_ids): write one with kt export tflite."
+        )
+    runner = interpreter.get_signature_runner("serving_default")
+    source = runner.get_input_details()["source_ids"]["shape"]
+    target = runner.get_output_details()["target_ids"]["shape"]
+    return int(source[1]), int(target[1])
+
+
+def _check_out(out: Path) -> None:
+    """Refuse an ``out`` that is a file or a folder that ``export_web`` did not write."""
+    if out.is_file():
+        raise ValueError(f"{out} is a file; give the folder to write the page into.")
+    if out.is_dir() and any(out.iterdir()) and not (out / CONFIG).is_file():
+        raise ValueError(
+            f"{out} is a folder that holds no {CONFIG} (not a page of kt export web): give a new "
+            "or empty folder."
+        )
+
+
+def _search_arguments(beam: int | None, alpha: float | None) -> dict:
+    """``export_tflite``'s keywords for the search: only those given, and only where it takes
+    them."""
+    given = {name: value for name, value in (("beam", beam), ("alpha", alpha)) if value is not None}
+    from keras_transformer.exporters.tflite import export_tflite
+
+    parameters = inspect.signature(export_tflite).parameters
+    for name in given:
+        if name not in parameters:
+            raise ValueError(
+                f"this version's export_tflite has no {name} (greedy only): leave out {name}."
+            )
+    return given
+
+
+def _search_name(beam: int | None, alpha: float | None) -> dict:
+    """The search of an exported file, for ``translator.json``."""
+    if beam is None and alpha is None:
+        return {"name": "greedy"}
+    return {"name": "beam", "beam": beam, "alpha": alpha}
+
+
+def _copy_page(staging: Path, modules: Path) -> None:
+    """The page, its vendored modules and LiteRT.js's runtime, into ``staging``."""
+    for name in PAGE_FILES:
+        shutil.copyfile(WEB_DIR / name, staging / name)
+    (staging / "vendor" / "shims").mkdir(parents=True)
+    for name in SHIMS:
+        shutil.copyfile(WEB_DIR / "shims" / name, staging / "vendor" / "shims" / name)
+    for page_path, module_path in {**VENDOR, **LICENSES}.items():
+        if (modules / module_path).is_file():
+            shutil.copyfile(modules / module_path, staging / page_path)
+    (staging / LITERT_WASM_DIR).mkdir()
+    for name in LITERT_WASM:
+        shutil.copyfile(modules / "@litertjs/core/wasm" / name, staging / LITERT_WASM_DIR / name)
+
+
+def export_web(
+    workdir,
+    out: str | os.PathLike,
+    *,
+    quantize: str | None = None,
+    beam: int | None = None,
+    alpha: float | None = None,
+    tflite: str | os.PathLike | None = None,
+    node_modules: str | os.PathLike | None = None,
+) -> Path:
+    """Write the static web page ``out`` that translates with the run ``workdir``, offline.
+
+    The folder is built beside ``out``, then renamed in; an old page at ``out`` is moved aside
+    and deleted only once the new one is in place.
+
+    Args:
+        workdir: a ``Workdir`` or workdir path (a run of ``kt train``: SentencePiece tokenizers).
+        out: the folder to write; ``out/model.tflite`` is the model.
+        quantize: ``None`` (float32) or ``"dynamic"`` (int8 weights), when exporting the model.
+        beam: the beam size of the search inside the file (``export_tflite``'s ``beam``); only
+            passed when given.
+        alpha: the length penalty (``export_tflite``'s ``alpha``); only passed when given.
+        tflite: an existing ``.tflite`` of ``workdir`` (``kt export tflite``), copied as it is,
+            instead of exporting one.
+        node_modules: a ``node_modules`` folder from ``npm ci`` on ``keras_transformer/web``'s
+            lock file (default: installed once into a cache folder, ``install_node_modules``).
+
+    Returns:
+        ``out``, as a ``Path``.
+
+    Raises:
+        ValueError: ``tflite`` is given with ``quantize``, ``beam`` or ``alpha``, or is not a
+            translator file; ``out`` is a file or a folder of something else; the run has no
+            SentencePiece tokenizer (Marian imports are not supported); the JavaScript
+            packages cannot be found or installed.
+
+    Example::
+
+        from keras_transformer.exporters.web import export_web
+        export_web("runs/demo", "runs/demo/web", quantize="dynamic")
+        # python -m http.server -d runs/demo/web, then open http://127.0.0.1:8000
+    """
+    from keras_transformer.workdir import Workdir
+
+    out = Path(out)
+    if tflite is not None and (quantize, beam, alpha) != (None, None, None):
+        raise ValueError(
+            "quantize, beam and alpha apply when exporting the model; a given .tflite file is "
+            "copied as it is: leave them out, or leave out tflite."
+        )
+    if tflite is not None and not Path(tflite).is_file():
+        raise ValueError(f"No .tflite file at {tflite}: write one with kt export tflite.")
+    _check_out(out)
+    workdir = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
+    if workdir.is_marian:
+        raise ValueError(
+            f"{workdir.path} is a Marian import: the web page reads runs of kt train (SentencePiece "
+            "ids), export this one with kt export tflite or saved-model."
+        )
+    source, target = workdir.load_tokenizers()  # WorkdirError (a ValueError) where missing
+    modules = find_node_modules(node_modules)
+    search = {} if tflite is not None else _search_arguments(beam, alpha)
+    staging = staging_directory(out)
+    try:
+        if tflite is None:
+            from keras_transformer.exporters.tflite import export_tflite
+
+            export_tflite(workdir, staging / MODEL, quantize=quantize, **search)
+        else:
+            shutil.copyfile(tflite, staging / MODEL)
+        max_src_length, output_length = tflite_widths(staging / MODEL)
+        src_path, tgt_path = workdir.tokenizer_paths
+        shared = src_path == tgt_path
+        names = ("tokenizer.model", "tokenizer.model") if shared else ("source.model", "target.model")
+        shutil.copyfile(src_path, staging / names[0])
+        if not shared:
+            shutil.copyfile(tgt_path, staging / names[1])
+        _copy_page(staging, modules)
+        config = {
+            "model": MODEL,
+            "source_tokenizer": names[0],
+            "target_tokenizer": names[1],
+            "litert_wasm": LITERT_WASM_DIR,
+            "pad_id": int(source.pad_id),
+            "eos_id": int(source.eos_id),
+            "unk_id": int(source.unk_id),
+            "bos_id": int(source.bos_id),
+            "source_vocab_size": int(source.vocab_size),
+            "target_vocab_size": int(target.vocab_size),
+            "max_src_length": max_src_length,
+            "max_tgt_length": output_length - 1,
+            # None for a given .tflite file: this function did not choose its search.
+            "search": None if tflite is not None else _search_name(beam, alpha),
+            "quantize": None if tflite is not None else quantize,
+        }
+        (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        replace_directory(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("wrote the web page %s", out)
+    return out
+
+
+__all__ = ["export_web", "find_node_modules", "install_node_modules", "tflite_widths"]
