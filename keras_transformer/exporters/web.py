@@ -302,8 +302,8 @@ def export_web(
     workdir = workdir if isinstance(workdir, Workdir) else Workdir(workdir)
     if workdir.is_marian:
         raise ValueError(
-            f"{workdir.path} is a Marian import: the web page reads runs of kt train (SentencePiece "
-            "ids), export this one with kt export tflite or saved-model."
+            f"{workdir.path} is a Marian import: the web page reads runs of kt train "
+            "(SentencePiece ids); export this one with kt export tflite or saved-model."
         )
     source, target = workdir.load_tokenizers()  # WorkdirError (a ValueError) where missing
     modules = find_node_modules(node_modules)
@@ -319,7 +319,7 @@ def export_web(
         max_src_length, output_length = tflite_widths(staging / MODEL)
         src_path, tgt_path = workdir.tokenizer_paths
         shared = src_path == tgt_path
-        names = ("tokenizer.model", "tokenizer.model") if shared else ("source.model", "target.model")
+        names = ("tokenizer.model",) * 2 if shared else ("source.model", "target.model")
         shutil.copyfile(src_path, staging / names[0])
         if not shared:
             shutil.copyfile(tgt_path, staging / names[1])
