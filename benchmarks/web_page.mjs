@@ -24,7 +24,9 @@ const browser = await puppeteer.launch({
     "--disable-background-networking",
   ],
 });
-const result = { requests: [], errors: [] };
+// errors: what failed (requests, page exceptions, the driver); console: the page's console
+// errors, where LiteRT.js also logs its start-up notices.
+const result = { requests: [], errors: [], console: [] };
 try {
   result.chromium_version = await browser.version();
   const page = await browser.newPage();
@@ -51,7 +53,7 @@ try {
   });
   page.on("pageerror", (error) => result.errors.push(`page error: ${error.message}`));
   page.on("console", (message) => {
-    if (message.type() === "error") result.errors.push(`console: ${message.text()}`);
+    if (message.type() === "error") result.console.push(message.text());
   });
 
   const started = performance.now();
