@@ -201,3 +201,36 @@ def test_export_web_replaces_its_own_page_and_refuses_anything_else(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["file", "other", "page"]
     assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "b").exists()
+
+
+def test_export_web_passes_the_search_to_export_tflite_only_when_given(
+    web_page, tiny_workdir, tmp_path, monkeypatch
+):
+    import keras_transformer.exporters.tflite as tflite
+    from keras_transformer.exporters.web import export_web
+
+    calls, unset = [], object()
+
+    def export_tflite(source, out, *, quantize=unset, beam=unset, alpha=unset):
+        given = {"quantize": quantize, "beam": beam, "alpha": alpha}
+        calls.append({name: value for name, value in given.items() if value is not unset})
+        shutil.copyfile(web_page / "model.tflite", out)
+        return Path(out)
+
+    monkeypatch.setattr(tflite, "export_tflite", export_tflite)
+    greedy = export_web(tiny_workdir, tmp_path / "greedy", quantize="dynamic")
+    beam = export_web(tiny_workdir, tmp_path / "beam", beam=4, alpha=0.6)
+    assert calls == [
+        {"quantize": "dynamic"},  # no beam, no alpha: not passed at all
+        {"quantize": None, "beam": 4, "alpha": 0.6},
+    ]
+    read = [json.loads((page / "translator.json").read_text()) for page in (greedy, beam)]
+    assert [config["search"] for config in read] == [
+        {"name": "greedy"},
+        {"name": "beam", "beam": 4, "alpha": 0.6},
+    ]
+    assert [config["quantize"] for config in read] == ["dynamic", None]
+
+    monkeypatch.setattr(tflite, "export_tflite", lambda source, out, *, quantize=None: out)
+    with pytest.raises(ValueError, match="has no beam"):
+        export_web(tiny_workdir, tmp_path / "old", beam=4)
