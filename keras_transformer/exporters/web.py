@@ -70,7 +70,7 @@ LICENSES = {  # page path -> path in node_modules, where the package ships one
 BUNDLED_MODEL = re.compile(r'^(const [A-Za-z0-9_]+_b64) = "[A-Za-z0-9+/=]*";$', re.MULTILINE)
 MODEL = "model.tflite"
 CONFIG = "translator.json"
-NPM_FIX = "install Node.js and npm (apt-get install -y nodejs npm), or pass node_modules"
+NPM_FIX = "install Node.js and npm (apt-get install -y nodejs npm), or pass --node-modules DIR"
 
 
 def lock_hash() -> str:
