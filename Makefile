@@ -38,10 +38,10 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_INSTALL = $(SUDO) apt-get install -y $(1) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y $(1); }
 web-npm: $(STAMP)
 	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
-	$(BIN)/python -c "from keras_transformer.exporters.web import install_node_modules; install_node_modules()"
+	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules()"
 web-chromium: web-npm
 	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
-	$(BIN)/python -c "from keras_transformer.exporters.web import install_node_modules; install_node_modules(dev=True)"
+	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules(dev=True)"
 
 # The demo's translator as a web page that translates offline in the browser (LiteRT.js), built
 # into runs/demo/web (the demo trained first where it is missing) and served on 127.0.0.1.

@@ -109,7 +109,7 @@ def drive(
     Raises:
         RuntimeError: Chromium or node is missing, or the driver failed.
     """
-    from keras_transformer.exporters.web import install_node_modules
+    from keras_transformer.web import install_node_modules
 
     binary, node_binary = chromium(), node()
     modules = install_node_modules(dev=True)
