@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
+.PHONY: install demo web web-npm web-chromium multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,27 @@ demo: $(STAMP)
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt translate --model runs/demo/export/1 \
 	  "the hungry boy sees 3 red cats" "yesterday a sad teacher gave an old book to the farmer" \
 	  "the children will not sleep because the dogs watch 12 birds"
+
+# The web page's tools, installed where missing: node and npm, then the page's JavaScript packages
+# (keras_transformer/web/package-lock.json, `npm ci` once into ~/.cache/keras-transformer);
+# for the tests, the Debian chromium (or $CHROMIUM) and puppeteer-core, which drives it.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT_INSTALL = $(SUDO) apt-get install -y $(1) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y $(1); }
+web-npm: $(STAMP)
+	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
+	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules()"
+web-chromium: web-npm
+	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
+	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules(dev=True)"
+
+# The demo's translator as a web page that translates offline in the browser (LiteRT.js), built
+# into runs/demo/web (the demo trained first where it is missing) and served on 127.0.0.1.
+WEB_PORT ?= 8000
+web: web-npm
+	test -f runs/demo/model.keras || $(MAKE) demo
+	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/kt export web --workdir runs/demo --out runs/demo/web
+	@echo "Serving runs/demo/web: open http://127.0.0.1:$(WEB_PORT)/ (Ctrl-C stops)."
+	$(BIN)/python -m http.server $(WEB_PORT) --bind 127.0.0.1 --directory runs/demo/web
 
 # The one-hour quality recipe on real data (../shared/corpora, not part of the quick start):
 # train within a 57-minute budget, export with beam search, score test2016 with the SavedModel.
@@ -165,7 +186,8 @@ PARALLEL := -n $(TEST_WORKERS) --dist loadscope
 # `runtime` what moves with the TensorFlow/Keras versions (the Colab-runtime job's tier).
 # --durations=15: the slowest tests close the run's output (.ci/run's summary repeats them).
 OWN_JOBS := not install and not colab_runtime
-test: $(STAMP)
+# tests/test_web.py runs the demo's page in headless Chromium: web-chromium installs its tools.
+test: $(STAMP) web-chromium
 	TF_CPP_MIN_LOG_LEVEL=3 $(BIN)/python -m pytest -m "not slow and $(OWN_JOBS)" -q $(PARALLEL) \
 	  --durations=15
 

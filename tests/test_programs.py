@@ -25,6 +25,7 @@ KT_COMMANDS = {
     "export.saved_model": "kt export saved-model",
     "export.tflite": "kt export tflite",
     "export.ctranslate2": "kt export ctranslate2",
+    "export.web": "kt export web",
     "export.translate_corpus": "kt translate-corpus",
     "export.translate": "kt translate",
     "export.score": "kt score",
@@ -44,6 +45,7 @@ PROGRAMS = [
     "export.translate_corpus",
     "export.tflite",
     "export.ctranslate2",
+    "export.web",
     "export.client",
     "benchmarks.distill_report",
 ]
@@ -364,6 +366,51 @@ BAD_INVOCATIONS = {
         "--int8-out",
         "m.int8.tflite",
     ],
+    "web from a missing workdir": ["export", "web", "--workdir", MISSING, "--out", "O"],
+    "web from a missing .tflite": [
+        "export",
+        "web",
+        "--workdir",
+        ".",
+        "--out",
+        "O",
+        "--tflite",
+        f"{MISSING}.tflite",
+    ],
+    "web of a given .tflite quantized again": [
+        "export",
+        "web",
+        "--workdir",
+        ".",
+        "--out",
+        "O",
+        "--tflite",
+        "pyproject.toml",
+        "--quantize",
+        "dynamic",
+    ],
+    "web with a beam of none": ["export", "web", "--workdir", ".", "--out", "O", "--beam", "0"],
+    "web with a negative length penalty": [
+        "export",
+        "web",
+        "--workdir",
+        ".",
+        "--out",
+        "O",
+        "--alpha",
+        "-1",
+    ],
+    "web into a file": ["export", "web", "--workdir", ".", "--out", "pyproject.toml"],
+    "web with a length penalty and no beam": [
+        "export",
+        "web",
+        "--workdir",
+        ".",
+        "--out",
+        "O",
+        "--alpha",
+        "1.0",
+    ],
     "ctranslate2 from a missing workdir": [
         "export",
         "ctranslate2",
@@ -564,7 +611,14 @@ BAD_INVOCATION_MESSAGES = {
     "no command": "give a command: train, prepare,",
     "unknown command": "unknown command 'trian': did you mean 'train'?",
     "an option instead of a command": "unrecognized arguments: --config",
-    "export with no format": "kt export needs a format: saved-model, tflite, ctranslate2",
+    "export with no format": "kt export needs a format: saved-model, tflite, ctranslate2, web",
+    "web from a missing workdir": "workdir /nonexistent/keras-transformer does not exist",
+    "web from a missing .tflite": "write one with kt export tflite",
+    "web of a given .tflite quantized again": "--quantize applies when exporting the model",
+    "web with a beam of none": "--beam must be >= 1",
+    "web with a negative length penalty": "--alpha must be a finite number >= 0",
+    "web into a file": "is a file; give the folder",
+    "web with a length penalty and no beam": "give --beam N as well",
     "export to an unknown format": "unknown export format 'onnx'",
     "a nucleus above 1": "--top-p must be in (0, 1]",
     "a negative top-k": "--top-k must be >= 0",
@@ -812,7 +866,7 @@ def test_kt_help_lists_every_command_with_one_line(capsys):
         assert len(line.split()) > len(words) + 2, line  # the name, then what it does
     assert main(["export", "--help"]) == 0
     formats = capsys.readouterr().out
-    assert all(f"  {name}  " in formats for name in ("saved-model", "tflite", "ctranslate2"))
+    assert all(f"  {name}  " in formats for name in ("saved-model", "tflite", "ctranslate2", "web"))
 
 
 def test_kt_version_is_the_packages(capsys):

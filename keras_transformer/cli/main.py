@@ -29,7 +29,7 @@ COMMANDS = {
     "evaluate": ("evaluate", "score a workdir, SavedModel or .tflite file with BLEU and chrF"),
     "tune-decoding": ("tune_decoding", "pick the beam size and length penalty on validation"),
     "import-checkpoint": ("import_checkpoint", "import a pretrained OPUS-MT (Marian) model"),
-    "export": (None, "export a workdir: saved-model, tflite or ctranslate2"),
+    "export": (None, "export a workdir: saved-model, tflite, ctranslate2 or web"),
     "translate": ("translate", "translate sentences or stdin with an exported SavedModel"),
     "translate-corpus": ("translate_corpus", "translate a file into another, resumably"),
     "score": ("score", "the log-probability of given translations"),
@@ -39,6 +39,7 @@ EXPORTS = {
     "saved-model": ("export_saved_model", "a TF Serving SavedModel (strings in, strings out)"),
     "tflite": ("export_tflite", "a TFLite translator with builtin ops only"),
     "ctranslate2": ("export_ctranslate2", "a CTranslate2 model directory"),
+    "web": ("export_web", "a static web page that translates offline (LiteRT.js)"),
 }
 
 
@@ -61,7 +62,7 @@ def usage() -> str:
 
 
 def export_usage() -> str:
-    """What ``kt export --help`` prints: the three formats, one line each."""
+    """What ``kt export --help`` prints: the formats, one line each."""
     return (
         f"usage: {PROG} export FORMAT [ARGS ...]\n\n"
         f"Export a trained workdir (kt train) for serving.\n\n"
