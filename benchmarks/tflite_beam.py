@@ -5,21 +5,22 @@ and BLEU of each, on a file of sentences.
         --src ../shared/corpora/multi30k_de_en/test.src \\
         --ref ../shared/corpora/multi30k_de_en/test.tgt \\
         [--beam 4] [--alpha 0.6] [--sentences 200] [--threads 1] [--repeats 3] [--keep DIR] \\
-        [--json out.json]
+        [--quantize dynamic] [--json out.json]
 
-The workdir is converted twice by ``export_tflite`` (float32, the widths it was
-trained with): greedy, and a beam search of ``--beam`` hypotheses with the
-length penalty ``--alpha``. Each file translates the first ``--sentences``
-lines of ``--src`` in LiteRT (``LiteRTTranslator``, ``--threads`` CPU threads,
-1 by default as a phone app gets), batch 1, one sentence at a time after one
-untimed warm-up sentence; ms/sentence is the interpreter's time (tokenizing
-and detokenizing outside it) in the fastest of ``--repeats`` passes, the two
-files taking turns pass by pass, so that a busy moment of a shared machine
-weighs on neither alone. BLEU and chrF: sacrebleu, as ``kt evaluate``
-scores (``training.scoring``). The reference is greedy decoding in this
-process (``Translator``, the decoder of the SavedModel's ``translate_greedy``:
-the same ids, ``tests/test_tflite.py``); ``agreement`` is the share of
-sentences the greedy file translates as it does.
+The workdir is converted twice by ``export_tflite`` (float32, or int8 weights
+with ``--quantize dynamic``; the widths it was trained with): greedy, and a
+beam search of ``--beam`` hypotheses with the length penalty ``--alpha``. Each
+file translates the first ``--sentences`` lines of ``--src`` in LiteRT
+(``LiteRTTranslator``, ``--threads`` CPU threads, 1 by default as a phone app
+gets), batch 1, one sentence at a time after one untimed warm-up sentence;
+ms/sentence is the interpreter's time (tokenizing and detokenizing outside it)
+in the fastest of ``--repeats`` passes, the two files taking turns pass by
+pass, so that a busy moment of a shared machine weighs on neither alone. BLEU
+and chrF: sacrebleu, as ``kt evaluate`` scores (``training.scoring``). The
+reference is greedy decoding in this process (``Translator``, the decoder of
+the SavedModel's ``translate_greedy``: the same ids,
+``tests/test_tflite.py``); ``agreement`` is the share of sentences the greedy
+file translates as it does.
 
 The goals, each a measured value against a bound: the beam file's time at most
 3× the greedy file's, and its BLEU at least the SavedModel's greedy BLEU. A
@@ -66,6 +67,9 @@ def parse_args(argv=None):
     )
     parser.add_argument(
         "--keep", type=Path, default=None, help="write the two .tflite files in this folder"
+    )
+    parser.add_argument(
+        "--quantize", choices=["dynamic"], default=None, help="both files with int8 weights"
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -118,7 +122,9 @@ def main(argv=None) -> int:
         files = {}
         for name, beam in (("greedy", None), ("beam", args.beam)):
             alpha = args.alpha if beam else None
-            path = export_tflite(trained, folder / f"{name}.tflite", beam=beam, alpha=alpha)
+            path = export_tflite(
+                trained, folder / f"{name}.tflite", quantize=args.quantize, beam=beam, alpha=alpha
+            )
             files[name] = LiteRTTranslator(
                 path, trained.src_tokenizer, trained.tgt_tokenizer, num_threads=args.threads
             )
@@ -148,6 +154,7 @@ def main(argv=None) -> int:
         "sentences": len(sources),
         "threads": args.threads,
         "repeats": args.repeats,
+        "quantize": args.quantize,
         "results": results,
         "goals": goals(results),
     }

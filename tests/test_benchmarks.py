@@ -689,7 +689,7 @@ def test_tflite_beam_times_and_scores_a_beam_file_against_a_greedy_one(tiny_work
     assert tflite_beam.main([*argv, "--repeats", "2", "--json", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["sentences"] == 6 and report["threads"] == 1 and report["cpu"]["model"]
-    assert report["repeats"] == 2
+    assert report["repeats"] == 2 and report["quantize"] is None
     results = report["results"]
     assert (results["greedy"]["decoding"], results["beam"]["decoding"]) == ("greedy", "beam2")
     assert results["beam"]["alpha"] == 1.0 and results["greedy"]["agreement"] == 1.0

@@ -72,14 +72,15 @@ def tflite_widths(path: str | os.PathLike) -> tuple[int, int]:
         ``(max_src_length, max_tgt_length + 1)``.
 
     Raises:
-        ValueError: ``path`` has no ``serving_default`` signature ``source_ids`` → ``target_ids``.
+        ValueError: ``path`` has no ``serving_default`` signature ``source_ids`` → ``target_ids``,
+            or ``ai_edge_litert`` is not installed.
     """
     try:
         from ai_edge_litert.interpreter import Interpreter
-    except ImportError:
-        import tensorflow as tf
-
-        Interpreter = tf.lite.Interpreter
+    except ImportError as error:
+        raise ValueError(
+            "Reading a .tflite file needs LiteRT: pip install 'keras-transformer-nmt[tflite]'."
+        ) from error
     try:
         interpreter = Interpreter(model_path=str(path))
         signature = interpreter.get_signature_list().get("serving_default", {})
