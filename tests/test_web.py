@@ -204,6 +204,7 @@ def test_export_web_replaces_its_own_page_and_refuses_anything_else(
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow  # a second export and Chromium run; make test-slow
 def test_a_beam_search_page_translates_as_litert_in_headless_chromium(
     tiny_workdir, held_out, tmp_path
 ):
