@@ -247,6 +247,35 @@ def check_alpha(parser: ArgumentParser, args: argparse.Namespace, *flags: str) -
                 )
 
 
+def add_tflite_search(parser: ArgumentParser) -> None:
+    """The ``--quantize``, ``--beam`` and ``--alpha`` of a ``.tflite`` translator's export
+    (``kt export tflite``, ``kt export web``); ``check_tflite_search`` checks them."""
+    parser.add_argument(
+        "--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights"
+    )
+    parser.add_argument(
+        "--beam",
+        type=int,
+        default=None,
+        help="beam size fixed in the file (default and 1: greedy); the best hypothesis comes out",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=None,
+        help="the beam search's length penalty exponent (default: 0.6, as kt export saved-model)",
+    )
+
+
+def check_tflite_search(parser: ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error for ``add_tflite_search``'s flags: ``--beam`` below 1, ``--alpha`` not a
+    finite number >= 0, or ``--alpha`` without ``--beam``."""
+    check_at_least_one(parser, args, "beam")
+    check_alpha(parser, args, "alpha")
+    if args.alpha is not None and args.beam is None:
+        parser.error("--alpha is the beam search's length penalty: give --beam N as well")
+
+
 def needs_module(prog: str, module: str, what: str, extra: str) -> None:
     """Fail unless ``module`` is installed (looked for, not imported): ``what`` needs it,
     and the ``extra`` of ``keras-transformer-nmt`` installs it."""

@@ -20,8 +20,9 @@ from pathlib import Path
 
 from keras_transformer.cli.common import (
     ArgumentParser,
-    check_alpha,
+    add_tflite_search,
     check_at_least_one,
+    check_tflite_search,
     existing_workdir,
     run,
     setup_logging,
@@ -34,9 +35,7 @@ def parse_args(argv=None):
     parser = ArgumentParser(PROG, __doc__)
     parser.add_argument("--workdir", required=True, type=Path, help="a kt train workdir")
     parser.add_argument("--out", required=True, type=Path, help="the .tflite file to write")
-    parser.add_argument(
-        "--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights"
-    )
+    add_tflite_search(parser)
     parser.add_argument(
         "--max-src-length", type=int, default=None, help="default: training.max_src_length"
     )
@@ -52,25 +51,11 @@ def parse_args(argv=None):
         default=None,
         help="also write the dynamic-range int8 file here (the model loaded once)",
     )
-    parser.add_argument(
-        "--beam",
-        type=int,
-        default=None,
-        help="beam size fixed in the file (default and 1: greedy); the best hypothesis comes out",
-    )
-    parser.add_argument(
-        "--alpha",
-        type=float,
-        default=None,
-        help="the beam search's length penalty exponent (default: 0.6, as kt export saved-model)",
-    )
     args = parser.parse_args(argv)
     if args.int8_out is not None and args.quantize is not None:
         parser.error("--int8-out goes with a float32 --out (no --quantize)")
-    check_at_least_one(parser, args, "max_src_length", "max_tgt_length", "beam")
-    check_alpha(parser, args, "alpha")
-    if args.alpha is not None and args.beam is None:
-        parser.error("--alpha is the beam search's length penalty: give --beam N as well")
+    check_at_least_one(parser, args, "max_src_length", "max_tgt_length")
+    check_tflite_search(parser, args)
     existing_workdir(PROG, args.workdir)
     return args
 

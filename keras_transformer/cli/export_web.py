@@ -18,8 +18,8 @@ from pathlib import Path
 
 from keras_transformer.cli.common import (
     ArgumentParser,
-    check_alpha,
-    check_at_least_one,
+    add_tflite_search,
+    check_tflite_search,
     existing_path,
     existing_workdir,
     fail,
@@ -40,11 +40,7 @@ def parse_args(argv=None):
         default=None,
         help="a .tflite of this workdir (kt export tflite), copied instead of exporting one",
     )
-    parser.add_argument(
-        "--quantize", choices=["dynamic"], default=None, help="dynamic-range int8 weights"
-    )
-    parser.add_argument("--beam", type=int, default=None, help="beam size (default: greedy)")
-    parser.add_argument("--alpha", type=float, default=None, help="length penalty exponent")
+    add_tflite_search(parser)
     parser.add_argument(
         "--node-modules",
         type=Path,
@@ -53,10 +49,7 @@ def parse_args(argv=None):
         "(default: installed once into a cache folder)",
     )
     args = parser.parse_args(argv)
-    check_at_least_one(parser, args, "beam")
-    check_alpha(parser, args, "alpha")
-    if args.alpha is not None and args.beam is None:
-        parser.error("--alpha is the beam search's length penalty: give --beam N as well")
+    check_tflite_search(parser, args)
     if args.tflite is not None:
         given = [flag for flag in ("quantize", "beam", "alpha") if getattr(args, flag) is not None]
         if given:
