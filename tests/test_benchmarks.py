@@ -705,3 +705,23 @@ def test_tflite_beam_times_and_scores_a_beam_file_against_a_greedy_one(tiny_work
     assert bleu["value"] == round(results["beam"]["bleu"] - results["library_greedy"]["bleu"], 2)
     with pytest.raises(SystemExit):
         tflite_beam.main([*argv[:6], "--beam", "1"])
+
+
+def test_litert_log_softmax_times_both_formulas(tmp_path):
+    """``benchmarks.litert_log_softmax`` at a tiny size: one row of µs a spread, for both
+    formulas, in the JSON that names the CPU; bad sizes are refused."""
+    import json
+
+    from benchmarks import litert_log_softmax
+
+    out = tmp_path / "lsm.json"
+    argv = ["--rows", "2", "--vocab", "64", "--spreads", "1", "30", "--calls", "5"]
+    litert_log_softmax.main([*argv, "--json", str(out)])
+    report = json.loads(out.read_text())
+    assert [row["spread"] for row in report["results"]] == [1.0, 30.0]
+    for row in report["results"]:
+        assert row["LOG_SOFTMAX_us"] > 0 and row["logsumexp_us"] > 0
+    assert (report["rows"], report["vocab"], report["calls"]) == (2, 64, 5)
+    assert report["cpu"]["model"]
+    with pytest.raises(SystemExit):
+        litert_log_softmax.main(["--calls", "0"])

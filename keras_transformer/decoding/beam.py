@@ -122,7 +122,7 @@ class BeamStrategy:
         """
         k, alpha, eos = self.beam.size, self.beam.alpha, context.eos_id
         rows, vocab = tf.shape(state.done)[0], logits.shape[-1]
-        log_probs = tf.reshape(tf.nn.log_softmax(logits), [rows, k, vocab])  # [rows, k, vocab]
+        log_probs = tf.reshape(context.log_softmax(logits), [rows, k, vocab])  # [rows, k, vocab]
         if forced is not None:  # a row in its prefix may take only the prefix's token
             in_prefix, token = forced  # [rows], [rows]
             other = tf.not_equal(tf.range(vocab)[tf.newaxis, :], token[:, tf.newaxis])  # [rows, V]

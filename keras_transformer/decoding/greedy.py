@@ -89,7 +89,7 @@ class OneBest:
             chosen = tf.where(forced[0], forced[1], chosen)
         chosen = tf.where(finished, context.pad_id, chosen)  # constants made here: see kernels
         # The chosen tokens' log-probabilities, off the path to the next step.
-        log_probs = tf.gather(tf.nn.log_softmax(logits), chosen, batch_dims=1)  # [rows]
+        log_probs = tf.gather(context.log_softmax(logits), chosen, batch_dims=1)  # [rows]
         scores = state.scores + tf.where(finished, 0.0, log_probs)
         finished = finished | tf.equal(chosen, context.eos_id) | (t + 1 >= row_limits)
         state = state._replace(finished=finished, scores=scores)

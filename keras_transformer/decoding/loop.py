@@ -149,12 +149,14 @@ class SearchContext(NamedTuple):
         eos_id, pad_id: the end and padding ids.
         banned: the ids a search never chooses.
         tokens: the ``Tokens`` its sequences live in.
+        log_softmax: ``logits → log-probabilities`` (``DecodingSteps.log_softmax``).
     """
 
     eos_id: int
     pad_id: int
     banned: tuple
     tokens: Tokens
+    log_softmax: Any = tf.nn.log_softmax
 
 
 class LoopState(NamedTuple):
@@ -203,7 +205,9 @@ def search_loop(steps, source_ids, row_limits, limit, strategy, prefix_ids=None)
     """
     source_ids = tf.convert_to_tensor(source_ids)
     static, beams, pad = steps.static_shapes, strategy.beams, steps.pad_id
-    context = SearchContext(steps.eos_id, pad, tuple(steps.banned), Tokens(static, limit, pad))
+    context = SearchContext(
+        steps.eos_id, pad, tuple(steps.banned), Tokens(static, limit, pad), steps.log_softmax
+    )
     batch = tf.shape(source_ids)[0]
     cache = steps.initial_cache(steps.encode(source_ids))
     if beams > 1:

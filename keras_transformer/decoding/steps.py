@@ -45,6 +45,8 @@ class DecodingSteps(NamedTuple):
         reorder: ``(cache, rows [n]) → cache`` with the given rows, beam
             search's reordering (``None``: every leaf gathered).
         static_shapes: the cache has a fixed size, written at ``t``.
+        log_softmax: ``logits [..., vocab] → log-probabilities``, as the
+            searches compute them (``KernelChoice.log_softmax``).
     """
 
     encode: Callable
@@ -58,6 +60,7 @@ class DecodingSteps(NamedTuple):
     small_batch_rows: int = 0
     reorder: Callable | None = None
     static_shapes: bool = False
+    log_softmax: Callable = tf.nn.log_softmax
 
 
 def never_emitted(config) -> list[int]:
@@ -235,6 +238,13 @@ class KernelChoice:
             whose weights no longer change.
         constant_steps: a ``ConstantSteps`` of the model, whose small-batch
             step a growing cache takes.
+        log_softmax: how the searches turn logits into log-probabilities:
+            ``"fused"`` (``tf.nn.log_softmax``, one TensorFlow kernel) or
+            ``"logsumexp"`` (``kernels.log_softmax_by_logsumexp``, which
+            LiteRT runs faster than its ``LOG_SOFTMAX``).
+
+    Raises:
+        ValueError: ``log_softmax`` is not one of ``kernels.LOG_SOFTMAX_KINDS``.
 
     Example:
         >>> import keras_transformer as kt
@@ -250,6 +260,10 @@ class KernelChoice:
     buffer_length: int | None = None
     precomputed: Any = None
     constant_steps: ConstantSteps | None = None
+    log_softmax: str = "fused"
+
+    def __post_init__(self):
+        kernels.log_softmax_of(self.log_softmax)  # refused here, before any graph is built
 
     def limits(self, model, source_ids, limits: Limits, prefix_lengths=None):
         """The longest output of each row and of the batch.
@@ -310,6 +324,7 @@ class KernelChoice:
             banned=tuple(never_emitted(config)),
             reorder=_reorder_self_attention,
             static_shapes=self.static_shapes,
+            log_softmax=kernels.log_softmax_of(self.log_softmax),
         )
         if not self.static_shapes and kernels.encoding_supported(model):
             encoder_weights = kernels.encoder_weights(model, self.precomputed)

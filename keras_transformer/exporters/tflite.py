@@ -121,7 +121,7 @@ class TFLiteTranslator(tf.Module):
                 source_ids,
                 self.search,
                 Limits(max_length=self.max_tgt_length),
-                choice=KernelChoice(static_shapes=True),
+                choice=KernelChoice(static_shapes=True, log_softmax="logsumexp"),
             )
             return {"target_ids": out.tokens[:, 0]}
 

@@ -39,6 +39,9 @@ kernel                                 what it does, and who calls it
 ``top_k``                              ``tf.math.top_k`` over a long row by the maxima of
                                        blocks, the same values and order:
                                        ``decoding.beam_search``'s candidates
+``log_softmax_by_logsumexp``           log-probabilities as ``logits - logsumexp``, which
+                                       LiteRT runs faster than its ``LOG_SOFTMAX``:
+                                       ``decoding.KernelChoice(log_softmax=...)``
 ``FrozenWeights``                      the precomputed weights of those two, kept as
                                        variables: the exported SavedModel
 ``native``                             the opt-in C++ ops and their build cache
@@ -102,6 +105,11 @@ from keras_transformer.kernels.encoding import encode, encoder_weights
 from keras_transformer.kernels.encoding import supported as encoding_supported
 from keras_transformer.kernels.fused_adam import FusedAdam
 from keras_transformer.kernels.layer_norm import layer_norm
+from keras_transformer.kernels.log_softmax import (
+    LOG_SOFTMAX_KINDS,
+    log_softmax_by_logsumexp,
+    log_softmax_of,
+)
 from keras_transformer.kernels.projection import (
     as_rows,
     from_rows,
@@ -130,6 +138,7 @@ from keras_transformer.kernels.weights import (
 )
 
 __all__ = [
+    "LOG_SOFTMAX_KINDS",
     "OUTPUT_SLICES",
     "OUTPUT_SPLITS",
     "PRODUCT_OPS",
@@ -151,6 +160,8 @@ __all__ = [
     "from_rows",
     "initial_cache",
     "layer_norm",
+    "log_softmax_by_logsumexp",
+    "log_softmax_of",
     "native",
     "onednn_rewrites",
     "permute",
