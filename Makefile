@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo web web-npm web-chromium multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
+.PHONY: install demo web web-npm web-system web-chromium multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,11 @@ APT_INSTALL = $(SUDO) apt-get install -y $(1) || { $(SUDO) apt-get update && $(S
 web-npm: $(STAMP)
 	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
 	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules()"
-web-chromium: web-npm
+# The browser test's system packages alone (no venv needed: .ci/run installs them beside it).
+web-system:
+	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
 	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
+web-chromium: web-system web-npm
 	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules(dev=True)"
 
 # The demo's translator as a web page that translates offline in the browser (LiteRT.js), built

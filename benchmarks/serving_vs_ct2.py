@@ -465,15 +465,13 @@ def main(argv=None) -> int:
                         "ms_per_sentence": round(1000 * seconds / len(subset), 2),
                         "passes": result["passes"],
                     }
-                row["ratio"] = round(
-                    row["saved_model"]["seconds"] / row["ctranslate2"]["seconds"], 2
-                )
+                # ratios of the unrounded times: a tiny test model's call rounds to 0.000 s
+                ct2_seconds = results["ctranslate2"]["seconds"]
+                row["ratio"] = round(results["saved_model"]["seconds"] / ct2_seconds, 2)
                 head = f"{row['decoder']:<7} batch {batch:>2}:"
                 for engine, (ratio, label) in EXTRA_ENGINES.items():
                     if engine in engines:
-                        row[ratio] = round(
-                            row[engine]["seconds"] / row["ctranslate2"]["seconds"], 2
-                        )
+                        row[ratio] = round(results[engine]["seconds"] / ct2_seconds, 2)
                         print(f"{head} {summary(label, row[engine])}: {row[ratio]}x", flush=True)
                 rows.append(row)
                 print(
