@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo web web-npm web-system web-chromium multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
+.PHONY: install demo web web-node web-npm web-system web-chromium multi30k tatoeba multi30k-tatoeba distill test test-quick test-install test-oldest test-colab test-all test-slow lint format clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,12 +36,12 @@ demo: $(STAMP)
 # for the tests, the Debian chromium (or $CHROMIUM) and puppeteer-core, which drives it.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 APT_INSTALL = $(SUDO) apt-get install -y $(1) || { $(SUDO) apt-get update && $(SUDO) apt-get install -y $(1); }
-web-npm: $(STAMP)
+web-node:
 	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
+web-npm: $(STAMP) web-node
 	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules()"
 # The browser test's system packages alone (no venv needed: .ci/run installs them beside it).
-web-system:
-	@command -v npm >/dev/null || { $(call APT_INSTALL,nodejs npm); }
+web-system: web-node
 	@test -n "$$CHROMIUM" || command -v chromium >/dev/null || { $(call APT_INSTALL,chromium); }
 web-chromium: web-system web-npm
 	$(BIN)/python -c "from keras_transformer.web import install_node_modules; install_node_modules(dev=True)"

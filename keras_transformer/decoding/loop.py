@@ -156,7 +156,7 @@ class SearchContext(NamedTuple):
     pad_id: int
     banned: tuple
     tokens: Tokens
-    log_softmax: Any = tf.nn.log_softmax
+    log_softmax: Any
 
 
 class LoopState(NamedTuple):
