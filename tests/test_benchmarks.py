@@ -3,6 +3,7 @@ peaks measured right before and after it, so that a peak measured in a fast or s
 moment of the shared VM does not move every run's figure. The scale check's corpus
 generator and its runner's measurement."""
 
+import numpy as np
 import pytest
 
 from benchmarks.timing import mfu_figures
@@ -240,11 +241,22 @@ def ct2_model(tiny_workdir, tmp_path_factory):
     return export_ctranslate2(tiny_workdir, tmp_path_factory.mktemp("serving_ct2") / "ct2")
 
 
+@pytest.fixture(scope="module")
+def tiny_export(tiny_workdir, tmp_path_factory):
+    """The tiny workdir's SavedModel (beam 2), in one decoding part: its first calls are
+    cheaper. The serving benchmarks' tests only read it."""
+    from keras_transformer.exporters.saved_model import export_saved_model
+
+    return export_saved_model(
+        tiny_workdir, tmp_path_factory.mktemp("serving_export"), beam_size=2, decode_parts=1
+    )
+
+
 @pytest.mark.parametrize(
     "xla", [False, pytest.param(True, marks=pytest.mark.slow)]
 )  # XLA exports are slow
 def test_serving_vs_ct2_times_both_engines_on_the_same_model(
-    tiny_workdir, ct2_model, tmp_path, xla, monkeypatch
+    tiny_workdir, ct2_model, tiny_export, tmp_path, xla, monkeypatch
 ):
     """Both engines, the SavedModel through the TF1 session loader, a baseline export
     and (``xla``) the SavedModel's XLA signatures translate the same sentences, strings
@@ -259,11 +271,8 @@ def test_serving_vs_ct2_times_both_engines_on_the_same_model(
     pytest.importorskip("ctranslate2")
     from benchmarks import serving_vs_ct2
     from keras_transformer.data import generate_pairs
-    from keras_transformer.exporters.saved_model import export_saved_model
 
-    baseline = export_saved_model(
-        tiny_workdir, tmp_path / "baseline", beam_size=2, decode_parts=1
-    )  # in one part: its first calls are cheaper
+    baseline = tiny_export
     monkeypatch.setenv(serving_vs_ct2._MODEL_ENV, str(ct2_model))
     monkeypatch.setattr(
         serving_vs_ct2, "export_ctranslate2", None
@@ -725,3 +734,35 @@ def test_litert_log_softmax_times_both_formulas(tmp_path):
     assert report["cpu"]["model"]
     with pytest.raises(SystemExit):
         litert_log_softmax.main(["--calls", "0"])
+
+
+def test_one_sentence_line_fit_recovers_a_line_and_scores_its_fit():
+    from benchmarks.one_sentence import line_fit
+
+    tokens = np.arange(1.0, 21.0)
+    assert line_fit(tokens, 4.0 + 0.5 * tokens) == {"fixed_ms": 4.0, "ms_per_token": 0.5, "r2": 1.0}
+    noisy = line_fit(tokens, 4.0 + 0.5 * tokens + np.where(tokens % 2 == 0, 1.0, -1.0))
+    assert abs(noisy["fixed_ms"] - 4.0) < 1.0 and 0.0 < noisy["r2"] < 1.0
+
+
+def test_one_sentence_splits_a_request_into_fixed_and_per_token_costs(tiny_export, tmp_path):
+    """Each signature of an export, loaded as TF Serving loads it, one sentence a call: a row
+    with its mean time and output length and the line through them."""
+    import json
+
+    from benchmarks import one_sentence
+    from keras_transformer.data import generate_pairs
+
+    (tmp_path / "test.src").write_text(
+        "".join(f"{src}\n" for src, _ in generate_pairs(6, seed=3)), encoding="utf-8"
+    )
+    out = tmp_path / "one.json"
+    args = ["--saved-model", str(tiny_export), "--src", str(tmp_path / "test.src")]
+    assert one_sentence.main([*args, "--sentences", "5", "--passes", "1", "--json", str(out)]) == 0
+    report = json.loads(out.read_text())
+    rows = {row["decoder"]: row for row in report["results"]}
+    assert sorted(rows) == ["beam", "greedy"]
+    for row in rows.values():
+        assert row["sentences"] == 5 and row["mean_ms"] > 0 and row["mean_tokens"] >= 1
+        assert {"fixed_ms", "ms_per_token", "r2"} <= set(row)
+    assert report["cpu"]["cores"] >= 1
