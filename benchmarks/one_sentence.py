@@ -28,10 +28,10 @@ from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops of the SavedModel)
 
 from benchmarks.ct2_translate import spm_processors
 from benchmarks.report import emit
+from benchmarks.serving_speed import session_signatures
 
 SIGNATURES = {"greedy": "translate_greedy", "beam": "serving_default"}
 
@@ -75,27 +75,21 @@ def main(argv=None) -> int:
     sentences = args.src.read_text(encoding="utf-8").splitlines()[: args.sentences]
     _, target_sp = spm_processors(args.saved_model / "assets")
 
-    graph = tf.Graph()
-    session = tf.compat.v1.Session(graph=graph)
-    with graph.as_default():
-        meta = tf.compat.v1.saved_model.loader.load(session, ["serve"], str(args.saved_model))
+    translators = session_signatures(args.saved_model, SIGNATURES.values())
     rows = []
     for decoder, name in SIGNATURES.items():
-        signature = meta.signature_def[name]
-        (source,) = signature.inputs.values()
-        run = session.make_callable(
-            signature.outputs["translations"].name, [graph.get_tensor_by_name(source.name)]
-        )
+        translate = translators[name]
         for sentence in sentences[:3]:  # warm-up: the first calls optimise the graph
-            run(np.array([sentence], dtype=object))
+            translate([sentence])
         ms = np.full(len(sentences), np.inf)
-        tokens = np.zeros(len(sentences))
+        texts = [""] * len(sentences)
         for _ in range(args.passes):
             for i, sentence in enumerate(sentences):
                 started = time.perf_counter()
-                (text,) = run(np.array([sentence], dtype=object))
+                (texts[i],) = translate([sentence])
                 ms[i] = min(ms[i], 1000 * (time.perf_counter() - started))
-                tokens[i] = len(target_sp.encode(text.decode("utf-8"))) + 1  # and EOS
+        # Each output's tokens and EOS (every pass translates alike: the last one's).
+        tokens = np.array([len(target_sp.encode(text)) + 1 for text in texts])
         row = {
             "decoder": decoder,
             "signature": name,

@@ -73,11 +73,12 @@ def signature_translators(path: Path) -> dict[str, Callable[[list[str]], list[st
     return translators
 
 
-def session_translators(path: Path, beam: int) -> dict[str, Callable[[list[str]], list[str]]]:
-    """The SavedModel's ``translate_greedy`` and ``serving_default`` (exported with
-    ``beam``) loaded as TF Serving loads them: the TF1 session loader
-    (``tf.compat.v1.saved_model``), each signature a ``Session`` callable; named
-    like ``signature_translators``'s.
+def session_signatures(
+    path: Path, names: Sequence[str]
+) -> dict[str, Callable[[list[str]], list[str]]]:
+    """The SavedModel's signatures ``names`` loaded as TF Serving loads them: the TF1
+    session loader (``tf.compat.v1.saved_model``), each signature a ``Session``
+    callable from a list of strings to their translations, keyed by its name.
     A signature called from Python this way does not pass the variables it
     captures at every call, as a ``tf.saved_model.load`` signature does."""
     graph = tf.Graph()
@@ -97,7 +98,14 @@ def session_translators(path: Path, beam: int) -> dict[str, Callable[[list[str]]
 
         return translate
 
-    return {"greedy": call("translate_greedy"), f"beam{beam}": call("serving_default")}
+    return {name: call(name) for name in names}
+
+
+def session_translators(path: Path, beam: int) -> dict[str, Callable[[list[str]], list[str]]]:
+    """The SavedModel's ``translate_greedy`` and ``serving_default`` (exported with
+    ``beam``) by ``session_signatures``; named like ``signature_translators``'s."""
+    calls = session_signatures(path, ("translate_greedy", "serving_default"))
+    return {"greedy": calls["translate_greedy"], f"beam{beam}": calls["serving_default"]}
 
 
 def saved_model_rows(
